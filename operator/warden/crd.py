@@ -1,0 +1,173 @@
+"""Generate the SlurmCluster CustomResourceDefinition from the pydantic models.
+
+`warden-crd` prints it; `warden-crd --write` rewrites the checked-in copy in the CRD chart, and a unit
+test fails whenever that copy differs from what the models generate.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from warden.model import API_GROUP, API_VERSION, KIND, PLURAL, SlurmClusterSpec, SlurmClusterStatus
+
+CRD_PATH = Path("charts/slurm-operator-crds/templates/slurmclusters.yaml")
+SHORT_NAMES = ["slurm", "sc"]
+CATEGORIES = ["warden", "all-slurm"]
+# metadata.name ends up inside child object names and Slurm node names (<name>-worker-<group>-<i>),
+# which must stay valid 63-character DNS labels.
+MAX_NAME_LENGTH = 24
+
+PRINTER_COLUMNS = [
+    {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
+    {"name": "Workers", "type": "string", "jsonPath": ".status.workers", "description": "ready/desired"},
+    {"name": "Login", "type": "string", "jsonPath": ".status.login", "description": "ready/desired"},
+    {"name": "Jail", "type": "boolean", "jsonPath": ".status.jailPopulated", "description": "populated"},
+    {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+]
+
+# Keys of pydantic's JSON schema that have no place in a Kubernetes structural schema.
+_DROPPED = {"title", "additionalProperties", "$defs"}
+
+
+def _structural(node: Any, defs: dict[str, Any]) -> Any:
+    """Turn pydantic's JSON schema into a Kubernetes structural schema.
+
+    References are inlined, `X | None` becomes an optional X, titles go, and `dict[str, X]`
+    becomes `additionalProperties: X` (the only form in which additionalProperties is kept).
+    """
+    if isinstance(node, list):
+        return [_structural(item, defs) for item in node]
+    if not isinstance(node, dict):
+        return node
+    if "$ref" in node:
+        target = defs[node["$ref"].rsplit("/", 1)[-1]]
+        merged = {**target, **{k: v for k, v in node.items() if k != "$ref"}}
+        return _structural(merged, defs)
+    if "anyOf" in node:
+        branches = [b for b in node["anyOf"] if b.get("type") != "null"]
+        if len(branches) == 1:
+            rest = {k: v for k, v in node.items() if k not in ("anyOf", "default")}
+            return _structural({**branches[0], **rest}, defs)
+    out: dict[str, Any] = {}
+    for key, value in node.items():
+        if key in _DROPPED:
+            continue
+        if key == "properties":
+            out[key] = {name: _structural(sub, defs) for name, sub in value.items()}
+        elif key == "items":
+            out[key] = _structural(value, defs)
+        else:
+            out[key] = value
+    extra = node.get("additionalProperties")
+    if isinstance(extra, dict):
+        out["additionalProperties"] = _structural(extra, defs)
+    if out.get("x-kubernetes-int-or-string"):
+        out.pop("type", None)
+    if out.get("type") == "object" and "properties" in out:
+        _default_nested_objects(out)
+    return out
+
+
+def _default_nested_objects(schema: dict[str, Any]) -> None:
+    """Give optional object-valued properties `default: {}` so their own defaults apply.
+
+    Kubernetes only defaults fields of objects that exist; an empty default makes e.g.
+    `spec.login.replicas` appear even when `spec.login` was left out.
+    """
+    required = set(schema.get("required", []))
+    for name, sub in schema["properties"].items():
+        if name in required or "default" in sub or sub.get("type") != "object":
+            continue
+        if "properties" in sub and not sub.get("required"):
+            sub["default"] = {}
+
+
+def openapi_schema() -> dict[str, Any]:
+    spec = SlurmClusterSpec.model_json_schema(by_alias=True, mode="validation")
+    status = SlurmClusterStatus.model_json_schema(by_alias=True, mode="serialization")
+    spec_schema = _structural(spec, spec.get("$defs", {}))
+    status_schema = _structural(status, status.get("$defs", {}))
+    status_schema.pop("required", None)
+    return {
+        "type": "object",
+        "description": "A Slurm cluster whose login and worker nodes share one root filesystem (the jail).",
+        "required": ["spec"],
+        "properties": {
+            "apiVersion": {"type": "string"},
+            "kind": {"type": "string"},
+            "metadata": {"type": "object"},
+            "spec": spec_schema,
+            "status": status_schema,
+        },
+        "x-kubernetes-validations": [
+            {
+                "rule": f"self.metadata.name.size() <= {MAX_NAME_LENGTH}",
+                "message": f"metadata.name must be at most {MAX_NAME_LENGTH} characters "
+                "(it prefixes every child object and Slurm node name)",
+            }
+        ],
+    }
+
+
+def crd() -> dict[str, Any]:
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {
+            "name": f"{PLURAL}.{API_GROUP}",
+            "annotations": {"helm.sh/resource-policy": "keep"},
+            "labels": {"app.kubernetes.io/name": "slurm-operator-crds", "app.kubernetes.io/part-of": "warden"},
+        },
+        "spec": {
+            "group": API_GROUP,
+            "scope": "Namespaced",
+            "names": {
+                "kind": KIND,
+                "listKind": f"{KIND}List",
+                "plural": PLURAL,
+                "singular": KIND.lower(),
+                "shortNames": SHORT_NAMES,
+                "categories": CATEGORIES,
+            },
+            "versions": [
+                {
+                    "name": API_VERSION,
+                    "served": True,
+                    "storage": True,
+                    "subresources": {"status": {}},
+                    "additionalPrinterColumns": PRINTER_COLUMNS,
+                    "schema": {"openAPIV3Schema": openapi_schema()},
+                }
+            ],
+        },
+    }
+
+
+HEADER = "# Generated by `warden-crd --write` from operator/warden/model.py. Do not edit.\n"
+
+
+def render_crd_yaml() -> str:
+    return HEADER + yaml.safe_dump(crd(), sort_keys=False, width=100)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Print or write the SlurmCluster CRD.")
+    parser.add_argument("--write", action="store_true", help=f"write {CRD_PATH} (from the repo root)")
+    args = parser.parse_args(argv)
+    text = render_crd_yaml()
+    if args.write:
+        CRD_PATH.parent.mkdir(parents=True, exist_ok=True)
+        CRD_PATH.write_text(text)
+        print(f"wrote {CRD_PATH}", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,526 @@
+"""The SlurmCluster spec: typed, defaulted and validated.
+
+These models are the single source of truth for the resource: the CRD's OpenAPI schema is generated
+from them (``warden.crd``), the operator parses every object through them, and ``docs/reference.md``
+is generated from the same schema. Each CEL rule placed in the schema has a Python twin here, so an
+object that reaches the operator without admission checks (an old CRD, a dry run) fails the same way.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+from pydantic.alias_generators import to_camel
+
+from warden import __version__
+
+API_GROUP = "slurm.warden.dev"
+API_VERSION = "v1alpha1"
+KIND = "SlurmCluster"
+PLURAL = "slurmclusters"
+
+# Kubernetes-style names: DNS-1123 labels. Cluster and group names end up inside object names and
+# Slurm node names, so they are kept short enough that "<cluster>-worker-<group>-<ordinal>" stays a
+# valid 63-character label.
+DNS_LABEL = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
+QUANTITY = r"^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$"
+CRON = r"^(@(yearly|annually|monthly|weekly|daily|midnight|hourly)|(\S+\s+){4}\S+)$"
+SSH_PUBLIC_KEY = r"^(ssh-(ed25519|rsa|dss)|ecdsa-sha2-nistp(256|384|521)|sk-(ssh-ed25519|ecdsa-sha2-nistp256)@openssh\.com) [A-Za-z0-9+/=]+( [^\n\r]*)?$"
+
+# slurm.conf keys the operator writes itself. Users may add any other line through
+# spec.slurmConfig.extraLines, never one of these: they would silently fight the operator.
+OPERATOR_OWNED_SLURM_KEYS = (
+    "AccountingStorageHost",
+    "AccountingStoragePort",
+    "AccountingStorageType",
+    "AuthType",
+    "ClusterName",
+    "CredType",
+    "GresTypes",
+    "HealthCheckInterval",
+    "HealthCheckNodeState",
+    "HealthCheckProgram",
+    "Include",
+    "JobAcctGatherType",
+    "MaxNodeCount",
+    "NodeName",
+    "NodeSet",
+    "PartitionName",
+    "PlugStackConfig",
+    "ProctrackType",
+    "SlurmctldHost",
+    "SlurmctldPort",
+    "SlurmdPort",
+    "SlurmdSpoolDir",
+    "SlurmUser",
+    "StateSaveLocation",
+    "TaskPlugin",
+)
+_OWNED_KEYS_ALTERNATION = "|".join(OPERATOR_OWNED_SLURM_KEYS)
+# RE2 (CEL) and Python agree on this expression.
+OWNED_KEY_LINE = rf"^(?i)\s*({_OWNED_KEYS_ALTERNATION})\s*="
+SLURM_CONF_LINE = r"^[A-Za-z][A-Za-z0-9]*=[^\n\r]*$"
+
+DEFAULT_IMAGE_REPOSITORY = "warden"
+
+
+def _default_image(name: str) -> str:
+    return f"{DEFAULT_IMAGE_REPOSITORY}/{name}:{__version__}"
+
+
+class Spec(BaseModel):
+    """Base for every part of the spec: camelCase on the wire, unknown fields rejected."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        populate_by_name=True,
+        extra="forbid",
+        frozen=True,
+    )
+
+
+def _quantity_to_str(value: object) -> object:
+    # Kubernetes quantities may be written as numbers (`cpu: 4`); keep them as their string form.
+    if isinstance(value, bool):
+        return value
+    return str(value) if isinstance(value, int | float) else value
+
+
+Quantity = Annotated[
+    str,
+    Field(pattern=QUANTITY, max_length=64, json_schema_extra={"x-kubernetes-int-or-string": True}),
+    BeforeValidator(_quantity_to_str),
+]
+DnsLabel = Annotated[str, Field(pattern=DNS_LABEL, min_length=1, max_length=20)]
+
+
+class Images(Spec):
+    """Container images of every component. Defaults match `make images`."""
+
+    controller: str = Field(default=_default_image("controller"), description="slurmctld image.")
+    worker: str = Field(default=_default_image("worker"), description="slurmd image (carries the SPANK plugin).")
+    login: str = Field(default=_default_image("login"), description="sshd login image.")
+    accounting: str = Field(default=_default_image("accounting"), description="slurmdbd image.")
+    mariadb: str = Field(default=_default_image("mariadb"), description="In-cluster MariaDB image.")
+    populate_jail: str = Field(
+        default=_default_image("populate-jail"),
+        description="Image holding the jail's root filesystem and the copy program.",
+    )
+    health_check: str = Field(default=_default_image("health-check"), description="NCCL health-check image.")
+    pull_policy: Literal["Always", "IfNotPresent", "Never"] = Field(
+        default="IfNotPresent", description="imagePullPolicy of every container."
+    )
+
+
+class ResourceRequirements(Spec):
+    """Kubernetes resource requests and limits (e.g. `cpu: "4"`, `memory: 16Gi`)."""
+
+    requests: dict[str, Quantity] = Field(default_factory=dict, description="Minimum resources.")
+    limits: dict[str, Quantity] = Field(default_factory=dict, description="Maximum resources.")
+
+
+class Toleration(Spec):
+    """A Kubernetes toleration (same fields as `core/v1 Toleration`)."""
+
+    key: str | None = Field(default=None, max_length=253)
+    operator: Literal["Exists", "Equal"] | None = None
+    value: str | None = Field(default=None, max_length=63)
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
+    toleration_seconds: int | None = None
+
+
+class PopulateJail(Spec):
+    """How the jail volume is filled from the jail image."""
+
+    image: str | None = Field(default=None, description="Overrides `spec.images.populateJail`.")
+    overwrite: bool = Field(
+        default=False,
+        description="Copy the jail image again even though the volume is already populated.",
+    )
+
+
+class Jail(Spec):
+    """The shared root filesystem mounted by every login and worker node."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "!(has(self.existingClaim) && has(self.storageClassName))",
+                    "message": "set either existingClaim or storageClassName, not both",
+                    "fieldPath": ".existingClaim",
+                }
+            ]
+        }
+    )
+
+    size: Quantity = Field(default="20Gi", description="Requested size of the jail volume.")
+    storage_class_name: str | None = Field(
+        default=None, max_length=253, description="StorageClass of the jail PVC; it must offer ReadWriteMany."
+    )
+    existing_claim: str | None = Field(
+        default=None,
+        max_length=253,
+        description="Use this existing ReadWriteMany PVC instead of creating one (it is never deleted).",
+    )
+    retain_on_delete: bool = Field(
+        default=False,
+        description="Keep the jail PVC when the SlurmCluster is deleted (no owner reference on it).",
+    )
+    populate: PopulateJail = Field(default_factory=PopulateJail, description="Populate Job settings.")
+
+    @model_validator(mode="after")
+    def _claim_or_class(self) -> Jail:
+        if self.existing_claim is not None and self.storage_class_name is not None:
+            raise ValueError("spec.jail.existingClaim: set either existingClaim or storageClassName, not both")
+        return self
+
+
+class StateVolume(Spec):
+    """Persistent volume for slurmctld's StateSaveLocation (the job queue survives a pod restart)."""
+
+    size: Quantity = Field(default="1Gi", description="Size of the state volume.")
+    storage_class_name: str | None = Field(default=None, max_length=253, description="StorageClass to use.")
+
+
+class Controller(Spec):
+    """slurmctld."""
+
+    resources: ResourceRequirements = Field(default_factory=ResourceRequirements)
+    state_volume: StateVolume = Field(default_factory=StateVolume)
+
+
+class LoginService(Spec):
+    """How SSH on the login nodes is exposed."""
+
+    type: Literal["ClusterIP", "NodePort", "LoadBalancer"] = Field(default="NodePort")
+    node_port: int | None = Field(default=None, ge=30000, le=32767, description="Fixed NodePort (optional).")
+    annotations: dict[str, str] = Field(default_factory=dict, description="Annotations of the Service.")
+
+
+class Login(Spec):
+    """Login nodes: sshd chrooted into the jail, public keys only."""
+
+    replicas: int = Field(default=1, ge=0, le=32)
+    service: LoginService = Field(default_factory=LoginService)
+    ssh_authorized_keys: list[Annotated[str, Field(pattern=SSH_PUBLIC_KEY, max_length=16384)]] = Field(
+        default_factory=list,
+        max_length=256,
+        description="Public keys allowed to log in as root (users created in the jail bring their own).",
+    )
+    resources: ResourceRequirements = Field(default_factory=ResourceRequirements)
+
+
+class Gpus(Spec):
+    """GPUs of every node in a worker group, published as Slurm gres `gpu`."""
+
+    count: int = Field(default=0, ge=0, le=64, description="GPUs per node (0: a CPU-only group).")
+    type: str | None = Field(
+        default=None,
+        pattern=r"^[a-z0-9][a-z0-9_.-]*$",
+        max_length=32,
+        description="gres type, e.g. `h100` (then jobs may ask `--gpus=h100:1`).",
+    )
+    resource_name: str = Field(
+        default="nvidia.com/gpu",
+        max_length=253,
+        description="Kubernetes extended resource requested for the GPUs.",
+    )
+
+
+class LocalMount(Spec):
+    """A node-local directory bound into the jail for every job step (tmp, shm, scratch)."""
+
+    name: DnsLabel
+    jail_path: str = Field(pattern=r"^/[^\s:]*$", max_length=255, description="Absolute path inside the jail.")
+    medium: Literal["Disk", "Memory"] = Field(default="Disk", description="`Memory` makes a tmpfs.")
+    size_limit: Quantity | None = Field(default=None, description="Size limit of the emptyDir.")
+
+
+class WorkerGroup(Spec):
+    """A set of identical Slurm worker nodes (one StatefulSet)."""
+
+    name: DnsLabel = Field(description="Group name; node names are `<cluster>-worker-<name>-<i>`.")
+    replicas: int = Field(default=1, ge=0, le=10000)
+    resources: ResourceRequirements = Field(default_factory=ResourceRequirements)
+    gpus: Gpus = Field(default_factory=Gpus)
+    features: list[Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]+$", max_length=64)]] = Field(
+        default_factory=list, max_length=32, description="Extra Slurm node features."
+    )
+    node_selector: dict[str, str] = Field(default_factory=dict, description="Kubernetes nodeSelector.")
+    tolerations: list[Toleration] = Field(default_factory=list, max_length=32)
+    local_mounts: list[LocalMount] = Field(
+        default_factory=lambda: [
+            LocalMount(name="tmp", jail_path="/tmp"),
+            LocalMount(name="shm", jail_path="/dev/shm", medium="Memory"),
+        ],
+        max_length=16,
+        description="Node-local directories bound into the jail.",
+    )
+
+    @field_validator("local_mounts")
+    @classmethod
+    def _unique_mounts(cls, mounts: list[LocalMount]) -> list[LocalMount]:
+        for attr in ("name", "jail_path"):
+            seen: set[str] = set()
+            for m in mounts:
+                value = getattr(m, attr)
+                if value in seen:
+                    raise ValueError(f"localMounts: duplicate {to_camel(attr)} {value!r}")
+                seen.add(value)
+        return mounts
+
+
+class Partition(Spec):
+    """A Slurm partition made of whole worker groups."""
+
+    name: Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]+$", min_length=1, max_length=32)]
+    worker_groups: list[DnsLabel] = Field(min_length=1, max_length=64, description="Groups in this partition.")
+    default: bool = Field(default=False, description="The default partition (at most one).")
+    max_time: str = Field(
+        default="UNLIMITED",
+        pattern=r"^(UNLIMITED|INFINITE|(\d+-)?\d+(:\d{1,2}){0,2})$",
+        description="Slurm MaxTime, e.g. `1-00:00:00`.",
+    )
+
+
+class SlurmConfig(Spec):
+    """Additions to slurm.conf."""
+
+    extra_lines: list[Annotated[str, Field(pattern=SLURM_CONF_LINE, max_length=1024)]] = Field(
+        default_factory=list,
+        max_length=128,
+        description="`Key=Value` lines appended to slurm.conf. Keys the operator owns are refused.",
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": f"self.all(l, !l.matches(r'{OWNED_KEY_LINE}'))",
+                    "message": "a line sets a key Warden owns; set it through the matching spec field",
+                }
+            ]
+        },
+    )
+
+    @field_validator("extra_lines")
+    @classmethod
+    def _no_owned_keys(cls, lines: list[str]) -> list[str]:
+        owned = re.compile(OWNED_KEY_LINE.replace("^(?i)", "^"), re.IGNORECASE)
+        for line in lines:
+            if owned.match(line):
+                key = line.split("=", 1)[0].strip()
+                raise ValueError(
+                    f"extraLines: {key} is set by Warden; set it through the matching spec field"
+                )
+        return lines
+
+
+class SecretKeyRef(Spec):
+    name: str = Field(min_length=1, max_length=253)
+    key: str = Field(default="password", min_length=1, max_length=253)
+
+
+class ExternalDatabase(Spec):
+    """A MariaDB/MySQL server run outside the cluster."""
+
+    host: str = Field(min_length=1, max_length=253)
+    port: int = Field(default=3306, ge=1, le=65535)
+    user: str = Field(default="slurm", min_length=1, max_length=64)
+    database: str = Field(default="slurm_acct_db", min_length=1, max_length=64)
+    password_secret_ref: SecretKeyRef
+
+
+class InClusterDatabase(Spec):
+    storage_size: Quantity = Field(default="5Gi")
+    storage_class_name: str | None = Field(default=None, max_length=253)
+
+
+class Accounting(Spec):
+    """slurmdbd and its database."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "self.mode != 'External' || has(self.external)",
+                    "message": "mode External needs spec.accounting.external (host and passwordSecretRef)",
+                    "fieldPath": ".external",
+                }
+            ]
+        }
+    )
+
+    mode: Literal["Disabled", "InCluster", "External"] = Field(default="Disabled")
+    in_cluster: InClusterDatabase = Field(default_factory=InClusterDatabase)
+    external: ExternalDatabase | None = None
+    resources: ResourceRequirements = Field(default_factory=ResourceRequirements)
+
+    @model_validator(mode="after")
+    def _external_needs_block(self) -> Accounting:
+        if self.mode == "External" and self.external is None:
+            raise ValueError(
+                "spec.accounting.external: mode External needs spec.accounting.external "
+                "(host and passwordSecretRef)"
+            )
+        return self
+
+
+class NcclCheck(Spec):
+    """NCCL all_reduce_perf on every GPU node; slow nodes are drained."""
+
+    enabled: bool = Field(default=False)
+    schedule: str = Field(default="0 */6 * * *", pattern=CRON, max_length=128, description="Cron schedule.")
+    min_bus_bandwidth_gbps: float = Field(
+        default=100.0, gt=0, le=100000, description="Drain a node whose average bus bandwidth (GB/s) is lower."
+    )
+    min_bytes: Quantity = Field(default="512M", description="all_reduce_perf -b.")
+    max_bytes: Quantity = Field(default="8G", description="all_reduce_perf -e.")
+    time_limit_minutes: int = Field(default=10, ge=1, le=1440, description="Per-node time limit.")
+    concurrency: int = Field(default=4, ge=1, le=256, description="Nodes checked at once.")
+
+
+class QuickCheck(Spec):
+    """Slurm HealthCheckProgram on every worker (GPU devices, nvidia-smi, jail mounted)."""
+
+    enabled: bool = Field(default=True)
+    interval_seconds: int = Field(default=300, ge=10, le=86400)
+
+
+class HealthChecks(Spec):
+    nccl: NcclCheck = Field(default_factory=NcclCheck)
+    quick: QuickCheck = Field(default_factory=QuickCheck)
+
+
+class SlurmClusterSpec(Spec):
+    """Desired state of a Slurm cluster with a shared root filesystem."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "self.partitions.all(p, p.workerGroups.all(w, "
+                    "self.workerGroups.exists(g, g.name == w)))",
+                    "message": "every partition's workerGroups must name groups in spec.workerGroups",
+                    "fieldPath": ".partitions",
+                },
+                {
+                    "rule": "self.partitions.filter(p, p.default).size() <= 1",
+                    "message": "at most one partition may be the default",
+                    "fieldPath": ".partitions",
+                },
+            ]
+        }
+    )
+
+    images: Images = Field(default_factory=Images)
+    jail: Jail = Field(default_factory=Jail)
+    controller: Controller = Field(default_factory=Controller)
+    login: Login = Field(default_factory=Login)
+    worker_groups: list[WorkerGroup] = Field(
+        min_length=1,
+        max_length=64,
+        description="Worker node groups; names are unique.",
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
+    )
+    partitions: list[Partition] = Field(
+        default_factory=list,
+        max_length=64,
+        description="Slurm partitions; when empty, one default partition `main` holds every group.",
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
+    )
+    slurm_config: SlurmConfig = Field(default_factory=SlurmConfig)
+    accounting: Accounting = Field(default_factory=Accounting)
+    health_checks: HealthChecks = Field(default_factory=HealthChecks)
+
+    @model_validator(mode="after")
+    def _cross_field(self) -> SlurmClusterSpec:
+        names = [g.name for g in self.worker_groups]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"spec.workerGroups: duplicate name {dupes[0]!r}")
+        pnames = [p.name for p in self.partitions]
+        pdupes = sorted({n for n in pnames if pnames.count(n) > 1})
+        if pdupes:
+            raise ValueError(f"spec.partitions: duplicate name {pdupes[0]!r}")
+        for p in self.partitions:
+            for w in p.worker_groups:
+                if w not in names:
+                    raise ValueError(
+                        f"spec.partitions: partition {p.name!r} names worker group {w!r}, "
+                        "which is not in spec.workerGroups"
+                    )
+        if sum(1 for p in self.partitions if p.default) > 1:
+            raise ValueError("spec.partitions: at most one partition may be the default")
+        return self
+
+    def effective_partitions(self) -> list[Partition]:
+        """The partitions slurm.conf gets: the user's, or one default `main` with every group."""
+        if self.partitions:
+            if any(p.default for p in self.partitions):
+                return list(self.partitions)
+            first, *rest = self.partitions
+            return [first.model_copy(update={"default": True}), *rest]
+        return [Partition(name="main", worker_groups=[g.name for g in self.worker_groups], default=True)]
+
+
+def parse_spec(spec: dict[str, Any]) -> SlurmClusterSpec:
+    """Validate and default a spec as found in a SlurmCluster object."""
+    return SlurmClusterSpec.model_validate(spec)
+
+
+# ---------------------------------------------------------------------------------------------
+# Status: written only by the operator, folded from observed state by warden.status.
+
+
+class Condition(BaseModel):
+    """A metav1.Condition."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True)
+
+    type: str
+    status: Literal["True", "False", "Unknown"]
+    reason: str
+    message: str = ""
+    last_transition_time: str
+    observed_generation: int | None = None
+
+
+class WorkerGroupStatus(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True)
+
+    name: str
+    replicas: int
+    ready_replicas: int
+
+
+class DrainedNode(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True)
+
+    node: str
+    reason: str
+
+
+class HealthCheckStatus(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True)
+
+    last_run_time: str | None = None
+    nodes_checked: int = 0
+    nodes_passed: int = 0
+    drained: list[DrainedNode] = Field(default_factory=list)
+    skipped: list[DrainedNode] = Field(default_factory=list)
+
+
+class SlurmClusterStatus(BaseModel):
+    """Observed state of the cluster."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True)
+
+    phase: Literal["Pending", "Provisioning", "Ready", "Degraded", "Failed"] = "Pending"
+    observed_generation: int | None = None
+    conditions: list[Condition] = Field(default_factory=list)
+    workers: str = Field(default="0/0", description="Ready/desired worker nodes, all groups together.")
+    login: str = Field(default="0/0", description="Ready/desired login nodes.")
+    jail_populated: bool = False
+    worker_groups: list[WorkerGroupStatus] = Field(default_factory=list)
+    health_check: HealthCheckStatus = Field(default_factory=HealthCheckStatus)

@@ -1,0 +1,167 @@
+"""Every name, label and fixed path the operator uses: the one place they are made.
+
+Names are deterministic functions of the cluster name (and group name), so a handler that runs twice,
+or an operator restarted at any line, finds the objects it made before.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from warden.model import API_GROUP
+
+FIELD_MANAGER = "warden"
+LABEL_PREFIX = API_GROUP  # slurm.warden.dev/...
+
+# Paths inside pods: the pod contract in docs/architecture.md.
+SLURM_CONFIG_DIR = "/etc/warden/slurm"
+SLURM_KEY_DIR = "/etc/warden/auth"
+SLURMDBD_CONFIG_DIR = "/etc/warden/slurmdbd"
+DB_PASSWORD_DIR = "/etc/warden/db"
+SSH_CONFIG_DIR = "/etc/warden/ssh"
+SSH_HOST_KEYS_DIR = "/etc/warden/ssh-host-keys"
+JAIL_MOUNT = "/mnt/jail"
+LOCAL_MOUNTS_DIR = "/mnt/warden/local"
+STATE_SAVE_LOCATION = "/var/spool/slurmctld"
+SLURMD_SPOOL_DIR = "/var/spool/slurmd"
+SLURM_RUN_DIR = "/run/slurm"
+SPANK_PLUGIN = "/usr/lib/warden/spank_jail.so"
+QUICKCHECK_PROGRAM = "/usr/local/bin/warden-quickcheck"
+JAIL_MARKER = "/etc/warden-jail-release"
+
+SLURMCTLD_PORT = 6817
+SLURMD_PORT = 6818
+SLURMDBD_PORT = 6819
+MARIADB_PORT = 3306
+SSH_PORT = 22
+
+# Keys inside the Secrets the operator generates.
+SLURM_KEY = "slurm.key"
+SSH_HOST_KEY = "ssh_host_ed25519_key"
+DB_PASSWORD_KEY = "password"
+
+# Label/annotation keys of our own.
+WORKER_GROUP_LABEL = f"{LABEL_PREFIX}/worker-group"
+SLURM_NODE_LABEL = f"{LABEL_PREFIX}/slurm-node"
+CONFIG_HASH_ANNOTATION = f"{LABEL_PREFIX}/config-hash"
+
+
+@dataclass(frozen=True)
+class Names:
+    """Names of a cluster's child objects."""
+
+    cluster: str
+    namespace: str
+
+    # --- Slurm controller -------------------------------------------------------------------
+    @property
+    def controller(self) -> str:
+        return f"{self.cluster}-controller"
+
+    @property
+    def controller_pod(self) -> str:
+        return f"{self.controller}-0"
+
+    @property
+    def controller_address(self) -> str:
+        return f"{self.controller_pod}.{self.controller}.{self.namespace}.svc.cluster.local"
+
+    # --- Slurm nodes (workers, login) --------------------------------------------------------
+    def worker(self, group: str) -> str:
+        return f"{self.cluster}-worker-{group}"
+
+    @property
+    def login(self) -> str:
+        return f"{self.cluster}-login"
+
+    @property
+    def nodes_service(self) -> str:
+        """Headless Service of worker and login pods: short node names resolve through it."""
+        return f"{self.cluster}-nodes"
+
+    @property
+    def nodes_domain(self) -> str:
+        return f"{self.nodes_service}.{self.namespace}.svc.cluster.local"
+
+    # --- configuration and secrets ----------------------------------------------------------
+    @property
+    def slurm_config(self) -> str:
+        return f"{self.cluster}-slurm-config"
+
+    @property
+    def slurm_key(self) -> str:
+        return f"{self.cluster}-slurm-key"
+
+    @property
+    def sshd_config(self) -> str:
+        return f"{self.cluster}-sshd-config"
+
+    @property
+    def ssh_host_keys(self) -> str:
+        return f"{self.cluster}-ssh-host-keys"
+
+    @property
+    def slurmdbd_config(self) -> str:
+        return f"{self.cluster}-slurmdbd-config"
+
+    @property
+    def db_password(self) -> str:
+        return f"{self.cluster}-db-password"
+
+    # --- jail -------------------------------------------------------------------------------
+    @property
+    def jail(self) -> str:
+        return f"{self.cluster}-jail"
+
+    @property
+    def populate_jail(self) -> str:
+        return f"{self.cluster}-populate-jail"
+
+    # --- accounting ---------------------------------------------------------------------------
+    @property
+    def accounting(self) -> str:
+        return f"{self.cluster}-accounting"
+
+    @property
+    def mariadb(self) -> str:
+        return f"{self.cluster}-mariadb"
+
+    # --- health checks ------------------------------------------------------------------------
+    @property
+    def nccl_check(self) -> str:
+        return f"{self.cluster}-nccl-check"
+
+    @property
+    def health_check_account(self) -> str:
+        return f"{self.cluster}-health-check"
+
+    # --- labels ---------------------------------------------------------------------------------
+    def labels(self, component: str) -> dict[str, str]:
+        """Labels of every child object. All of them are immutable for a given object."""
+        return {
+            "app.kubernetes.io/name": "slurm",
+            "app.kubernetes.io/instance": self.cluster,
+            "app.kubernetes.io/component": component,
+            "app.kubernetes.io/managed-by": "warden",
+            "app.kubernetes.io/part-of": "warden",
+        }
+
+    def selector(self, component: str) -> dict[str, str]:
+        """Selector labels: a subset of `labels` that never changes for the life of the object."""
+        return {
+            "app.kubernetes.io/name": "slurm",
+            "app.kubernetes.io/instance": self.cluster,
+            "app.kubernetes.io/component": component,
+        }
+
+    def worker_selector(self, group: str) -> dict[str, str]:
+        return {**self.selector("worker"), WORKER_GROUP_LABEL: group}
+
+    def instance_selector(self) -> dict[str, str]:
+        """Every object of this cluster (used to find objects left over by removed groups)."""
+        return {"app.kubernetes.io/instance": self.cluster, "app.kubernetes.io/managed-by": "warden"}
+
+
+def group_feature(group: str) -> str:
+    """The Slurm feature that marks a worker group's nodes (partitions select on it)."""
+    return f"warden-group-{group}"

@@ -1,0 +1,1 @@
+"""Pure renderers: a cluster's spec in, Kubernetes manifests and config file text out. No I/O."""

@@ -1,0 +1,219 @@
+"""Config file text: slurm.conf, cgroup.conf, gres.conf, plugstack.conf, sshd_config, slurmdbd.conf."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jinja2
+
+from warden import naming
+from warden.model import WorkerGroup
+from warden.naming import group_feature
+from warden.render.context import Cluster
+
+_ENV = jinja2.Environment(
+    loader=jinja2.PackageLoader("warden", "templates"),
+    undefined=jinja2.StrictUndefined,
+    trim_blocks=True,
+    lstrip_blocks=True,
+    keep_trailing_newline=True,
+    autoescape=False,
+)
+
+# Room for dynamic nodes above the desired count, so scaling up never needs a slurmctld restart.
+MIN_MAX_NODE_COUNT = 1024
+
+
+def _render(template: str, **values: Any) -> str:
+    return _ENV.get_template(template).render(**values)
+
+
+def _common(cluster: Cluster) -> dict[str, Any]:
+    return {"cluster": cluster.name, "namespace": cluster.namespace}
+
+
+def nodeset_name(group: str) -> str:
+    return f"ns_{group.replace('-', '_')}"
+
+
+def node_range(cluster: Cluster, group: WorkerGroup) -> str:
+    """Slurm hostlist of a group's nodes, e.g. `c1-worker-gpu-[0-3]`."""
+    base = cluster.names.worker(group.name)
+    if group.replicas <= 1:
+        return f"{base}-0"
+    return f"{base}-[0-{group.replicas - 1}]"
+
+
+def slurm_conf(cluster: Cluster) -> str:
+    spec = cluster.spec
+    names = cluster.names
+    quick = spec.health_checks.quick
+    accounting = None
+    if spec.accounting.mode != "Disabled":
+        accounting = {"host": names.accounting, "port": naming.SLURMDBD_PORT}
+    groups = {g.name for g in spec.worker_groups}
+    partitions = [
+        {
+            "name": p.name,
+            "nodes": [nodeset_name(w) for w in p.worker_groups if w in groups],
+            "default": p.default,
+            "max_time": p.max_time,
+        }
+        for p in spec.effective_partitions()
+    ]
+    return _render(
+        "slurm.conf.j2",
+        **_common(cluster),
+        controller_pod=names.controller_pod,
+        controller_address=names.controller_address,
+        slurmctld_port=naming.SLURMCTLD_PORT,
+        slurmd_port=naming.SLURMD_PORT,
+        state_save_location=naming.STATE_SAVE_LOCATION,
+        slurmd_spool_dir=naming.SLURMD_SPOOL_DIR,
+        run_dir=naming.SLURM_RUN_DIR,
+        max_node_count=max(MIN_MAX_NODE_COUNT, 2 * cluster.total_workers),
+        gres_types=["gpu"] if cluster.gpu_groups else [],
+        quick_check=(
+            {"program": naming.QUICKCHECK_PROGRAM, "interval": quick.interval_seconds} if quick.enabled else None
+        ),
+        accounting=accounting,
+        nodesets=[
+            {"name": nodeset_name(g.name), "feature": group_feature(g.name)} for g in spec.worker_groups
+        ],
+        partitions=partitions,
+        extra_lines=list(spec.slurm_config.extra_lines),
+    )
+
+
+def cgroup_conf(cluster: Cluster) -> str:
+    return _render("cgroup.conf.j2", **_common(cluster))
+
+
+def gpu_files(count: int) -> str:
+    return "/dev/nvidia0" if count == 1 else f"/dev/nvidia[0-{count - 1}]"
+
+
+def gres_conf(cluster: Cluster) -> str:
+    groups = [
+        {
+            "name": g.name,
+            "count": g.gpus.count,
+            "type": g.gpus.type,
+            "nodes": node_range(cluster, g),
+            "files": gpu_files(g.gpus.count),
+        }
+        for g in cluster.spec.worker_groups
+        if g.gpus.count > 0 and g.replicas > 0
+    ]
+    return _render("gres.conf.j2", **_common(cluster), groups=groups)
+
+
+# Bound into the jail for every step: batch scripts live in the slurmd spool, the auth socket in
+# /run/slurm, and the node's Slurm config in /etc/slurm (so srun inside a job works).
+BASE_BINDS = (naming.SLURMD_SPOOL_DIR, naming.SLURM_RUN_DIR, "/etc/slurm")
+
+
+def plugstack_conf(cluster: Cluster, group: WorkerGroup | None = None) -> str:
+    """The cluster-wide plugstack.conf, or a worker group's (with its node-local mounts)."""
+    binds = list(BASE_BINDS)
+    if group is not None:
+        binds += [f"{naming.LOCAL_MOUNTS_DIR}/{m.name}:{m.jail_path}" for m in group.local_mounts]
+    return _render(
+        "plugstack.conf.j2",
+        **_common(cluster),
+        group=group.name if group else None,
+        plugin=naming.SPANK_PLUGIN,
+        jail=naming.JAIL_MOUNT,
+        binds=binds,
+    )
+
+
+def plugstack_key(group: str) -> str:
+    """ConfigMap key of a group's plugstack.conf; worker entrypoints install it as plugstack.conf."""
+    return f"plugstack.{group}.conf"
+
+
+def slurm_config_files(cluster: Cluster) -> dict[str, str]:
+    """Every file of the `<cluster>-slurm-config` ConfigMap."""
+    files = {
+        "slurm.conf": slurm_conf(cluster),
+        "cgroup.conf": cgroup_conf(cluster),
+        "gres.conf": gres_conf(cluster),
+        "plugstack.conf": plugstack_conf(cluster),
+    }
+    for g in cluster.spec.worker_groups:
+        files[plugstack_key(g.name)] = plugstack_conf(cluster, g)
+    return files
+
+
+def sshd_config(cluster: Cluster) -> str:
+    return _render(
+        "sshd_config.j2",
+        **_common(cluster),
+        port=naming.SSH_PORT,
+        host_key=f"{naming.SSH_HOST_KEYS_DIR}/{naming.SSH_HOST_KEY}",
+        jail=naming.JAIL_MOUNT,
+        authorized_keys=f"{naming.SSH_CONFIG_DIR}/authorized_keys",
+    )
+
+
+def authorized_keys(cluster: Cluster) -> str:
+    keys = cluster.spec.login.ssh_authorized_keys
+    return "".join(f"{k}\n" for k in keys)
+
+
+def slurmdbd_conf(cluster: Cluster) -> str:
+    acct = cluster.spec.accounting
+    if acct.mode == "External" and acct.external is not None:
+        ext = acct.external
+        db = {"host": ext.host, "port": ext.port, "user": ext.user, "database": ext.database}
+    else:
+        db = {"host": cluster.names.mariadb, "port": naming.MARIADB_PORT, "user": "slurm", "database": "slurm_acct_db"}
+    return _render(
+        "slurmdbd.conf.j2",
+        **_common(cluster),
+        dbd_host=cluster.names.accounting,
+        dbd_port=naming.SLURMDBD_PORT,
+        db=db,
+        password_file=f"{naming.DB_PASSWORD_DIR}/{naming.DB_PASSWORD_KEY}",
+    )
+
+
+def slurmd_node_conf(group: WorkerGroup) -> str:
+    """The `slurmd -Z --conf` line of a worker group's nodes."""
+    parts: list[str] = []
+    cpus = _cpus(group.resources.limits.get("cpu"))
+    if cpus:
+        parts.append(f"CPUs={cpus}")
+    memory = _mebibytes(group.resources.limits.get("memory"))
+    if memory:
+        parts.append(f"RealMemory={memory}")
+    if group.gpus.count > 0:
+        kind = f"gpu:{group.gpus.type}" if group.gpus.type else "gpu"
+        parts.append(f"Gres={kind}:{group.gpus.count}")
+    features = [group_feature(group.name), *group.features]
+    parts.append(f"Feature={','.join(features)}")
+    return " ".join(parts)
+
+
+def _cpus(quantity: str | None) -> int | None:
+    """Whole CPUs in a CPU quantity (`4`, `4000m`); fractions round down, 0 means unknown."""
+    if quantity is None:
+        return None
+    value = float(quantity[:-1]) / 1000 if quantity.endswith("m") else float(quantity)
+    return int(value) or None
+
+
+_BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50}
+_DECIMAL = {"k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15}
+
+
+def _mebibytes(quantity: str | None) -> int | None:
+    """A memory quantity in MiB (what Slurm's RealMemory counts in)."""
+    if quantity is None:
+        return None
+    for suffixes in (_BINARY, _DECIMAL):
+        for suffix, factor in suffixes.items():
+            if quantity.endswith(suffix):
+                return int(float(quantity[: -len(suffix)]) * factor) // 2**20 or None
+    return int(float(quantity)) // 2**20 or None
