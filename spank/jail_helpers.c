@@ -31,14 +31,14 @@ int jail_path_normalize(const char *in, char *out, size_t outlen,
 	if (!in || in[0] == '\0')
 		return fail(err, errlen, "path is empty");
 	if (in[0] != '/')
-		return fail(err, errlen, "'%s' is not an absolute path", in);
+		return fail(err, errlen, "'%.200s' is not an absolute path", in);
 	for (p = in; *p; p++) {
 		if ((unsigned char)*p < 0x20 || *p == 0x7f)
 			return fail(err, errlen,
 				    "path contains a control character");
 	}
 	if (outlen < 2)
-		return fail(err, errlen, "'%s' is too long", in);
+		return fail(err, errlen, "'%.200s' is too long", in);
 
 	p = in;
 	while (*p) {
@@ -57,10 +57,10 @@ int jail_path_normalize(const char *in, char *out, size_t outlen,
 			continue;
 		if (len == 2 && start[0] == '.' && start[1] == '.')
 			return fail(err, errlen,
-				    "'%s' has a '..' component", in);
+				    "'%.200s' has a '..' component", in);
 		/* room for '/', the component and the final NUL */
 		if (o + 1 + len + 1 > outlen || o + 1 + len + 1 > JAIL_PATH_MAX)
-			return fail(err, errlen, "'%s' is too long", in);
+			return fail(err, errlen, "'%.200s' is too long", in);
 		out[o++] = '/';
 		memcpy(out + o, start, len);
 		o += len;
@@ -91,7 +91,7 @@ int jail_path_join(const char *root, const char *path, char *out,
 	if (pl == 1 && rl > 0)  /* path "/" : the root itself */
 		pl = 0;
 	if (rl + pl + 1 > outlen || rl + pl + 1 > JAIL_PATH_MAX)
-		return fail(err, errlen, "'%s' joined onto '%s' is too long",
+		return fail(err, errlen, "'%.200s' joined onto '%.200s' is too long",
 			    path, root);
 	memcpy(out, nroot, rl);
 	memcpy(out + rl, npath, pl);
@@ -132,11 +132,11 @@ static int dup_normalized(const char *arg, const char *what, const char *in,
 	char why[JAIL_ERR_MAX];
 
 	if (jail_path_normalize(in, buf, sizeof(buf), why, sizeof(why)))
-		return fail(err, errlen, "argument '%s': %s: %s",
+		return fail(err, errlen, "argument '%.200s': %s: %s",
 			    arg, what, why);
 	*out = strdup(buf);
 	if (!*out)
-		return fail(err, errlen, "argument '%s': out of memory", arg);
+		return fail(err, errlen, "argument '%.200s': out of memory", arg);
 	return 0;
 }
 
@@ -145,12 +145,12 @@ static int parse_root(struct jail_config *cfg, const char *arg,
 {
 	if (cfg->root)
 		return fail(err, errlen,
-			    "argument '%s': root= given more than once", arg);
+			    "argument '%.200s': root= given more than once", arg);
 	if (dup_normalized(arg, "jail root", val, &cfg->root, err, errlen))
 		return -1;
 	if (strcmp(cfg->root, "/") == 0)
 		return fail(err, errlen,
-			    "argument '%s': jail root must not be '/'", arg);
+			    "argument '%.200s': jail root must not be '/'", arg);
 	return 0;
 }
 
@@ -164,17 +164,17 @@ static int parse_bind(struct jail_config *cfg, const char *arg,
 	int rc = -1;
 
 	if (cfg->nbinds >= JAIL_MAX_BINDS)
-		return fail(err, errlen, "argument '%s': more than %d bind=",
+		return fail(err, errlen, "argument '%.200s': more than %d bind=",
 			    arg, JAIL_MAX_BINDS);
 
 	c1 = strchr(val, ':');
 	c2 = c1 ? strchr(c1 + 1, ':') : NULL;
 	if (c2 && strchr(c2 + 1, ':'))
 		return fail(err, errlen,
-			    "argument '%s': expected bind=SRC[:DST[:ro]]", arg);
+			    "argument '%.200s': expected bind=SRC[:DST[:ro]]", arg);
 	if (c2 && strcmp(c2 + 1, "ro") != 0)
 		return fail(err, errlen,
-			    "argument '%s': unknown bind option '%s' (only 'ro')",
+			    "argument '%.200s': unknown bind option '%.200s' (only 'ro')",
 			    arg, c2 + 1);
 
 	src = c1 ? strndup(val, (size_t)(c1 - val)) : strdup(val);
@@ -182,15 +182,15 @@ static int parse_bind(struct jail_config *cfg, const char *arg,
 		dst = c2 ? strndup(c1 + 1, (size_t)(c2 - c1 - 1))
 			 : strdup(c1 + 1);
 	if (!src || (c1 && !dst)) {
-		fail(err, errlen, "argument '%s': out of memory", arg);
+		fail(err, errlen, "argument '%.200s': out of memory", arg);
 		goto out;
 	}
 	if (src[0] == '\0') {
-		fail(err, errlen, "argument '%s': bind source is empty", arg);
+		fail(err, errlen, "argument '%.200s': bind source is empty", arg);
 		goto out;
 	}
 	if (dst && dst[0] == '\0') {
-		fail(err, errlen, "argument '%s': bind destination is empty",
+		fail(err, errlen, "argument '%.200s': bind destination is empty",
 		     arg);
 		goto out;
 	}
@@ -201,13 +201,13 @@ static int parse_bind(struct jail_config *cfg, const char *arg,
 		goto out;
 	if (strcmp(b.dst, "/") == 0) {
 		fail(err, errlen,
-		     "argument '%s': bind destination must not be '/'", arg);
+		     "argument '%.200s': bind destination must not be '/'", arg);
 		goto out;
 	}
 	for (i = 0; i < cfg->nbinds; i++) {
 		if (strcmp(cfg->binds[i].dst, b.dst) == 0) {
 			fail(err, errlen,
-			     "argument '%s': bind destination '%s' given more than once",
+			     "argument '%.200s': bind destination '%.200s' given more than once",
 			     arg, b.dst);
 			goto out;
 		}
@@ -247,7 +247,7 @@ int jail_config_parse(struct jail_config *cfg, int argc, char *const argv[],
 			cfg->disabled = true;
 		} else {
 			return fail(err, errlen,
-				    "unknown argument '%s' (expected root=, bind= or disabled)",
+				    "unknown argument '%.200s' (expected root=, bind= or disabled)",
 				    arg);
 		}
 	}
@@ -270,9 +270,9 @@ static int add_mount(struct jail_mount *out, size_t max, size_t *n,
 	memset(m, 0, sizeof(*m));
 	if (jail_path_join(root, rel, m->target, sizeof(m->target),
 			   why, sizeof(why)))
-		return fail(err, errlen, "mount of '%s': %s", src, why);
+		return fail(err, errlen, "mount of '%.200s': %s", src, why);
 	if (jail_path_normalize(rel, m->rel, sizeof(m->rel), why, sizeof(why)))
-		return fail(err, errlen, "mount of '%s': %s", src, why);
+		return fail(err, errlen, "mount of '%.200s': %s", src, why);
 	m->kind = kind;
 	m->src = src;
 	m->ro = ro;
