@@ -392,6 +392,28 @@ class HealthChecks(Spec):
     quick: QuickCheck = Field(default_factory=QuickCheck)
 
 
+class SeccompProfile(Spec):
+    """Seccomp profile of the worker containers. It must allow pivot_root and mount, which the
+    container runtimes' default profiles (RuntimeDefault) block."""
+
+    type: Literal["Localhost", "Unconfined", "RuntimeDefault"] = Field(default="Localhost")
+    localhost_profile: str = Field(
+        default="warden/worker.json",
+        max_length=253,
+        description="Path under the kubelet's seccomp directory (images/worker/seccomp.json installed there).",
+    )
+
+
+class Security(Spec):
+    """What the worker pods need beyond the defaults (no privileged containers, ever)."""
+
+    worker_seccomp_profile: SeccompProfile = Field(default_factory=SeccompProfile)
+    worker_app_armor_unconfined: bool = Field(
+        default=True,
+        description="Run workers without AppArmor confinement (runtime default profiles deny mount).",
+    )
+
+
 class SlurmClusterSpec(Spec):
     """Desired state of a Slurm cluster with a shared root filesystem."""
 
@@ -432,6 +454,7 @@ class SlurmClusterSpec(Spec):
     slurm_config: SlurmConfig = Field(default_factory=SlurmConfig)
     accounting: Accounting = Field(default_factory=Accounting)
     health_checks: HealthChecks = Field(default_factory=HealthChecks)
+    security: Security = Field(default_factory=Security)
 
     @model_validator(mode="after")
     def _cross_field(self) -> SlurmClusterSpec:

@@ -28,6 +28,8 @@ SLURM_RUN_DIR = "/run/slurm"
 SPANK_PLUGIN = "/usr/lib/warden/spank_jail.so"
 QUICKCHECK_PROGRAM = "/usr/local/bin/warden-quickcheck"
 JAIL_MARKER = "/etc/warden-jail-release"
+# Written by populate-jail at the root of the jail volume once the copy is complete.
+JAIL_POPULATED_SENTINEL = ".warden-populated"
 
 SLURMCTLD_PORT = 6817
 SLURMD_PORT = 6818

@@ -1,0 +1,28 @@
+"""Everything a SlurmCluster is made of, in the order it is applied."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from warden.render import accounting, configmaps, controller, health, jail, nodes
+from warden.render.context import Cluster
+from warden.render.pods import Manifest
+from warden.render.secrets import SecretSpec, secret_specs
+
+
+@dataclass(frozen=True)
+class Rendered:
+    secrets: list[SecretSpec]
+    objects: list[Manifest]
+
+
+def render(cluster: Cluster) -> Rendered:
+    objects: list[Manifest] = [configmaps.slurm_config(cluster), configmaps.sshd_config(cluster)]
+    if cluster.spec.accounting.mode != "Disabled":
+        objects.append(configmaps.slurmdbd_config(cluster))
+    objects += jail.render(cluster)
+    objects += accounting.render(cluster)
+    objects += controller.render(cluster)
+    objects += nodes.render(cluster)
+    objects += health.render(cluster)
+    return Rendered(secrets=secret_specs(cluster), objects=objects)

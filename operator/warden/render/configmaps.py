@@ -1,0 +1,25 @@
+"""ConfigMaps: Slurm config files, sshd config, slurmdbd config."""
+
+from __future__ import annotations
+
+from warden.render import config
+from warden.render.context import Cluster
+from warden.render.pods import Manifest, meta
+
+
+def _config_map(cluster: Cluster, name: str, component: str, data: dict[str, str]) -> Manifest:
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta(cluster, name, component), "data": data}
+
+
+def slurm_config(cluster: Cluster) -> Manifest:
+    return _config_map(cluster, cluster.names.slurm_config, "slurm", config.slurm_config_files(cluster))
+
+
+def sshd_config(cluster: Cluster) -> Manifest:
+    data = {"sshd_config": config.sshd_config(cluster), "authorized_keys": config.authorized_keys(cluster)}
+    return _config_map(cluster, cluster.names.sshd_config, "login", data)
+
+
+def slurmdbd_config(cluster: Cluster) -> Manifest:
+    data = {"slurmdbd.conf": config.slurmdbd_conf(cluster)}
+    return _config_map(cluster, cluster.names.slurmdbd_config, "accounting", data)

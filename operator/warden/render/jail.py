@@ -1,0 +1,72 @@
+"""The jail: its ReadWriteMany PVC and the Job that fills it from the jail image."""
+
+from __future__ import annotations
+
+from warden import naming
+from warden.render.context import Cluster
+from warden.render.pods import Manifest, content_hash, jail_volume, meta, mount
+
+COMPONENT = "jail"
+# The Job's pod template is immutable; this annotation tells the apply layer which inputs made it,
+# so a changed image or overwrite switch replaces the Job instead of failing to patch it.
+TEMPLATE_HASH_ANNOTATION = f"{naming.LABEL_PREFIX}/template-hash"
+
+
+def pvc(cluster: Cluster) -> Manifest | None:
+    jail = cluster.spec.jail
+    if jail.existing_claim:
+        return None
+    spec: Manifest = {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": jail.size}}}
+    if jail.storage_class_name:
+        spec["storageClassName"] = jail.storage_class_name
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": meta(cluster, cluster.names.jail, COMPONENT),
+        "spec": spec,
+    }
+
+
+def populate_image(cluster: Cluster) -> str:
+    return cluster.spec.jail.populate.image or cluster.spec.images.populate_jail
+
+
+def populate_job(cluster: Cluster) -> Manifest:
+    names = cluster.names
+    spec = cluster.spec
+    image = populate_image(cluster)
+    overwrite = spec.jail.populate.overwrite
+    template_hash = content_hash(image, overwrite)
+    container: Manifest = {
+        "name": "populate-jail",
+        "image": image,
+        "imagePullPolicy": spec.images.pull_policy,
+        "env": [{"name": "WARDEN_POPULATE_OVERWRITE", "value": "true" if overwrite else "false"}],
+        "volumeMounts": [mount("jail", naming.JAIL_MOUNT)],
+    }
+    labels = names.labels(COMPONENT)
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            **meta(cluster, names.populate_jail, COMPONENT),
+            "annotations": {TEMPLATE_HASH_ANNOTATION: template_hash},
+        },
+        "spec": {
+            "backoffLimit": 3,
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "restartPolicy": "OnFailure",
+                    "enableServiceLinks": False,
+                    "containers": [container],
+                    "volumes": [jail_volume(cluster)],
+                },
+            },
+        },
+    }
+
+
+def render(cluster: Cluster) -> list[Manifest]:
+    claim = pvc(cluster)
+    return [*([claim] if claim else []), populate_job(cluster)]

@@ -1,0 +1,204 @@
+"""Slurm nodes: one StatefulSet per worker group, the login StatefulSet, and their Services."""
+
+from __future__ import annotations
+
+from warden import naming
+from warden.model import WorkerGroup
+from warden.render import config
+from warden.render.context import Cluster
+from warden.render.pods import (
+    Manifest,
+    config_map_volume,
+    dns_config,
+    empty_dir,
+    jail_volume,
+    meta,
+    mount,
+    resources,
+    secret_volume,
+    slurm_mounts,
+    slurm_volumes,
+    tcp_probe,
+    tolerations,
+    wait_for_jail_init,
+)
+
+WORKER = "worker"
+LOGIN = "login"
+
+
+def nodes_service(cluster: Cluster) -> Manifest:
+    """Headless Service giving every worker and login pod a DNS name (`<pod>.<cluster>-nodes`)."""
+    names = cluster.names
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": meta(cluster, names.nodes_service, WORKER),
+        "spec": {
+            "clusterIP": "None",
+            "publishNotReadyAddresses": True,
+            "selector": {
+                "app.kubernetes.io/instance": cluster.name,
+                naming.SLURM_NODE_LABEL: "true",
+            },
+            "ports": [{"name": "slurmd", "port": naming.SLURMD_PORT, "targetPort": naming.SLURMD_PORT}],
+        },
+    }
+
+
+def _worker_security(cluster: Cluster) -> Manifest:
+    sec = cluster.spec.security
+    profile = sec.worker_seccomp_profile
+    seccomp: Manifest = {"type": profile.type}
+    if profile.type == "Localhost":
+        seccomp["localhostProfile"] = profile.localhost_profile
+    out: Manifest = {
+        # Mount namespaces, bind mounts and pivot_root for the jail; CPU affinity for user tasks.
+        "capabilities": {"add": ["SYS_ADMIN", "SYS_NICE"]},
+        "seccompProfile": seccomp,
+    }
+    if sec.worker_app_armor_unconfined:
+        out["appArmorProfile"] = {"type": "Unconfined"}
+    return out
+
+
+def worker_statefulset(cluster: Cluster, group: WorkerGroup) -> Manifest:
+    names = cluster.names
+    spec = cluster.spec
+    name = names.worker(group.name)
+    labels = {**names.labels(WORKER), naming.WORKER_GROUP_LABEL: group.name, naming.SLURM_NODE_LABEL: "true"}
+    gpu_limits = {group.gpus.resource_name: str(group.gpus.count)} if group.gpus.count else None
+    local_volumes = [
+        empty_dir(f"local-{m.name}", "Memory" if m.medium == "Memory" else None, m.size_limit)
+        for m in group.local_mounts
+    ]
+    local_mounts = [mount(f"local-{m.name}", f"{naming.LOCAL_MOUNTS_DIR}/{m.name}") for m in group.local_mounts]
+    container: Manifest = {
+        "name": "slurmd",
+        "image": spec.images.worker,
+        "imagePullPolicy": spec.images.pull_policy,
+        "env": [
+            {"name": "WARDEN_SLURMD_CONF", "value": config.slurmd_node_conf(group)},
+            {"name": "WARDEN_WORKER_GROUP", "value": group.name},
+        ],
+        "ports": [{"name": "slurmd", "containerPort": naming.SLURMD_PORT}],
+        "securityContext": _worker_security(cluster),
+        "volumeMounts": [
+            *slurm_mounts(),
+            mount("jail", naming.JAIL_MOUNT),
+            mount("spool", naming.SLURMD_SPOOL_DIR),
+            mount("run-slurm", naming.SLURM_RUN_DIR),
+            *local_mounts,
+        ],
+        "readinessProbe": tcp_probe(naming.SLURMD_PORT, period=5),
+        "resources": resources(group.resources, gpu_limits),
+    }
+    pod_spec: Manifest = {
+        "dnsConfig": dns_config(cluster),
+        "enableServiceLinks": False,
+        # slurmd gets time to tell slurmctld the node is leaving before the pod dies.
+        "terminationGracePeriodSeconds": 60,
+        "initContainers": [wait_for_jail_init(cluster, spec.images.worker)],
+        "containers": [container],
+        "volumes": [
+            *slurm_volumes(cluster),
+            jail_volume(cluster),
+            empty_dir("spool"),
+            empty_dir("run-slurm"),
+            *local_volumes,
+        ],
+    }
+    if group.node_selector:
+        pod_spec["nodeSelector"] = dict(group.node_selector)
+    if group.tolerations:
+        pod_spec["tolerations"] = tolerations(group.tolerations)
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": {**meta(cluster, name, WORKER), "labels": labels},
+        "spec": {
+            "replicas": group.replicas,
+            "serviceName": names.nodes_service,
+            # Nodes are independent: start and stop them all at once.
+            "podManagementPolicy": "Parallel",
+            "selector": {"matchLabels": names.worker_selector(group.name)},
+            "template": {"metadata": {"labels": labels}, "spec": pod_spec},
+        },
+    }
+
+
+def login_service(cluster: Cluster) -> Manifest:
+    names = cluster.names
+    svc = cluster.spec.login.service
+    port: Manifest = {"name": "ssh", "port": naming.SSH_PORT, "targetPort": naming.SSH_PORT, "protocol": "TCP"}
+    if svc.node_port is not None and svc.type != "ClusterIP":
+        port["nodePort"] = svc.node_port
+    metadata = meta(cluster, names.login, LOGIN)
+    if svc.annotations:
+        metadata["annotations"] = dict(svc.annotations)
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": metadata,
+        "spec": {"type": svc.type, "selector": names.selector(LOGIN), "ports": [port]},
+    }
+
+
+def login_statefulset(cluster: Cluster) -> Manifest:
+    names = cluster.names
+    spec = cluster.spec
+    labels = {**names.labels(LOGIN), naming.SLURM_NODE_LABEL: "true"}
+    jail = naming.JAIL_MOUNT
+    container: Manifest = {
+        "name": "sshd",
+        "image": spec.images.login,
+        "imagePullPolicy": spec.images.pull_policy,
+        "ports": [{"name": "ssh", "containerPort": naming.SSH_PORT}],
+        "volumeMounts": [
+            *slurm_mounts(),
+            mount("jail", jail),
+            mount("sshd-config", naming.SSH_CONFIG_DIR, read_only=True),
+            mount("ssh-host-keys", naming.SSH_HOST_KEYS_DIR, read_only=True),
+            # Sessions are chrooted into the jail: Slurm's config and the auth socket (sackd) are
+            # mounted there too, so sbatch/srun typed in a session reach the controller.
+            mount("slurm-config", f"{jail}/etc/slurm", read_only=True),
+            mount("run-slurm", naming.SLURM_RUN_DIR),
+            mount("run-slurm", f"{jail}{naming.SLURM_RUN_DIR}"),
+        ],
+        "readinessProbe": tcp_probe(naming.SSH_PORT, period=5),
+        "livenessProbe": tcp_probe(naming.SSH_PORT, period=20, failures=6, initial_delay=30),
+        "resources": resources(spec.login.resources),
+    }
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": {**meta(cluster, names.login, LOGIN), "labels": labels},
+        "spec": {
+            "replicas": spec.login.replicas,
+            "serviceName": names.nodes_service,
+            "podManagementPolicy": "Parallel",
+            "selector": {"matchLabels": names.selector(LOGIN)},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "dnsConfig": dns_config(cluster),
+                    "enableServiceLinks": False,
+                    "initContainers": [wait_for_jail_init(cluster, spec.images.login)],
+                    "containers": [container],
+                    "volumes": [
+                        *slurm_volumes(cluster),
+                        jail_volume(cluster),
+                        config_map_volume("sshd-config", names.sshd_config),
+                        secret_volume("ssh-host-keys", names.ssh_host_keys, mode=0o400),
+                        empty_dir("run-slurm"),
+                    ],
+                },
+            },
+        },
+    }
+
+
+def render(cluster: Cluster) -> list[Manifest]:
+    out = [nodes_service(cluster), login_service(cluster), login_statefulset(cluster)]
+    out += [worker_statefulset(cluster, g) for g in cluster.spec.worker_groups]
+    return out

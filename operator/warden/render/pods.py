@@ -1,0 +1,122 @@
+"""Small builders shared by the workload renderers: volumes, mounts, probes, pod scaffolding."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from warden import naming
+from warden.model import ResourceRequirements, Toleration
+from warden.render.context import Cluster
+
+Manifest = dict[str, Any]
+
+
+def meta(cluster: Cluster, name: str, component: str, **extra: Any) -> Manifest:
+    """metadata of a child object. Owner references are added by the apply layer."""
+    out: Manifest = {"name": name, "namespace": cluster.namespace, "labels": cluster.names.labels(component)}
+    out.update(extra)
+    return out
+
+
+def content_hash(*parts: Any) -> str:
+    """A short stable hash of JSON-able values (config hashes on pod templates, Job generations)."""
+    blob = json.dumps(parts, sort_keys=True, separators=(",", ":")).encode()
+    return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def resources(req: ResourceRequirements, extra_limits: dict[str, str] | None = None) -> Manifest:
+    out: Manifest = {}
+    if req.requests:
+        out["requests"] = dict(req.requests)
+    limits = {**req.limits, **(extra_limits or {})}
+    if limits:
+        out["limits"] = limits
+    return out
+
+
+def tolerations(items: list[Toleration]) -> list[Manifest]:
+    return [t.model_dump(by_alias=True, exclude_none=True) for t in items]
+
+
+# --- volumes ---------------------------------------------------------------------------------
+
+
+def config_map_volume(name: str, config_map: str, mode: int = 0o444) -> Manifest:
+    return {"name": name, "configMap": {"name": config_map, "defaultMode": mode}}
+
+
+def secret_volume(name: str, secret: str, mode: int = 0o400) -> Manifest:
+    return {"name": name, "secret": {"secretName": secret, "defaultMode": mode}}
+
+
+def jail_volume(cluster: Cluster) -> Manifest:
+    claim = cluster.spec.jail.existing_claim or cluster.names.jail
+    return {"name": "jail", "persistentVolumeClaim": {"claimName": claim}}
+
+
+def empty_dir(name: str, medium: str | None = None, size_limit: str | None = None) -> Manifest:
+    spec: Manifest = {}
+    if medium:
+        spec["medium"] = medium
+    if size_limit:
+        spec["sizeLimit"] = size_limit
+    return {"name": name, "emptyDir": spec}
+
+
+def mount(name: str, path: str, read_only: bool = False) -> Manifest:
+    out: Manifest = {"name": name, "mountPath": path}
+    if read_only:
+        out["readOnly"] = True
+    return out
+
+
+def slurm_volumes(cluster: Cluster) -> list[Manifest]:
+    """slurm.conf & co. and the auth key: every Slurm daemon and client pod has them."""
+    return [
+        config_map_volume("slurm-config", cluster.names.slurm_config),
+        secret_volume("slurm-key", cluster.names.slurm_key),
+    ]
+
+
+def slurm_mounts() -> list[Manifest]:
+    return [
+        mount("slurm-config", naming.SLURM_CONFIG_DIR, read_only=True),
+        mount("slurm-key", naming.SLURM_KEY_DIR, read_only=True),
+    ]
+
+
+# --- probes ---------------------------------------------------------------------------------
+
+
+def tcp_probe(port: int, period: int = 10, failures: int = 3, initial_delay: int = 0) -> Manifest:
+    return {
+        "tcpSocket": {"port": port},
+        "periodSeconds": period,
+        "failureThreshold": failures,
+        "initialDelaySeconds": initial_delay,
+    }
+
+
+def dns_config(cluster: Cluster) -> Manifest:
+    """Short Slurm node names and the controller resolve from every pod of the cluster."""
+    ns = cluster.namespace
+    return {
+        "searches": [
+            cluster.names.nodes_domain,
+            f"{cluster.names.controller}.{ns}.svc.cluster.local",
+        ]
+    }
+
+
+def wait_for_jail_init(cluster: Cluster, image: str) -> Manifest:
+    """Init container that holds a pod until the populate-jail Job has filled the jail."""
+    marker = f"{naming.JAIL_MOUNT}/{naming.JAIL_POPULATED_SENTINEL}"
+    return {
+        "name": "wait-for-jail",
+        "image": image,
+        "imagePullPolicy": cluster.spec.images.pull_policy,
+        "command": ["/bin/sh", "-c", f'until [ -e "{marker}" ]; do echo "waiting for {marker}"; sleep 2; done'],
+        "volumeMounts": [mount("jail", naming.JAIL_MOUNT, read_only=True)],
+    }
