@@ -1,0 +1,325 @@
+"""The one module that talks to Slurm (``scontrol``, ``srun``).
+
+Everything goes through a ``CommandRunner`` so that callers can be unit-tested without Slurm; the
+default runner starts the program with a timeout and, when the time is up, stops it with SIGTERM
+(``srun`` then cancels its step) and, if it lingers, SIGKILL.
+
+Node listing reads ``scontrol show node --json`` (Slurm 24.11, data_parser v0.0.42): each node has
+``state`` as a list of flags (``["IDLE", "DRAIN"]``, ``["MIXED", "PLANNED"]``, ``["DOWN",
+"NOT_RESPONDING"]``), ``reason`` (kept by Slurm after a RESUME, so it only means something while the
+node is drained or down), ``gres`` (``gpu:h100:8(S:0-1)``) and ``features`` (a list).
+
+Facts checked against Slurm 24.11.5: ``scontrol update ... State=RESUME`` on a node that is not
+drained or down fails with "Invalid node state specified"; ``srun --immediate`` on a drained,
+reserved or busy node fails with "Unable to allocate resources"; a step killed by its time limit
+prints "DUE TO TIME LIMIT"; a MAINT reservation on a drained node, then RESUME, lets a job with
+``--reservation`` run there while every other job is kept off.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import subprocess
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+__all__ = [
+    "BUSY_STATES",
+    "CommandResult",
+    "CommandRunner",
+    "Node",
+    "Slurm",
+    "SlurmCommandError",
+    "SlurmError",
+    "SlurmParseError",
+    "SlurmTimeout",
+    "StepResult",
+    "first_line",
+    "gpu_count",
+    "parse_nodes_json",
+    "run_command",
+]
+
+BASE_STATES = frozenset({"IDLE", "ALLOCATED", "MIXED", "DOWN", "ERROR", "FUTURE", "UNKNOWN"})
+BUSY_STATES = frozenset({"ALLOCATED", "MIXED"})
+# Flags that make a node unusable, whoever set them.
+UNAVAILABLE_FLAGS = frozenset(
+    {"NOT_RESPONDING", "POWERED_DOWN", "POWERING_DOWN", "POWERING_UP", "REBOOT_ISSUED"}
+)
+
+# Lines srun prints when it never got an allocation: the node was not free, not a node fault.
+_NOT_ALLOCATED = ("Unable to allocate resources", "Immediate execution impossible")
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    argv: tuple[str, ...]
+    returncode: int
+    stdout: str
+    stderr: str
+    timed_out: bool = False
+
+
+class CommandRunner(Protocol):
+    def __call__(self, argv: Sequence[str], timeout: float) -> CommandResult: ...
+
+
+def run_command(argv: Sequence[str], timeout: float) -> CommandResult:
+    """Run ``argv`` (no shell); on timeout SIGTERM, 10 s later SIGKILL, and return what it printed."""
+    args = tuple(argv)
+    try:
+        proc = subprocess.Popen(
+            args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True
+        )
+    except OSError as e:
+        return CommandResult(args, 127, "", f"{args[0]}: {e.strerror or e}")
+    try:
+        out, err = proc.communicate(timeout=timeout)
+        return CommandResult(args, proc.returncode, out, err)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            out, err = proc.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, err = proc.communicate()
+        return CommandResult(args, proc.returncode, out or "", err or "", timed_out=True)
+
+
+class SlurmError(Exception):
+    """A Slurm command failed; ``str()`` names the command and what it printed on stderr."""
+
+
+class SlurmCommandError(SlurmError):
+    def __init__(self, result: CommandResult) -> None:
+        self.result = result
+        err = result.stderr.strip() or result.stdout.strip() or "(no output)"
+        super().__init__(f"`{' '.join(result.argv)}` failed with exit {result.returncode}: {err}")
+
+
+class SlurmTimeout(SlurmError):
+    def __init__(self, result: CommandResult, timeout: float) -> None:
+        self.result = result
+        super().__init__(f"`{' '.join(result.argv)}` timed out after {timeout:g}s")
+
+
+class SlurmParseError(SlurmError):
+    pass
+
+
+_GRES_ITEM = re.compile(r"^gpu(?::[^:(]+)?:(\d+)")
+
+
+def gpu_count(gres: str) -> int:
+    """GPUs in a gres string: ``gpu:8``, ``gpu:h100:4(S:0),gpu:h100:4(S:1)``, ``(null)`` (0)."""
+    total = 0
+    # Split on commas that start a new item, not those inside "(S:0,1)".
+    for item in re.split(r",(?![^(]*\))", gres):
+        m = _GRES_ITEM.match(item.strip())
+        if m:
+            total += int(m[1])
+    return total
+
+
+@dataclass(frozen=True)
+class Node:
+    name: str
+    state: str  # base state: IDLE, ALLOCATED, MIXED, DOWN, ...
+    flags: frozenset[str]  # DRAIN, NOT_RESPONDING, COMPLETING, PLANNED, ...
+    reason: str
+    gres: str
+    features: tuple[str, ...]
+    partitions: tuple[str, ...]
+
+    @property
+    def gpus(self) -> int:
+        return gpu_count(self.gres)
+
+    @property
+    def drained(self) -> bool:
+        """Drained or draining (DRAIN flag set): no new jobs start here."""
+        return "DRAIN" in self.flags
+
+    @property
+    def down(self) -> bool:
+        return self.state in ("DOWN", "ERROR", "FUTURE") or bool(self.flags & UNAVAILABLE_FLAGS)
+
+    @property
+    def busy(self) -> bool:
+        return self.state in BUSY_STATES or "COMPLETING" in self.flags
+
+    @property
+    def held_reason(self) -> str:
+        """The reason while it holds the node out of service, else ``""`` (Slurm keeps stale reasons)."""
+        return self.reason if (self.drained or self.down) else ""
+
+    def describe_state(self) -> str:
+        return "+".join([self.state, *sorted(self.flags)])
+
+
+def _str_list(value: Any) -> tuple[str, ...]:
+    if isinstance(value, list):
+        return tuple(str(v) for v in value if str(v))
+    if isinstance(value, str) and value not in ("", "(null)"):
+        return tuple(v for v in value.split(",") if v)
+    return ()
+
+
+def _node_from_json(raw: dict[str, Any]) -> Node:
+    name = raw.get("name")
+    if not isinstance(name, str) or not name:
+        raise SlurmParseError(f"node without a name: {str(raw)[:200]}")
+    words = [w.upper() for w in _str_list(raw.get("state"))]
+    words += [w.upper() for w in _str_list(raw.get("state_flags"))]  # data_parser before v0.0.40
+    base = next((w for w in words if w in BASE_STATES), "UNKNOWN")
+    reason = raw.get("reason")
+    gres = raw.get("gres")
+    return Node(
+        name=name,
+        state=base,
+        flags=frozenset(w for w in words if w != base),
+        reason=reason if isinstance(reason, str) else "",
+        gres=gres if isinstance(gres, str) and gres != "(null)" else "",
+        features=_str_list(raw.get("features")),
+        partitions=_str_list(raw.get("partitions")),
+    )
+
+
+def parse_nodes_json(text: str) -> list[Node]:
+    """Nodes from ``scontrol show node --json``."""
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise SlurmParseError(f"scontrol printed no JSON: {e}: {text[:200]!r}") from e
+    if not isinstance(doc, dict) or not isinstance(doc.get("nodes"), list):
+        raise SlurmParseError(f"no 'nodes' list in scontrol's JSON: {text[:200]!r}")
+    errors = doc.get("errors") or []
+    if errors:
+        raise SlurmParseError(f"scontrol reported errors: {errors}")
+    return [_node_from_json(n) for n in doc["nodes"] if isinstance(n, dict)]
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """What an ``srun`` step gave back; ``not_allocated`` means it never started (node taken, drained)."""
+
+    command: CommandResult
+    not_allocated: bool
+    hit_time_limit: bool
+
+
+class Slurm:
+    """Slurm side effects. Every call runs one command through ``runner`` with ``timeout`` seconds."""
+
+    def __init__(
+        self,
+        runner: CommandRunner = run_command,
+        *,
+        scontrol: str = "scontrol",
+        srun: str = "srun",
+        timeout: float = 30.0,
+    ) -> None:
+        self.runner = runner
+        self.scontrol = scontrol
+        self.srun_path = srun
+        self.timeout = timeout
+
+    def _run(self, argv: Sequence[str], timeout: float | None = None) -> CommandResult:
+        limit = self.timeout if timeout is None else timeout
+        result = self.runner(argv, limit)
+        if result.timed_out:
+            raise SlurmTimeout(result, limit)
+        if result.returncode != 0:
+            raise SlurmCommandError(result)
+        return result
+
+    def list_nodes(self) -> list[Node]:
+        return parse_nodes_json(self._run([self.scontrol, "show", "node", "--json"]).stdout)
+
+    def get_node(self, name: str) -> Node:
+        nodes = parse_nodes_json(self._run([self.scontrol, "show", "node", name, "--json"]).stdout)
+        for node in nodes:
+            if node.name == name:
+                return node
+        raise SlurmParseError(f"scontrol show node {name} did not list {name}")
+
+    def drain(self, node: str, reason: str) -> None:
+        if not reason.strip():
+            raise ValueError("Slurm requires a reason to drain a node")
+        self._run([self.scontrol, "update", f"NodeName={node}", "State=DRAIN", f"Reason={reason}"])
+
+    def resume(self, node: str) -> None:
+        self._run([self.scontrol, "update", f"NodeName={node}", "State=RESUME"])
+
+    def create_reservation(self, name: str, nodes: Iterable[str], user: str, minutes: int) -> None:
+        """A maintenance reservation starting now, which keeps every other job off ``nodes``."""
+        self._run(
+            [
+                self.scontrol,
+                "create",
+                "reservation",
+                f"ReservationName={name}",
+                f"Nodes={','.join(nodes)}",
+                "StartTime=now",
+                f"Duration={max(1, minutes)}",
+                f"Users={user}",
+                "Flags=MAINT,IGNORE_JOBS",
+            ]
+        )
+
+    def delete_reservation(self, name: str) -> None:
+        self._run([self.scontrol, "delete", f"ReservationName={name}"])
+
+    def run_step(
+        self,
+        node: str,
+        command: Sequence[str],
+        *,
+        gpus: int,
+        time_limit_s: int,
+        timeout: float,
+        immediate_s: int = 30,
+        reservation: str | None = None,
+        partition: str | None = None,
+        job_name: str = "warden-health",
+    ) -> StepResult:
+        """``srun`` one task on ``node``, alone there (``--exclusive``), with all its ``gpus``."""
+        minutes, seconds = divmod(max(1, time_limit_s), 60)
+        argv = [
+            self.srun_path,
+            f"--nodelist={node}",
+            "--nodes=1",
+            "--ntasks=1",
+            "--exclusive",
+            f"--immediate={immediate_s}",
+            f"--time={minutes}:{seconds:02d}",
+            f"--job-name={job_name}",
+        ]
+        if gpus > 0:
+            argv.append(f"--gpus-per-node={gpus}")
+        if reservation:
+            argv.append(f"--reservation={reservation}")
+        if partition:
+            argv.append(f"--partition={partition}")
+        argv += list(command)
+        result = self.runner(argv, timeout)
+        text = result.stderr + result.stdout
+        return StepResult(
+            command=result,
+            not_allocated=result.returncode != 0
+            and not result.timed_out
+            and any(s in result.stderr for s in _NOT_ALLOCATED),
+            hit_time_limit="DUE TO TIME LIMIT" in text,
+        )
+
+
+def first_line(text: str, limit: int = 120) -> str:
+    """The first non-empty line of ``text``, cut to ``limit`` characters (for short messages)."""
+    for line in text.splitlines():
+        if line.strip():
+            line = line.strip()
+            return line if len(line) <= limit else line[: limit - 3] + "..."
+    return ""
