@@ -1,0 +1,16 @@
+# Upstream Kubernetes binaries and a throwaway control plane (include from the top-level Makefile).
+#   make k8s-bins                 # etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl,
+#                                 # kwok, helm -> ~/.cache/warden/bin/<k8s version>/ (cached)
+#   make k8s-bins K8S_BINS=all    # plus kubelet and kube-proxy (for e2e)
+#   make controlplane-up / controlplane-down
+K8S_BINS ?= controlplane
+
+.PHONY: k8s-bins controlplane-up controlplane-down
+k8s-bins:
+	hack/build-k8s-bins.sh $(K8S_BINS)
+
+controlplane-up: k8s-bins
+	hack/controlplane.sh up
+
+controlplane-down:
+	hack/controlplane.sh down
