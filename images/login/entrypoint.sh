@@ -1,0 +1,66 @@
+#!/bin/bash
+# sshd in the foreground (logs on stderr) with sackd beside it; the container stops when either
+# stops. `-V`/`--help` print sshd's version/usage and exit.
+#   /etc/warden/ssh/sshd_config        optional; default /usr/share/warden/sshd_config
+#   /etc/warden/ssh/authorized_keys    optional; root's keys
+#   /etc/warden/ssh-host-keys/ssh_host_ed25519_key{,.pub}   host key (generated, with a warning, if absent)
+#   WARDEN_SACKD_ARGS                  extra sackd flags
+set -euo pipefail
+WARDEN_COMPONENT=login
+. /usr/lib/warden/warden-lib.sh
+warden_passthrough /usr/sbin/sshd "$@"
+
+ssh_in="${WARDEN_SSH_DIR:-/etc/warden/ssh}"
+hostkeys="${WARDEN_SSH_HOST_KEYS:-/etc/warden/ssh-host-keys}"
+
+warden_slurm_config
+warden_jail_users
+
+if [ -f "$ssh_in/sshd_config" ]; then
+    install -m 0644 "$ssh_in/sshd_config" /etc/ssh/sshd_config
+else
+    install -m 0644 /usr/share/warden/sshd_config /etc/ssh/sshd_config
+fi
+install -d -m 0755 /etc/ssh/warden_authorized_keys
+if [ -f "$ssh_in/authorized_keys" ]; then
+    install -m 0644 "$ssh_in/authorized_keys" /etc/ssh/warden_authorized_keys/root
+fi
+if [ -f "$hostkeys/ssh_host_ed25519_key" ]; then
+    install -m 0600 "$hostkeys/ssh_host_ed25519_key" /etc/ssh/ssh_host_ed25519_key
+    [ -f "$hostkeys/ssh_host_ed25519_key.pub" ] && install -m 0644 "$hostkeys/ssh_host_ed25519_key.pub" /etc/ssh/
+else
+    warden_log "warning: no host key in $hostkeys; generating a throwaway one"
+    [ -f /etc/ssh/ssh_host_ed25519_key ] || ssh-keygen -q -t ed25519 -N '' -f /etc/ssh/ssh_host_ed25519_key
+fi
+# ChrootDirectory requires every component to be root-owned and not writable by others
+if [ -d "$WARDEN_JAIL" ]; then
+    [ "$(stat -c '%u %a' "$WARDEN_JAIL")" = "0 755" ] || warden_log "warning: $WARDEN_JAIL must be root:root 0755 for ChrootDirectory"
+else
+    warden_log "warning: no jail at $WARDEN_JAIL; logins will fail"
+fi
+install -d -m 0755 /run/sshd
+/usr/sbin/sshd -t
+
+# sackd creates /run/slurm/sack.socket (owned by SlurmUser); the jail sees it through the bind below
+# shellcheck disable=SC2086
+sackd ${WARDEN_SACKD_ARGS:-} &
+sackd_pid=$!
+for _ in $(seq 1 50); do
+    [ -S /run/slurm/sack.socket ] && break
+    kill -0 "$sackd_pid" 2>/dev/null || warden_die "sackd exited"
+    sleep 0.1
+done
+[ -S /run/slurm/sack.socket ] || warden_die "sackd did not create /run/slurm/sack.socket"
+warden_jail_binds
+
+/usr/sbin/sshd -D -e "$@" &
+sshd_pid=$!
+warden_log "sshd ($sshd_pid) and sackd ($sackd_pid) running"
+trap 'kill -TERM "$sshd_pid" "$sackd_pid" 2>/dev/null' TERM INT
+set +e
+wait -n "$sshd_pid" "$sackd_pid"
+rc=$?
+warden_log "a daemon exited (status $rc); stopping"
+kill -TERM "$sshd_pid" "$sackd_pid" 2>/dev/null
+wait
+exit "$rc"

@@ -1,0 +1,100 @@
+# shellcheck shell=bash
+# Shared by the entrypoints of the Slurm images (sourced, installed at /usr/lib/warden/warden-lib.sh).
+# Implements the pod contract of docs/architecture.md: read-only inputs under /etc/warden/...,
+# working copies under /etc/slurm with the ownership Slurm requires.
+
+WARDEN_CONFIG_DIR="${WARDEN_CONFIG_DIR:-/etc/warden/slurm}"
+WARDEN_AUTH_KEY="${WARDEN_AUTH_KEY:-/etc/warden/auth/slurm.key}"
+WARDEN_JAIL="${WARDEN_JAIL:-/mnt/jail}"
+SLURM_ETC="${SLURM_ETC:-/etc/slurm}"
+
+warden_log() { printf '[%s] %s\n' "${WARDEN_COMPONENT:-warden}" "$*" >&2; }
+warden_die() { warden_log "error: $*"; exit 1; }
+
+# Copy every regular file of a ConfigMap/Secret volume (they are symlinks into ..data) to $2.
+# Hidden entries (..data, ..2024_...) are skipped.
+warden_copy_dir() {
+    local src="$1" dst="$2" mode="$3" f name
+    [ -d "$src" ] || return 1
+    install -d -m 0755 "$dst"
+    for f in "$src"/*; do
+        name="$(basename "$f")"
+        [ -f "$f" ] || continue
+        install -m "$mode" -o slurm -g slurm "$f" "$dst/$name"
+    done
+}
+
+# slurm.conf and friends, plus the auth/slurm key (owned by SlurmUser, mode 0600: slurmctld, slurmd,
+# sackd and slurmdbd refuse a key others can read).
+warden_slurm_config() {
+    if warden_copy_dir "$WARDEN_CONFIG_DIR" "$SLURM_ETC" 0644; then
+        warden_log "config: $WARDEN_CONFIG_DIR -> $SLURM_ETC ($(cd "$SLURM_ETC" && echo *))"
+    else
+        warden_log "config: $WARDEN_CONFIG_DIR missing; using $SLURM_ETC as it is"
+    fi
+    [ -f "$SLURM_ETC/slurm.conf" ] || warden_die "no $SLURM_ETC/slurm.conf (mount the ConfigMap at $WARDEN_CONFIG_DIR)"
+    warden_slurm_key
+}
+
+warden_slurm_key() {
+    if [ -f "$WARDEN_AUTH_KEY" ]; then
+        install -m 0600 -o slurm -g slurm "$WARDEN_AUTH_KEY" "$SLURM_ETC/slurm.key"
+    elif [ ! -f "$SLURM_ETC/slurm.key" ]; then
+        warden_die "no auth key at $WARDEN_AUTH_KEY (Secret <cluster>-slurm-key)"
+    fi
+}
+
+# Users live in the jail's /etc/passwd, /etc/group, /etc/shadow (see jail/warden-useradd).
+# libnss-extrausers reads /var/lib/extrausers/*: point those at the jail so sshd, slurmd and
+# slurmctld resolve jail users live, with the image's own files taking precedence.
+warden_jail_users() {
+    local f
+    [ -f "$WARDEN_JAIL/etc/passwd" ] || { warden_log "users: no $WARDEN_JAIL/etc/passwd; local users only"; return 0; }
+    install -d -m 0755 /var/lib/extrausers
+    for f in passwd group shadow; do
+        ln -sfn "$WARDEN_JAIL/etc/$f" "/var/lib/extrausers/$f"
+    done
+    warden_log "users: resolving jail users through $WARDEN_JAIL/etc/{passwd,group,shadow}"
+}
+
+# Make this pod's Slurm client view visible inside the jail, in this container's own mount
+# namespace only (needs CAP_SYS_ADMIN; nothing changes on the shared volume):
+#   /run/slurm       -> $JAIL/run/slurm        the SACK socket (auth/slurm for users) and configless cache
+#   client config    -> $JAIL/etc/slurm        slurm.conf etc. WITHOUT slurm.key
+#   extra "src:dst" pairs from $1... (e.g. the slurmd spool dir for batch scripts)
+# Job steps and chrooted SSH sessions entering the jail inherit these mounts.
+warden_jail_binds() {
+    local client=/run/warden/slurm-client pair src dst
+    [ -d "$WARDEN_JAIL" ] || { warden_log "jail: $WARDEN_JAIL missing; no bind mounts"; return 0; }
+    [ -f "$WARDEN_JAIL/etc/warden-jail-release" ] || warden_log "jail: warning: $WARDEN_JAIL is not populated yet"
+    install -d -m 0755 "$client" /run/slurm
+    chown slurm:slurm /run/slurm
+    find "$SLURM_ETC" -maxdepth 1 -type f ! -name 'slurm.key' ! -name 'slurm.jwks' ! -name 'slurmdbd.conf' \
+        -exec cp -p {} "$client/" \;
+    for pair in "$client:/etc/slurm:ro" "/run/slurm:/run/slurm:rw" "$@"; do
+        IFS=: read -r src dst mode <<<"$pair"
+        mkdir -p "$src" "$WARDEN_JAIL$dst" 2>/dev/null || true
+        if mountpoint -q "$WARDEN_JAIL$dst"; then
+            continue
+        fi
+        if mount --bind "$src" "$WARDEN_JAIL$dst"; then
+            [ "${mode:-rw}" = ro ] && mount -o remount,bind,ro "$WARDEN_JAIL$dst" || true
+            warden_log "jail: bound $src at $WARDEN_JAIL$dst (${mode:-rw})"
+        else
+            warden_log "jail: warning: cannot bind $src at $WARDEN_JAIL$dst (needs CAP_SYS_ADMIN); Slurm commands inside the jail will not work"
+        fi
+    done
+}
+
+# Print the daemon's version/help and exit when the container is run with such an argument, so
+# `docker run IMAGE -V` works without any configuration.
+warden_passthrough() {
+    local daemon="$1"
+    shift
+    case "${1:-}" in
+        -V | --version | -h | --help | --usage) exec "$daemon" "$@" ;;
+        '') return 0 ;;
+        -*) return 0 ;; # daemon flags: appended by the caller
+        *) exec "$@" ;; # any other command (debugging: bash, sh -c ...)
+    esac
+}

@@ -1,0 +1,41 @@
+#!/bin/bash
+# slurmd as a dynamic node: `slurmd -D -Z --conf "$WARDEN_SLURMD_CONF"`, logs on stderr.
+# Extra arguments go to slurmd; `-V`/`--help` print and exit without any configuration.
+#   WARDEN_SLURMD_CONF   node line (CPUs=.. RealMemory=.. Gres=.. Feature=warden-group-<g>), required
+#   WARDEN_NODE_NAME     Slurm node name (default: the pod's hostname)
+#   WARDEN_CGROUP_RW     auto (default) | yes | no: remount /sys/fs/cgroup read-write for
+#                        proctrack/cgroup and task/cgroup (needs CAP_SYS_ADMIN)
+#   WARDEN_SLURMD_ARGS   extra slurmd flags (e.g. -vv)
+set -euo pipefail
+WARDEN_COMPONENT=worker
+. /usr/lib/warden/warden-lib.sh
+warden_passthrough slurmd "$@"
+
+[ -n "${WARDEN_SLURMD_CONF:-}" ] || warden_die "WARDEN_SLURMD_CONF is empty (the node line for slurmd -Z --conf)"
+warden_slurm_config
+warden_jail_users
+spool="${WARDEN_SPOOL_DIR:-/var/spool/slurmd}"
+install -d -o root -g root -m 0755 "$spool"
+
+# Container runtimes mount the cgroup tree read-only; slurmd's cgroup plugins need to write it.
+cgroup_rw() {
+    local m
+    while read -r _ m _ _; do
+        case "$m" in /sys/fs/cgroup | /sys/fs/cgroup/*) mount -o remount,rw "$m" 2>/dev/null || return 1 ;; esac
+    done < <(grep -E ' /sys/fs/cgroup(/| )' /proc/mounts)
+}
+case "${WARDEN_CGROUP_RW:-auto}" in
+    no) ;;
+    yes) cgroup_rw || warden_die "cannot remount /sys/fs/cgroup read-write (CAP_SYS_ADMIN?)" ;;
+    *) cgroup_rw && warden_log "cgroup: /sys/fs/cgroup is read-write" ||
+        warden_log "cgroup: warning: /sys/fs/cgroup stays read-only; use proctrack/linuxproc + task/none" ;;
+esac
+
+# batch scripts (spool dir) and the SACK socket must be reachable from inside the jail
+warden_jail_binds "$spool:$spool:rw"
+
+node_args=()
+[ -n "${WARDEN_NODE_NAME:-}" ] && node_args=(-N "$WARDEN_NODE_NAME")
+warden_log "starting slurmd $(slurmd -V | awk '{print $2}') as dynamic node ${WARDEN_NODE_NAME:-$(hostname -s)}: $WARDEN_SLURMD_CONF"
+# shellcheck disable=SC2086
+exec slurmd -D -Z "${node_args[@]}" --conf "$WARDEN_SLURMD_CONF" ${WARDEN_SLURMD_ARGS:-} "$@"

@@ -1,0 +1,33 @@
+#!/bin/bash
+# Runs once while building warden/jail: the jail's own configuration.
+set -euo pipefail
+
+# Mount points the entrypoints bind into (each pod, in its own mount namespace):
+#   /etc/slurm       client configuration (never the key)     /run/slurm   SACK socket
+#   /var/spool/slurmd  batch scripts of job steps
+install -d -m 0755 /etc/slurm /var/spool/slurmd /home
+install -d -o slurm -g slurm -m 0755 /run/slurm
+# /etc/slurm comes from the pod; drop the package's plugstack.conf so the bind mount shows the
+# cluster's (the mount hides whatever is below it anyway)
+rm -rf /etc/slurm/plugstack.conf /etc/slurm/plugstack.conf.d
+
+# Users get their uids from a fixed range that no package uses (see warden-useradd).
+sed -i -E 's/^#?UID_MIN.*/UID_MIN 10000/; s/^#?UID_MAX.*/UID_MAX 59999/; s/^#?GID_MIN.*/GID_MIN 10000/; s/^#?GID_MAX.*/GID_MAX 59999/' /etc/login.defs
+grep -q '^UID_MIN 10000' /etc/login.defs
+
+# Login shells in the jail get a prompt that says where they are.
+cat >/etc/profile.d/warden.sh <<'SH'
+# Warden jail
+if [ -n "${PS1:-}" ] && [ -n "${BASH_VERSION:-}" ]; then
+    PS1='\u@\h(jail):\w\$ '
+fi
+SH
+
+cat >/etc/warden-jail-release <<REL
+WARDEN_JAIL_VERSION=${WARDEN_VERSION}
+SLURM_VERSION=$(dpkg-query -W -f='${Version}' slurm-client)
+DEBIAN_VERSION=$(cat /etc/debian_version)
+REL
+# The machine's identity comes from each node, not from the shared root.
+: >/etc/hostname
+: >/etc/machine-id
