@@ -27,7 +27,7 @@ PLURAL = "slurmclusters"
 DNS_LABEL = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
 QUANTITY = r"^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$"
 CRON = r"^(@(yearly|annually|monthly|weekly|daily|midnight|hourly)|(\S+\s+){4}\S+)$"
-SSH_PUBLIC_KEY = r"^(ssh-(ed25519|rsa|dss)|ecdsa-sha2-nistp(256|384|521)|sk-(ssh-ed25519|ecdsa-sha2-nistp256)@openssh\.com) [A-Za-z0-9+/=]+( [^\n\r]*)?$"
+SSH_PUBLIC_KEY = r"^(ssh-(ed25519|rsa|dss)|ecdsa-sha2-nistp(256|384|521)|sk-(ssh-ed25519|ecdsa-sha2-nistp256)@openssh\.com) [A-Za-z0-9+/=]+( [^\n\r]*)?$"  # noqa: E501
 
 # slurm.conf keys the operator writes itself. Users may add any other line through
 # spec.slurmConfig.extraLines, never one of these: they would silently fight the operator.
@@ -310,9 +310,7 @@ class SlurmConfig(Spec):
         for line in lines:
             if owned.match(line):
                 key = line.split("=", 1)[0].strip()
-                raise ValueError(
-                    f"extraLines: {key} is set by Warden; set it through the matching spec field"
-                )
+                raise ValueError(f"extraLines: {key} is set by Warden; set it through the matching spec field")
         return lines
 
 
@@ -360,8 +358,7 @@ class Accounting(Spec):
     def _external_needs_block(self) -> Accounting:
         if self.mode == "External" and self.external is None:
             raise ValueError(
-                "spec.accounting.external: mode External needs spec.accounting.external "
-                "(host and passwordSecretRef)"
+                "spec.accounting.external: mode External needs spec.accounting.external (host and passwordSecretRef)"
             )
         return self
 
@@ -421,8 +418,7 @@ class SlurmClusterSpec(Spec):
         json_schema_extra={
             "x-kubernetes-validations": [
                 {
-                    "rule": "self.partitions.all(p, p.workerGroups.all(w, "
-                    "self.workerGroups.exists(g, g.name == w)))",
+                    "rule": "self.partitions.all(p, p.workerGroups.all(w, self.workerGroups.exists(g, g.name == w)))",
                     "message": "every partition's workerGroups must name groups in spec.workerGroups",
                     "fieldPath": ".partitions",
                 },

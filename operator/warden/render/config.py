@@ -77,9 +77,7 @@ def slurm_conf(cluster: Cluster) -> str:
             {"program": naming.QUICKCHECK_PROGRAM, "interval": quick.interval_seconds} if quick.enabled else None
         ),
         accounting=accounting,
-        nodesets=[
-            {"name": nodeset_name(g.name), "feature": group_feature(g.name)} for g in spec.worker_groups
-        ],
+        nodesets=[{"name": nodeset_name(g.name), "feature": group_feature(g.name)} for g in spec.worker_groups],
         partitions=partitions,
         extra_lines=list(spec.slurm_config.extra_lines),
     )

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import math
 
-from warden import naming
 from warden.render.context import Cluster
 from warden.render.pods import Manifest, dns_config, meta, slurm_mounts, slurm_volumes
 
@@ -130,4 +129,10 @@ def cronjob(cluster: Cluster) -> Manifest:
 def render(cluster: Cluster) -> list[Manifest]:
     if not (cluster.spec.health_checks.nccl.enabled and cluster.gpu_groups):
         return []
-    return [report_config_map(cluster), service_account(cluster), role(cluster), role_binding(cluster), cronjob(cluster)]
+    return [
+        report_config_map(cluster),
+        service_account(cluster),
+        role(cluster),
+        role_binding(cluster),
+        cronjob(cluster),
+    ]

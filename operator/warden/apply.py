@@ -1,0 +1,287 @@
+"""The one layer that writes to the Kubernetes API.
+
+Every rendered object goes through `Applier.apply`: server-side apply with field manager `warden`,
+an owner reference to its SlurmCluster, and the immutable-field rules below. Nothing else in the
+operator creates, patches or deletes objects.
+
+Immutable fields, handled deliberately rather than by a failing retry loop:
+- StatefulSet (selector, serviceName, volumeClaimTemplates...): when the API refuses an apply as
+  Invalid, the StatefulSet is deleted with `propagationPolicy=Orphan` and applied again; its pods keep
+  running and are adopted by the new StatefulSet (same selector), so no Slurm node goes down.
+- Job (the populate-jail pod template): when the template hash annotation differs, the Job is deleted
+  (with its pods) and created again, which re-runs the populate step.
+- PersistentVolumeClaim: created once, never patched. Resizing or moving the jail is an operator's
+  (person's) decision, see docs/operations.md.
+- Secrets the operator generates: created once with generated values, never regenerated.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from warden.model import API_GROUP, API_VERSION, PLURAL
+from warden.naming import FIELD_MANAGER
+from warden.render.jail import TEMPLATE_HASH_ANNOTATION
+from warden.render.pods import Manifest
+from warden.render.secrets import SecretSpec
+
+log = logging.getLogger(__name__)
+
+# (apiVersion, kind) -> (URL prefix, plural). A fixed table: no discovery round-trips.
+KINDS: dict[tuple[str, str], tuple[str, str]] = {
+    ("v1", "ConfigMap"): ("/api/v1", "configmaps"),
+    ("v1", "Secret"): ("/api/v1", "secrets"),
+    ("v1", "Service"): ("/api/v1", "services"),
+    ("v1", "ServiceAccount"): ("/api/v1", "serviceaccounts"),
+    ("v1", "PersistentVolumeClaim"): ("/api/v1", "persistentvolumeclaims"),
+    ("v1", "Pod"): ("/api/v1", "pods"),
+    ("apps/v1", "StatefulSet"): ("/apis/apps/v1", "statefulsets"),
+    ("batch/v1", "Job"): ("/apis/batch/v1", "jobs"),
+    ("batch/v1", "CronJob"): ("/apis/batch/v1", "cronjobs"),
+    ("rbac.authorization.k8s.io/v1", "Role"): ("/apis/rbac.authorization.k8s.io/v1", "roles"),
+    ("rbac.authorization.k8s.io/v1", "RoleBinding"): ("/apis/rbac.authorization.k8s.io/v1", "rolebindings"),
+    (f"{API_GROUP}/{API_VERSION}", "SlurmCluster"): (f"/apis/{API_GROUP}/{API_VERSION}", PLURAL),
+}
+
+# Kinds the operator prunes when they are no longer rendered (a removed worker group, accounting
+# switched off). Secrets and PVCs are never pruned: they hold data a person would not want lost.
+PRUNABLE = [
+    ("v1", "ConfigMap"),
+    ("v1", "Service"),
+    ("v1", "ServiceAccount"),
+    ("apps/v1", "StatefulSet"),
+    ("batch/v1", "Job"),
+    ("batch/v1", "CronJob"),
+    ("rbac.authorization.k8s.io/v1", "Role"),
+    ("rbac.authorization.k8s.io/v1", "RoleBinding"),
+]
+
+
+@dataclass(frozen=True)
+class Owner:
+    """The SlurmCluster every child object belongs to."""
+
+    name: str
+    namespace: str
+    uid: str
+
+    def reference(self) -> Manifest:
+        return {
+            "apiVersion": f"{API_GROUP}/{API_VERSION}",
+            "kind": "SlurmCluster",
+            "name": self.name,
+            "uid": self.uid,
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+
+
+@dataclass
+class ApplyResult:
+    """What one reconcile did, for Events and logs."""
+
+    applied: list[str] = field(default_factory=list)
+    created_secrets: list[str] = field(default_factory=list)
+    recreated: list[str] = field(default_factory=list)
+    pruned: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    waiting: list[str] = field(default_factory=list)
+
+    @property
+    def complete(self) -> bool:
+        return not self.errors and not self.waiting
+
+
+def describe(obj: Manifest) -> str:
+    return f"{obj['kind']}/{obj['metadata']['name']}"
+
+
+class Applier:
+    def __init__(self, api: client.ApiClient) -> None:
+        self.api = api
+
+    # --- low level ------------------------------------------------------------------------------
+    def _path(self, api_version: str, kind: str, namespace: str, name: str | None = None) -> str:
+        prefix, plural = KINDS[(api_version, kind)]
+        path = f"{prefix}/namespaces/{namespace}/{plural}"
+        return f"{path}/{name}" if name else path
+
+    def _call(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        query: list[tuple[str, str]] | None = None,
+        content_type: str = "application/json",
+    ) -> Any:
+        # apply-patch+yaml goes as text (JSON is YAML); the JSON types as objects.
+        payload = json.dumps(body) if content_type.endswith("yaml") else body
+        method, url, headers, data, post = self.api.param_serialize(
+            method=method,
+            resource_path=path,
+            query_params=query or [],
+            header_params={"Content-Type": content_type, "Accept": "application/json"},
+            body=payload,
+            auth_settings=["BearerToken"],
+        )
+        response = self.api.call_api(method, url, header_params=headers, body=data, post_params=post)
+        response.read()  # type: ignore[no-untyped-call]
+        text = response.data.decode() if response.data else ""
+        if not 200 <= response.status <= 299:
+            raise ApiException.from_response(http_resp=response, body=text, data=None)
+        return json.loads(text) if text else {}
+
+    def get(self, api_version: str, kind: str, namespace: str, name: str) -> Manifest | None:
+        try:
+            out: Manifest = self._call("GET", self._path(api_version, kind, namespace, name))
+            return out
+        except ApiException as e:
+            if e.status == 404:
+                return None
+            raise
+
+    def list(self, api_version: str, kind: str, namespace: str, selector: dict[str, str]) -> list[Manifest]:
+        query = [("labelSelector", ",".join(f"{k}={v}" for k, v in sorted(selector.items())))]
+        out = self._call("GET", self._path(api_version, kind, namespace), query=query)
+        items: list[Manifest] = out.get("items", [])
+        return items
+
+    def delete(self, api_version: str, kind: str, namespace: str, name: str, propagation: str) -> bool:
+        body = {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": propagation}
+        try:
+            self._call("DELETE", self._path(api_version, kind, namespace, name), body=body)
+            return True
+        except ApiException as e:
+            if e.status == 404:
+                return False
+            raise
+
+    def server_side_apply(self, obj: Manifest) -> Manifest:
+        meta = obj["metadata"]
+        path = self._path(obj["apiVersion"], obj["kind"], meta["namespace"], meta["name"])
+        query = [("fieldManager", FIELD_MANAGER), ("force", "true")]
+        out: Manifest = self._call("PATCH", path, body=obj, query=query, content_type="application/apply-patch+yaml")
+        return out
+
+    def patch_status(self, name: str, namespace: str, status: Manifest) -> None:
+        path = self._path(f"{API_GROUP}/{API_VERSION}", "SlurmCluster", namespace, name) + "/status"
+        self._call("PATCH", path, body={"status": status}, content_type="application/merge-patch+json")
+
+    # --- what reconciles use --------------------------------------------------------------------
+    def apply(self, obj: Manifest, owner: Owner | None, result: ApplyResult) -> None:
+        obj = with_owner(obj, owner)
+        kind = obj["kind"]
+        meta = obj["metadata"]
+        if kind == "PersistentVolumeClaim":
+            self._create_if_absent(obj, result)
+            return
+        if kind == "Job":
+            self._replace_job_if_changed(obj, result)
+        try:
+            self.server_side_apply(obj)
+        except ApiException as e:
+            if kind == "StatefulSet" and e.status == 422:
+                log.info("StatefulSet %s: immutable field changed, re-creating (pods orphaned)", meta["name"])
+                self.delete(obj["apiVersion"], kind, meta["namespace"], meta["name"], "Orphan")
+                self.server_side_apply(obj)
+                result.recreated.append(describe(obj))
+            else:
+                raise
+        result.applied.append(describe(obj))
+
+    def _create_if_absent(self, obj: Manifest, result: ApplyResult) -> bool:
+        meta = obj["metadata"]
+        if self.get(obj["apiVersion"], obj["kind"], meta["namespace"], meta["name"]) is not None:
+            return False
+        try:
+            self._call("POST", self._path(obj["apiVersion"], obj["kind"], meta["namespace"]), body=obj)
+        except ApiException as e:
+            if e.status == 409:  # made by a concurrent or earlier, interrupted reconcile
+                return False
+            raise
+        result.applied.append(describe(obj))
+        return True
+
+    def _replace_job_if_changed(self, obj: Manifest, result: ApplyResult) -> None:
+        meta = obj["metadata"]
+        current = self.get(obj["apiVersion"], "Job", meta["namespace"], meta["name"])
+        if current is None:
+            return
+        want = meta.get("annotations", {}).get(TEMPLATE_HASH_ANNOTATION)
+        have = current["metadata"].get("annotations", {}).get(TEMPLATE_HASH_ANNOTATION)
+        if want == have:
+            return
+        if current["metadata"].get("deletionTimestamp"):
+            raise RetryLater(f"Job {meta['name']} is still being deleted")
+        self.delete(obj["apiVersion"], "Job", meta["namespace"], meta["name"], "Background")
+        result.recreated.append(describe(obj))
+        raise RetryLater(f"Job {meta['name']} replaced; re-creating it once the old one is gone")
+
+    def ensure_secret(self, spec: SecretSpec, owner: Owner | None, result: ApplyResult) -> None:
+        """Create the Secret with freshly generated values if, and only if, it does not exist."""
+        obj = with_owner(spec.manifest, owner)
+        meta = obj["metadata"]
+        if self.get("v1", "Secret", meta["namespace"], meta["name"]) is not None:
+            return
+        body = {**obj, "stringData": spec.generate()}
+        try:
+            self._call("POST", self._path("v1", "Secret", meta["namespace"]), body=body)
+        except ApiException as e:
+            if e.status == 409:
+                return
+            raise
+        result.created_secrets.append(meta["name"])
+
+    def prune(self, owner: Owner, selector: dict[str, str], keep: Iterable[Manifest], result: ApplyResult) -> None:
+        """Delete objects this cluster owns that are no longer rendered."""
+        wanted = {(o["apiVersion"], o["kind"], o["metadata"]["name"]) for o in keep}
+        for api_version, kind in PRUNABLE:
+            for item in self.list(api_version, kind, owner.namespace, selector):
+                name = item["metadata"]["name"]
+                if (api_version, kind, name) in wanted or not owned_by(item, owner):
+                    continue
+                if self.delete(api_version, kind, owner.namespace, name, "Background"):
+                    result.pruned.append(f"{kind}/{name}")
+
+
+class RetryLater(Exception):
+    """A step must wait for the API to catch up (e.g. an object still being deleted)."""
+
+
+def with_owner(obj: Manifest, owner: Owner | None) -> Manifest:
+    if owner is None:
+        return obj
+    meta = {**obj["metadata"], "ownerReferences": [owner.reference()]}
+    return {**obj, "metadata": meta}
+
+
+def owned_by(obj: Manifest, owner: Owner) -> bool:
+    return any(ref.get("uid") == owner.uid for ref in obj["metadata"].get("ownerReferences", []))
+
+
+def run_steps(steps: Iterable[tuple[str, Callable[[], None]]], result: ApplyResult) -> None:
+    """Run every step even when some fail; failures are collected for one Warning Event each."""
+    for label, step in steps:
+        try:
+            step()
+        except RetryLater as e:
+            result.waiting.append(f"{label}: {e}")
+        except ApiException as e:
+            reason = _api_error_message(e)
+            log.warning("%s failed: %s", label, reason)
+            result.errors.append(f"{label}: {reason}")
+
+
+def _api_error_message(e: ApiException) -> str:
+    try:
+        body = json.loads(e.body or "{}")
+        return str(body.get("message") or e.reason)
+    except (ValueError, TypeError):
+        return str(e.reason)

@@ -1,0 +1,155 @@
+"""kopf handlers: thin. They orchestrate `warden.reconcile` and turn its outcome into Events.
+
+- SlurmCluster created, spec changed, or operator (re)started: reconcile (render → apply → prune →
+  status).
+- A child StatefulSet/Job, or the health-check report ConfigMap, changed: refresh the owner's status.
+  This is how readiness reaches status without polling. There is no timer or daemon on purpose:
+  those would need a finalizer, and a SlurmCluster is deleted by garbage collection alone, whether
+  or not the operator runs.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import kopf
+from kubernetes import client, config
+
+from warden.apply import Applier, ApplyResult
+from warden.model import API_GROUP, API_VERSION, PLURAL, SlurmClusterStatus, parse_spec
+from warden.reconcile import previous_status, reconcile, refresh_status
+from warden.render.context import Cluster
+
+log = logging.getLogger(__name__)
+
+MANAGED = {"app.kubernetes.io/managed-by": "warden"}
+RETRY_DELAY_SECONDS = 10
+
+
+class State:
+    """Process-wide handles, made once at startup (kopf passes them as `memo`)."""
+
+    applier: Applier | None = None
+
+
+STATE = State()
+
+
+def applier() -> Applier:
+    if STATE.applier is None:
+        raise RuntimeError("the operator has not started: no Kubernetes client yet")
+    return STATE.applier
+
+
+def _load_kube_config() -> client.ApiClient:
+    try:
+        config.load_incluster_config()  # type: ignore[no-untyped-call]
+    except config.ConfigException:
+        config.load_kube_config()  # type: ignore[no-untyped-call]
+    return client.ApiClient()
+
+
+@kopf.on.startup()
+def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
+    prefix = API_GROUP
+    settings.persistence.finalizer = f"{prefix}/finalizer"
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=prefix)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=prefix, key="last-handled-configuration"
+    )
+    settings.posting.level = logging.INFO
+    settings.watching.server_timeout = 300
+    settings.watching.client_timeout = 330
+    settings.execution.max_workers = 8
+    STATE.applier = Applier(_load_kube_config())
+
+
+def _post_events(body: kopf.Body, result: ApplyResult) -> None:
+    if result.created_secrets:
+        kopf.info(body, reason="SecretCreated", message="generated " + ", ".join(result.created_secrets))
+    if result.recreated:
+        kopf.info(body, reason="ObjectRecreated", message="immutable fields changed: " + ", ".join(result.recreated))
+    if result.pruned:
+        kopf.info(body, reason="ObjectsPruned", message="no longer needed: " + ", ".join(result.pruned))
+    for error in result.errors:
+        kopf.warn(body, reason="ApplyFailed", message=error)
+
+
+@kopf.on.resume(API_GROUP, API_VERSION, PLURAL)
+@kopf.on.create(API_GROUP, API_VERSION, PLURAL)
+@kopf.on.update(API_GROUP, API_VERSION, PLURAL, field="spec")
+def reconcile_cluster(body: kopf.Body, **_: Any) -> None:
+    outcome = reconcile(applier(), dict(body))
+    if outcome.invalid is not None:
+        kopf.warn(body, reason="InvalidSpec", message=outcome.invalid)
+        raise kopf.PermanentError(outcome.invalid)
+    assert outcome.result is not None
+    _post_events(body, outcome.result)
+    if not outcome.result.complete:
+        problems = outcome.result.errors + outcome.result.waiting
+        raise kopf.TemporaryError("; ".join(problems), delay=RETRY_DELAY_SECONDS)
+    kopf.info(
+        body,
+        reason="Reconciled",
+        message=f"{len(outcome.result.applied)} objects applied; phase {outcome.status.phase}",
+    )
+
+
+def _refresh(namespace: str, name: str) -> None:
+    api = applier()
+    body = api.get(f"{API_GROUP}/{API_VERSION}", "SlurmCluster", namespace, name)
+    if body is None or body["metadata"].get("deletionTimestamp"):
+        return
+    try:
+        spec = parse_spec(body.get("spec") or {})
+    except ValueError:
+        return  # the reconcile handler reports invalid specs
+    previous = previous_status(body)
+    cluster = Cluster(name=name, namespace=namespace, spec=spec)
+    generation = int(body["metadata"].get("generation", 0))
+    if previous is not None and previous.observed_generation is not None:
+        generation = previous.observed_generation  # only the reconcile handler moves it forward
+    status = refresh_status(api, cluster, generation, previous)
+    _announce_health(kopf.Body(body), previous, status)  # type: ignore[arg-type]
+
+
+def _announce_health(body: kopf.Body, before: SlurmClusterStatus | None, after: SlurmClusterStatus) -> None:
+    """One Warning Event per node the NCCL check newly drained, one Normal Event per node it resumed."""
+    had = {d.node for d in before.health_check.drained} if before else set()
+    has = {d.node: d.reason for d in after.health_check.drained}
+    for node, reason in sorted(has.items()):
+        if node not in had:
+            kopf.warn(body, reason="NodeDrained", message=f"{node}: {reason}")
+    for node in sorted(had - set(has)):
+        kopf.info(body, reason="NodeResumed", message=f"{node} passed the NCCL check again")
+
+
+def _owner_name(owner_references: list[dict[str, Any]] | None) -> str | None:
+    for ref in owner_references or []:
+        if ref.get("kind") == "SlurmCluster" and ref.get("apiVersion", "").startswith(f"{API_GROUP}/"):
+            return str(ref["name"])
+    return None
+
+
+def _on_child_event(type: str | None, meta: kopf.Meta, namespace: str | None) -> None:
+    if type is None or namespace is None:  # the initial listing: resume handles those clusters
+        return
+    owner = _owner_name(meta.get("ownerReferences"))
+    if owner is not None:
+        _refresh(namespace, owner)
+
+
+@kopf.on.event("apps", "v1", "statefulsets", labels=MANAGED)
+def statefulset_changed(type: str | None, meta: kopf.Meta, namespace: str | None, **_: Any) -> None:
+    _on_child_event(type, meta, namespace)
+
+
+@kopf.on.event("batch", "v1", "jobs", labels=MANAGED)
+def job_changed(type: str | None, meta: kopf.Meta, namespace: str | None, **_: Any) -> None:
+    _on_child_event(type, meta, namespace)
+
+
+@kopf.on.event("", "v1", "configmaps", labels={**MANAGED, "app.kubernetes.io/component": "health-check"})
+def health_report_changed(type: str | None, meta: kopf.Meta, namespace: str | None, **_: Any) -> None:
+    _on_child_event(type, meta, namespace)

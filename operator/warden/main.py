@@ -1,0 +1,32 @@
+"""`warden-operator`: run the kopf operator with Warden's handlers."""
+
+from __future__ import annotations
+
+import argparse
+
+import kopf
+
+from warden import handlers  # noqa: F401  (registers the handlers)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Warden: Slurm clusters with a shared root on Kubernetes.")
+    scope = parser.add_mutually_exclusive_group()
+    scope.add_argument("--namespace", "-n", action="append", default=[], help="watch only these namespaces")
+    scope.add_argument("--all-namespaces", "-A", action="store_true", help="watch every namespace (default)")
+    parser.add_argument("--liveness", default="http://0.0.0.0:8080/healthz", help="liveness endpoint URL")
+    parser.add_argument("--log-format", choices=["plain", "full", "json"], default="full")
+    parser.add_argument("--verbose", "-v", action="store_true")
+    args = parser.parse_args(argv)
+    kopf.configure(verbose=args.verbose, log_format=kopf.LogFormat[args.log_format.upper()])
+    kopf.run(
+        standalone=True,
+        clusterwide=not args.namespace,
+        namespaces=args.namespace,
+        liveness_endpoint=args.liveness or None,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

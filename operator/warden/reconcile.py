@@ -1,0 +1,100 @@
+"""One reconcile of a SlurmCluster: render, apply, prune, then fold what is observed into status.
+
+Level-based and idempotent: every step reads the current state and acts on the difference, so the
+operator may be killed at any line and the next run finishes the job.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+
+from pydantic import ValidationError
+
+from warden.apply import Applier, ApplyResult, Owner, run_steps
+from warden.model import SlurmClusterStatus, parse_spec
+from warden.observe import observe
+from warden.render.cluster import render
+from warden.render.context import Cluster
+from warden.render.pods import Manifest
+from warden.status import fold, invalid_spec_status
+
+log = logging.getLogger(__name__)
+
+
+def now() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def validation_message(err: ValidationError) -> str:
+    """pydantic errors as `spec.<path>: <message>` lines, the way kubectl shows schema errors."""
+    lines = []
+    for e in err.errors():
+        path = ".".join(str(p) for p in ("spec", *e["loc"]))
+        msg = e["msg"].removeprefix("Value error, ")
+        lines.append(f"{path}: {msg}")
+    return "; ".join(lines)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    status: SlurmClusterStatus
+    result: ApplyResult | None
+    invalid: str | None = None
+
+
+def previous_status(body: Manifest) -> SlurmClusterStatus | None:
+    raw = body.get("status")
+    if not raw:
+        return None
+    try:
+        return SlurmClusterStatus.model_validate(raw)
+    except ValidationError:
+        return None
+
+
+def reconcile(applier: Applier, body: Manifest) -> Outcome:
+    meta = body["metadata"]
+    generation = int(meta.get("generation", 0))
+    previous = previous_status(body)
+    try:
+        spec = parse_spec(body.get("spec") or {})
+    except ValidationError as e:
+        message = validation_message(e)
+        status = invalid_spec_status(generation, message, previous, now())
+        applier.patch_status(meta["name"], meta["namespace"], status.model_dump(by_alias=True, exclude_none=True))
+        return Outcome(status=status, result=None, invalid=message)
+
+    cluster = Cluster(name=meta["name"], namespace=meta["namespace"], spec=spec)
+    owner = Owner(name=cluster.name, namespace=cluster.namespace, uid=meta["uid"])
+    rendered = render(cluster)
+    result = ApplyResult()
+    jail_owner = None if spec.jail.retain_on_delete else owner
+
+    steps: list[tuple[str, Callable[[], None]]] = [
+        (f"Secret/{s.name}", partial(applier.ensure_secret, s, owner, result)) for s in rendered.secrets
+    ]
+    for obj in rendered.objects:
+        obj_owner = jail_owner if obj["kind"] == "PersistentVolumeClaim" else owner
+        steps.append((f"{obj['kind']}/{obj['metadata']['name']}", partial(applier.apply, obj, obj_owner, result)))
+    steps.append(("prune", partial(applier.prune, owner, cluster.names.instance_selector(), rendered.objects, result)))
+    run_steps(steps, result)
+    status = refresh_status(applier, cluster, generation, previous, result.errors)
+    return Outcome(status=status, result=result)
+
+
+def refresh_status(
+    applier: Applier,
+    cluster: Cluster,
+    generation: int,
+    previous: SlurmClusterStatus | None,
+    errors: list[str] | None = None,
+) -> SlurmClusterStatus:
+    observed = observe(applier, cluster)
+    status = fold(cluster.spec, generation, observed, previous, now(), errors)
+    if previous is None or status != previous:
+        applier.patch_status(cluster.name, cluster.namespace, status.model_dump(by_alias=True, exclude_none=True))
+    return status

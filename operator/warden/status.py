@@ -1,0 +1,191 @@
+"""Fold observed state into SlurmCluster status. Pure: observations in, status out."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from warden.model import (
+    Condition,
+    DrainedNode,
+    HealthCheckStatus,
+    SlurmClusterSpec,
+    SlurmClusterStatus,
+    WorkerGroupStatus,
+)
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A StatefulSet as observed: does it exist, how many pods are ready."""
+
+    exists: bool = False
+    desired: int = 0
+    ready: int = 0
+
+    @property
+    def is_ready(self) -> bool:
+        return self.exists and self.ready >= self.desired
+
+
+@dataclass(frozen=True)
+class Observed:
+    controller: Workload = Workload()
+    login: Workload = Workload()
+    workers: dict[str, Workload] = field(default_factory=dict)
+    jail_populated: bool = False
+    jail_failed: bool = False
+    accounting: Workload | None = None  # None when accounting is disabled
+    health_report: dict[str, Any] | None = None
+
+
+def _condition(
+    type_: str, ok: bool, reason: str, message: str, previous: dict[str, Condition], now: str, generation: int
+) -> Condition:
+    status = "True" if ok else "False"
+    before = previous.get(type_)
+    # lastTransitionTime moves only when the status flips (metav1.Condition semantics).
+    since = before.last_transition_time if before is not None and before.status == status else now
+    return Condition(
+        type=type_,
+        status=status,
+        reason=reason,
+        message=message,
+        last_transition_time=since,
+        observed_generation=generation,
+    )
+
+
+def _ratio(w: Workload) -> str:
+    return f"{w.ready}/{w.desired}"
+
+
+def fold(
+    spec: SlurmClusterSpec,
+    generation: int,
+    observed: Observed,
+    previous: SlurmClusterStatus | None,
+    now: str,
+    errors: list[str] | None = None,
+) -> SlurmClusterStatus:
+    prev = {c.type: c for c in (previous.conditions if previous else [])}
+
+    def cond(type_: str, ok: bool, reason: str, message: str) -> Condition:
+        return _condition(type_, ok, reason, message, prev, now, generation)
+
+    # Jail
+    if observed.jail_populated:
+        jail = cond("JailPopulated", True, "PopulateSucceeded", "the jail volume holds the jail image")
+    elif observed.jail_failed:
+        jail = cond("JailPopulated", False, "PopulateFailed", "the populate-jail Job failed; see its pod logs")
+    else:
+        jail = cond("JailPopulated", False, "PopulatePending", "waiting for the populate-jail Job")
+
+    # Controller
+    c = observed.controller
+    controller = cond(
+        "ControllerReady",
+        c.is_ready,
+        "SlurmctldReady" if c.is_ready else "SlurmctldNotReady",
+        "slurmctld is ready" if c.is_ready else "slurmctld is not ready yet",
+    )
+
+    # Login
+    lg = observed.login
+    login_ok = lg.is_ready or (spec.login.replicas == 0)
+    login = cond(
+        "LoginReady",
+        login_ok,
+        "LoginNodesReady" if login_ok else "LoginNodesNotReady",
+        f"{lg.ready}/{spec.login.replicas} login nodes ready",
+    )
+
+    # Workers
+    groups: list[WorkerGroupStatus] = []
+    not_ready: list[str] = []
+    ready_total = desired_total = 0
+    for g in spec.worker_groups:
+        w = observed.workers.get(g.name, Workload())
+        group_ready = min(w.ready, g.replicas)
+        groups.append(WorkerGroupStatus(name=g.name, replicas=g.replicas, ready_replicas=group_ready))
+        ready_total += group_ready
+        desired_total += g.replicas
+        if not (w.exists and group_ready >= g.replicas):
+            not_ready.append(f"{g.name} {group_ready}/{g.replicas}")
+    workers = cond(
+        "WorkersReady",
+        not not_ready,
+        "WorkersReady" if not not_ready else "WorkersNotReady",
+        f"{ready_total}/{desired_total} worker nodes ready"
+        + (f" (not ready: {', '.join(not_ready)})" if not_ready else ""),
+    )
+
+    # Accounting
+    if spec.accounting.mode == "Disabled" or observed.accounting is None:
+        accounting = cond("AccountingReady", True, "AccountingDisabled", "accounting is disabled")
+    else:
+        a = observed.accounting
+        accounting = cond(
+            "AccountingReady",
+            a.is_ready,
+            "SlurmdbdReady" if a.is_ready else "SlurmdbdNotReady",
+            "slurmdbd is ready" if a.is_ready else "slurmdbd (or its database) is not ready yet",
+        )
+
+    parts = [jail, controller, login, workers, accounting]
+    failing = [p.type for p in parts if p.status != "True"]
+    if errors:
+        ready = cond("Ready", False, "ReconcileFailed", "; ".join(errors)[:1024])
+    elif failing:
+        ready = cond("Ready", False, "ComponentsNotReady", "not ready: " + ", ".join(failing))
+    else:
+        ready = cond("Ready", True, "ClusterReady", "every component is ready")
+
+    was_ready = previous is not None and previous.phase in ("Ready", "Degraded")
+    if observed.jail_failed:
+        phase = "Failed"
+    elif ready.status == "True":
+        phase = "Ready"
+    elif errors or was_ready:
+        phase = "Degraded"
+    elif c.exists or lg.exists or any(w.exists for w in observed.workers.values()):
+        phase = "Provisioning"
+    else:
+        phase = "Pending"
+
+    return SlurmClusterStatus(
+        phase=phase,
+        observed_generation=generation,
+        conditions=[ready, jail, controller, login, workers, accounting],
+        workers=f"{ready_total}/{desired_total}",
+        login=f"{min(lg.ready, spec.login.replicas)}/{spec.login.replicas}",
+        jail_populated=observed.jail_populated,
+        worker_groups=groups,
+        health_check=health_status(observed.health_report, previous),
+    )
+
+
+def health_status(report: dict[str, Any] | None, previous: SlurmClusterStatus | None) -> HealthCheckStatus:
+    """The NCCL check's last report (see warden.health.main for its shape), or what status had."""
+    if report is None:
+        return previous.health_check if previous else HealthCheckStatus()
+    return HealthCheckStatus(
+        last_run_time=report.get("finished") or report.get("started"),
+        nodes_checked=int(report.get("checked", 0)),
+        nodes_passed=len(report.get("passed", [])),
+        drained=[DrainedNode(node=d["node"], reason=d["reason"]) for d in report.get("drained", [])],
+        skipped=[DrainedNode(node=d["node"], reason=d["reason"]) for d in report.get("skipped", [])],
+    )
+
+
+def invalid_spec_status(
+    generation: int, message: str, previous: SlurmClusterStatus | None, now: str
+) -> SlurmClusterStatus:
+    """Status of an object whose spec the operator cannot accept (it made nothing from it)."""
+    base = previous or SlurmClusterStatus()
+    prev = {c.type: c for c in base.conditions}
+    ready = _condition("Ready", False, "InvalidSpec", message[:1024], prev, now, generation)
+    others = [c for c in base.conditions if c.type != "Ready"]
+    return base.model_copy(
+        update={"phase": "Failed", "observed_generation": generation, "conditions": [ready, *others]}
+    )
