@@ -84,9 +84,7 @@ def test_nccl_failure_is_an_error_with_its_message() -> None:
     assert len(result.rows) == 2
 
 
-@pytest.mark.parametrize(
-    "text", ["", "\n\n", "srun: error: Unable to allocate resources: Requested nodes are busy\n"]
-)
+@pytest.mark.parametrize("text", ["", "\n\n", "srun: error: Unable to allocate resources: Requested nodes are busy\n"])
 def test_no_nccl_tests_output_is_empty(text: str) -> None:
     result = parse_all_reduce_perf(text)
     assert result.status is ParseStatus.EMPTY
