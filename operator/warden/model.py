@@ -174,7 +174,7 @@ class Jail(Spec):
     @model_validator(mode="after")
     def _claim_or_class(self) -> Jail:
         if self.existing_claim is not None and self.storage_class_name is not None:
-            raise ValueError("spec.jail.existingClaim: set either existingClaim or storageClassName, not both")
+            raise ValueError("existingClaim: set either existingClaim or storageClassName, not both")
         return self
 
 
@@ -268,7 +268,7 @@ class WorkerGroup(Spec):
             for m in mounts:
                 value = getattr(m, attr)
                 if value in seen:
-                    raise ValueError(f"localMounts: duplicate {to_camel(attr)} {value!r}")
+                    raise ValueError(f"duplicate {to_camel(attr)} {value!r}")
                 seen.add(value)
         return mounts
 
@@ -310,7 +310,7 @@ class SlurmConfig(Spec):
         for line in lines:
             if owned.match(line):
                 key = line.split("=", 1)[0].strip()
-                raise ValueError(f"extraLines: {key} is set by Warden; set it through the matching spec field")
+                raise ValueError(f"{key} is set by Warden; set it through the matching spec field")
         return lines
 
 
@@ -358,7 +358,7 @@ class Accounting(Spec):
     def _external_needs_block(self) -> Accounting:
         if self.mode == "External" and self.external is None:
             raise ValueError(
-                "spec.accounting.external: mode External needs spec.accounting.external (host and passwordSecretRef)"
+                "external: mode External needs spec.accounting.external (host and passwordSecretRef)"
             )
         return self
 
@@ -457,20 +457,20 @@ class SlurmClusterSpec(Spec):
         names = [g.name for g in self.worker_groups]
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
-            raise ValueError(f"spec.workerGroups: duplicate name {dupes[0]!r}")
+            raise ValueError(f"workerGroups: duplicate name {dupes[0]!r}")
         pnames = [p.name for p in self.partitions]
         pdupes = sorted({n for n in pnames if pnames.count(n) > 1})
         if pdupes:
-            raise ValueError(f"spec.partitions: duplicate name {pdupes[0]!r}")
+            raise ValueError(f"partitions: duplicate name {pdupes[0]!r}")
         for p in self.partitions:
             for w in p.worker_groups:
                 if w not in names:
                     raise ValueError(
-                        f"spec.partitions: partition {p.name!r} names worker group {w!r}, "
+                        f"partitions: partition {p.name!r} names worker group {w!r}, "
                         "which is not in spec.workerGroups"
                     )
         if sum(1 for p in self.partitions if p.default) > 1:
-            raise ValueError("spec.partitions: at most one partition may be the default")
+            raise ValueError("partitions: at most one partition may be the default")
         return self
 
     def effective_partitions(self) -> list[Partition]:

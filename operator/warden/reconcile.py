@@ -33,9 +33,19 @@ def validation_message(err: ValidationError) -> str:
     """pydantic errors as `spec.<path>: <message>` lines, the way kubectl shows schema errors."""
     lines = []
     for e in err.errors():
-        path = ".".join(str(p) for p in ("spec", *e["loc"]))
+        loc = ["spec"]
+        for part in e["loc"]:
+            if isinstance(part, int):
+                loc[-1] += f"[{part}]"
+            else:
+                loc.append(str(part))
         msg = e["msg"].removeprefix("Value error, ")
-        lines.append(f"{path}: {msg}")
+        # Cross-field checks of a model name the field they are about: "<field>: <message>".
+        head, sep, rest = msg.partition(": ")
+        if sep and head.isidentifier():
+            loc.append(head)
+            msg = rest
+        lines.append(f"{'.'.join(loc)}: {msg}")
     return "; ".join(lines)
 
 
