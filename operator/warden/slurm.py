@@ -46,9 +46,7 @@ __all__ = [
 BASE_STATES = frozenset({"IDLE", "ALLOCATED", "MIXED", "DOWN", "ERROR", "FUTURE", "UNKNOWN"})
 BUSY_STATES = frozenset({"ALLOCATED", "MIXED"})
 # Flags that make a node unusable, whoever set them.
-UNAVAILABLE_FLAGS = frozenset(
-    {"NOT_RESPONDING", "POWERED_DOWN", "POWERING_DOWN", "POWERING_UP", "REBOOT_ISSUED"}
-)
+UNAVAILABLE_FLAGS = frozenset({"NOT_RESPONDING", "POWERED_DOWN", "POWERING_DOWN", "POWERING_UP", "REBOOT_ISSUED"})
 
 # Lines srun prints when it never got an allocation: the node was not free, not a node fault.
 _NOT_ALLOCATED = ("Unable to allocate resources", "Immediate execution impossible")

@@ -138,9 +138,7 @@ class Summary:
             "passed": [r.node for r in self.reports if r.outcome is Outcome.PASSED],
             "drained": [{"node": r.node, "reason": r.reason} for r in self.reports if r.action == "drained"],
             "resumed": [r.node for r in self.reports if r.action == "resumed"],
-            "skipped": [
-                {"node": r.node, "why": r.detail} for r in self.reports if r.outcome is Outcome.SKIPPED
-            ],
+            "skipped": [{"node": r.node, "why": r.detail} for r in self.reports if r.outcome is Outcome.SKIPPED],
             "errors": list(self.errors),
             "nodes": [r.to_json() for r in self.reports],
         }

@@ -102,9 +102,7 @@ class NcclResult:
 # "host:pid:tid [dev] NCCL INFO ..." (also WARN, ERROR, TRACE, ABORT); runs to the end of the line.
 # The host must start with a letter, so that a row's "-1" root column just before it is kept.
 _NCCL_LOG = re.compile(r"[A-Za-z][\w.-]*:\d+:\d+ \[\d+\] NCCL (?:INFO|WARN|ERROR|TRACE|ABORT)\b.*$")
-_DEVICE = re.compile(
-    r"^#\s*Rank\s+(\d+)\s+Group\s+\d+\s+Pid\s+\d+\s+on\s+(\S+)\s+device\s+(\d+)\s+\[[^\]]*\]\s*(.*)$"
-)
+_DEVICE = re.compile(r"^#\s*Rank\s+(\d+)\s+Group\s+\d+\s+Pid\s+\d+\s+on\s+(\S+)\s+device\s+(\d+)\s+\[[^\]]*\]\s*(.*)$")
 _AVG = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*(\S+)")
 _OOB = re.compile(r"^#\s*Out of bounds values\s*:\s*(\d+)")
 _FAILURE = re.compile(r"\bTest (?:NCCL |CUDA )?failure\b")
