@@ -357,9 +357,7 @@ class Accounting(Spec):
     @model_validator(mode="after")
     def _external_needs_block(self) -> Accounting:
         if self.mode == "External" and self.external is None:
-            raise ValueError(
-                "external: mode External needs spec.accounting.external (host and passwordSecretRef)"
-            )
+            raise ValueError("external: mode External needs spec.accounting.external (host and passwordSecretRef)")
         return self
 
 
@@ -466,8 +464,7 @@ class SlurmClusterSpec(Spec):
             for w in p.worker_groups:
                 if w not in names:
                     raise ValueError(
-                        f"partitions: partition {p.name!r} names worker group {w!r}, "
-                        "which is not in spec.workerGroups"
+                        f"partitions: partition {p.name!r} names worker group {w!r}, which is not in spec.workerGroups"
                     )
         if sum(1 for p in self.partitions if p.default) > 1:
             raise ValueError("partitions: at most one partition may be the default")

@@ -151,8 +151,10 @@ class Node:
 
     @property
     def held_reason(self) -> str:
-        """The reason while it holds the node out of service, else ``""`` (Slurm keeps stale reasons)."""
-        return self.reason if (self.drained or self.down) else ""
+        """The reason while the node is drained or DOWN, else ``""``: Slurm keeps the text after a
+        RESUME, and a node that is merely NOT_RESPONDING (as every node is for a moment after RESUME)
+        still shows it."""
+        return self.reason if (self.drained or self.state == "DOWN") else ""
 
     def describe_state(self) -> str:
         return "+".join([self.state, *sorted(self.flags)])

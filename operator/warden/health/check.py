@@ -168,7 +168,7 @@ def why_skip(node: Node, explicit: bool) -> str | None:
     if node.gpus == 0 and not explicit:
         return "no GPU gres"
     if node.down:
-        held = f": {node.reason}" if node.reason else ""
+        held = f": {node.held_reason}" if node.held_reason else ""
         return f"down ({node.describe_state()}){held}"
     if node.drained and not ours(node):
         return f"drained by someone else: {node.reason or '(no reason)'}"

@@ -9,7 +9,7 @@ Checks, in order, each bounded so the whole run stays under 10 s:
 3. the jail is mounted: ``/mnt/jail/etc/warden-jail-release`` exists.
 
 On failure the node is drained with ``warden-quickcheck: <what failed>`` (unless it is already drained
-or down for another reason, which is left alone); once the checks pass again, a node whose current
+or DOWN with another reason, which is left alone); once the checks pass again, a node whose current
 reason starts with ``warden-quickcheck:`` is resumed. Exit status: 0 healthy, 1 unhealthy, 2 when Slurm
 could not be asked (nothing changed). The node name is ``--node``, else ``SLURMD_NODENAME``, else the
 short host name (worker pods are named like their Slurm node).
@@ -91,10 +91,8 @@ def settle(slurm: Slurm, settings: Settings, runner: CommandRunner = run_command
         reason = reason_for(problems)
         if settings.dry_run:
             return 1, f"unhealthy (dry run): {reason}"
-        if node.drained and not ours:
-            return 1, f"unhealthy, already drained by someone else ({node.reason}): {reason}"
-        if node.down and not node.drained:
-            return 1, f"unhealthy, node is down ({node.reason}): {reason}"
+        if node.held_reason and not ours:
+            return 1, f"unhealthy, already held by someone else ({node.held_reason}): {reason}"
         if node.reason != reason or not node.drained:
             slurm.drain(settings.node, reason)
         return 1, f"drained: {reason}"

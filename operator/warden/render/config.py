@@ -115,7 +115,8 @@ def plugstack_conf(cluster: Cluster, group: WorkerGroup | None = None) -> str:
     """The cluster-wide plugstack.conf, or a worker group's (with its node-local mounts)."""
     binds = list(BASE_BINDS)
     if group is not None:
-        binds += [f"{naming.LOCAL_MOUNTS_DIR}/{m.name}:{m.jail_path}" for m in group.local_mounts]
+        # Node-local mounts sit at their jail path in the worker container too (see nodes.py).
+        binds += [m.jail_path for m in group.local_mounts]
     return _render(
         "plugstack.conf.j2",
         **_common(cluster),

@@ -72,7 +72,10 @@ def worker_statefulset(cluster: Cluster, group: WorkerGroup) -> Manifest:
         empty_dir(f"local-{m.name}", "Memory" if m.medium == "Memory" else None, m.size_limit)
         for m in group.local_mounts
     ]
-    local_mounts = [mount(f"local-{m.name}", f"{naming.LOCAL_MOUNTS_DIR}/{m.name}") for m in group.local_mounts]
+    # Node-local directories are mounted at their jail path in the container, and bound at the same
+    # path inside the jail: `sbatch -o /scratch/out` is opened by slurmstepd before the jail plugin
+    # runs, and must land where the job sees it.
+    local_mounts = [mount(f"local-{m.name}", m.jail_path) for m in group.local_mounts]
     container: Manifest = {
         "name": "slurmd",
         "image": spec.images.worker,
@@ -86,6 +89,8 @@ def worker_statefulset(cluster: Cluster, group: WorkerGroup) -> Manifest:
         "volumeMounts": [
             *slurm_mounts(),
             mount("jail", naming.JAIL_MOUNT),
+            # Home directories of the jail at /home too, for the same reason as local mounts.
+            {"name": "jail", "mountPath": naming.JAIL_HOME, "subPath": naming.JAIL_HOME.lstrip("/")},
             mount("spool", naming.SLURMD_SPOOL_DIR),
             mount("run-slurm", naming.SLURM_RUN_DIR),
             *local_mounts,

@@ -1,0 +1,144 @@
+"""Rendered config files of the example clusters: pinned by golden files, then read as an admin would.
+
+Regenerate the golden files after an intended change with `make golden` (UPDATE_GOLDEN=1) and review
+the diff like any other code change.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from tests.support.examples import EXAMPLES, load
+from tests.support.slurmconf import parse, parse_sshd
+
+from warden.render import config
+
+GOLDEN = Path(__file__).parent / "golden"
+FILES = ["slurm.conf", "gres.conf", "plugstack.conf", "cgroup.conf", "sshd_config", "slurmdbd.conf"]
+
+
+def rendered(example: str) -> dict[str, str]:
+    cluster = load(example)
+    files = config.slurm_config_files(cluster)
+    files["sshd_config"] = config.sshd_config(cluster)
+    if cluster.spec.accounting.mode != "Disabled":
+        files["slurmdbd.conf"] = config.slurmdbd_conf(cluster)
+    return files
+
+
+def test_there_are_three_examples() -> None:
+    assert {"cpu-only", "gpu-two-groups", "accounting-external"} <= set(EXAMPLES)
+
+
+@pytest.mark.parametrize("example", EXAMPLES)
+def test_rendered_files_match_golden(example: str) -> None:
+    files = rendered(example)
+    folder = GOLDEN / example
+    if os.environ.get("UPDATE_GOLDEN"):
+        folder.mkdir(parents=True, exist_ok=True)
+        for old in folder.iterdir():
+            old.unlink()
+        for name, text in files.items():
+            (folder / name).write_text(text)
+    expected = {p.name: p.read_text() for p in folder.iterdir()}
+    assert set(files) == set(expected), "files rendered differ from golden files: run `make golden`"
+    for name, text in files.items():
+        assert text == expected[name], f"{example}/{name} differs from its golden file: run `make golden`"
+
+
+# --- read as a Slurm admin would ---------------------------------------------------------------
+
+
+def test_cpu_cluster_slurm_conf() -> None:
+    conf = parse(rendered("cpu-only")["slurm.conf"])
+    assert conf.get("ClusterName") == "cpu"
+    assert conf.get("SlurmctldHost") == "cpu-controller-0(cpu-controller-0.cpu-controller.hpc.svc.cluster.local)"
+    assert conf.get("AuthType") == "auth/slurm" and conf.get("CredType") == "cred/slurm"
+    assert conf.get("StateSaveLocation") == "/var/spool/slurmctld"
+    assert conf.get("GresTypes") is None, "no GPU group, no gres"
+    assert conf.get("AccountingStorageType") is None
+    assert conf.get("HealthCheckProgram") == "/usr/local/bin/warden-quickcheck"
+    assert int(conf.get("MaxNodeCount") or 0) >= 2
+    (nodeset,) = conf.records_of("NodeSet")
+    assert nodeset == {"nodeset": "ns_cpu", "feature": "warden-group-cpu"}
+    (partition,) = conf.records_of("PartitionName")
+    assert partition["partitionname"] == "main"
+    assert partition["nodes"] == "ns_cpu"
+    assert partition["default"] == "YES"
+    assert not conf.records_of("NodeName"), "workers are dynamic nodes: no static NodeName lines"
+
+
+def test_gpu_cluster_partitions_and_gres() -> None:
+    files = rendered("gpu-two-groups")
+    conf = parse(files["slurm.conf"])
+    assert conf.get("GresTypes") == "gpu"
+    partitions = {p["partitionname"]: p for p in conf.records_of("PartitionName")}
+    assert partitions["h100"]["nodes"] == "ns_h100" and partitions["h100"]["maxtime"] == "2-00:00:00"
+    assert partitions["a100"]["nodes"] == "ns_a100" and partitions["a100"]["default"] == "NO"
+    assert partitions["cpu"]["default"] == "YES"
+    nodesets = {n["nodeset"]: n["feature"] for n in conf.records_of("NodeSet")}
+    assert nodesets == {"ns_h100": "warden-group-h100", "ns_a100": "warden-group-a100", "ns_cpu": "warden-group-cpu"}
+    # extraLines arrive verbatim, after everything the operator owns.
+    assert conf.get("PriorityType") == "priority/multifactor"
+    text = files["slurm.conf"]
+    assert text.index("PriorityType=") > text.index("PartitionName=")
+    assert conf.get("HealthCheckInterval") == "120"
+
+    gres = parse(files["gres.conf"]).records_of("NodeName")
+    by_type = {g["type"]: g for g in gres}
+    assert by_type["h100"] == {
+        "nodename": "gpu-worker-h100-[0-3]",
+        "name": "gpu",
+        "type": "h100",
+        "file": "/dev/nvidia[0-7]",
+    }
+    assert by_type["a100"]["nodename"] == "gpu-worker-a100-[0-1]"
+    assert by_type["a100"]["file"] == "/dev/nvidia[0-3]"
+    assert len(gres) == 2, "the CPU group has no gres line"
+
+
+def test_plugstack_puts_the_jail_plugin_first_with_each_groups_mounts() -> None:
+    files = rendered("gpu-two-groups")
+    for key in ("plugstack.conf", "plugstack.h100.conf", "plugstack.a100.conf"):
+        lines = [line for line in files[key].splitlines() if line and not line.startswith("#")]
+        words = lines[0].split()
+        assert words[:2] == ["required", "/usr/lib/warden/spank_jail.so"], key
+        assert "root=/mnt/jail" in words
+        assert {"bind=/var/spool/slurmd", "bind=/run/slurm", "bind=/etc/slurm"} <= set(words)
+    h100 = files["plugstack.h100.conf"]
+    assert "bind=/scratch" in h100.split()
+    assert "bind=/dev/shm" in h100.split()
+    assert "scratch" not in files["plugstack.a100.conf"]
+    assert "bind=/tmp" not in files["plugstack.conf"].split(), "login/controller have no node-local mounts"
+
+
+def test_sshd_config_chroots_into_the_jail_with_keys_only() -> None:
+    options, matches = parse_sshd(rendered("cpu-only")["sshd_config"])
+    assert options["chrootdirectory"] == ["/mnt/jail"]
+    assert options["passwordauthentication"] == ["no"]
+    assert options["kbdinteractiveauthentication"] == ["no"]
+    assert options["pubkeyauthentication"] == ["yes"]
+    assert options["permitrootlogin"] == ["prohibit-password"]
+    assert options["authorizedkeysfile"] == ["/mnt/jail%h/.ssh/authorized_keys"]
+    assert matches["User root"]["authorizedkeysfile"][0] == "/etc/warden/ssh/authorized_keys"
+
+
+def test_external_accounting_points_slurmdbd_at_the_users_database() -> None:
+    files = rendered("accounting-external")
+    conf = parse(files["slurm.conf"])
+    assert conf.get("AccountingStorageType") == "accounting_storage/slurmdbd"
+    assert conf.get("AccountingStorageHost") == "acct-accounting"
+    assert conf.get("HealthCheckProgram") is None, "quick check disabled in this example"
+    dbd = parse(files["slurmdbd.conf"])
+    assert dbd.get("StorageHost") == "mariadb.databases.svc.cluster.local"
+    assert dbd.get("StorageLoc") == "slurm_acct_db"
+    assert dbd.get("StoragePass") is None, "the password never enters a ConfigMap"
+
+
+def test_node_conf_line_of_each_group() -> None:
+    cluster = load("gpu-two-groups")
+    lines = {g.name: config.slurmd_node_conf(g) for g in cluster.spec.worker_groups}
+    assert lines["h100"] == "CPUs=96 RealMemory=1024000 Gres=gpu:h100:8 Feature=warden-group-h100,nvlink,ib"
+    assert lines["cpu"] == "Feature=warden-group-cpu"

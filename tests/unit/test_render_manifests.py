@@ -1,0 +1,250 @@
+"""Kubernetes objects rendered for the example clusters: what a platform engineer would check."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from tests.support.examples import EXAMPLES, load
+
+from warden.apply import KINDS, Owner, with_owner
+from warden.model import parse_spec
+from warden.render.cluster import render
+from warden.render.context import Cluster
+from warden.render.jail import TEMPLATE_HASH_ANNOTATION, populate_job
+
+
+def objects(cluster: Cluster) -> dict[str, dict[str, Any]]:
+    return {f"{o['kind']}/{o['metadata']['name']}": o for o in render(cluster).objects}
+
+
+def containers(obj: dict[str, Any]) -> list[dict[str, Any]]:
+    pod = (
+        obj["spec"]["template"]["spec"]
+        if obj["kind"] != "CronJob"
+        else obj["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    )
+    return pod.get("initContainers", []) + pod["containers"]
+
+
+def pod_spec(obj: dict[str, Any]) -> dict[str, Any]:
+    spec: dict[str, Any] = obj["spec"]["template"]["spec"]
+    return spec
+
+
+@pytest.mark.parametrize("example", EXAMPLES)
+def test_every_object_is_labelled_namespaced_and_known_to_the_apply_layer(example: str) -> None:
+    cluster = load(example)
+    for key, obj in objects(cluster).items():
+        labels = obj["metadata"]["labels"]
+        assert labels["app.kubernetes.io/instance"] == cluster.name, key
+        assert labels["app.kubernetes.io/managed-by"] == "warden", key
+        assert labels["app.kubernetes.io/component"], key
+        assert obj["metadata"]["namespace"] == cluster.namespace, key
+        assert (obj["apiVersion"], obj["kind"]) in KINDS, key
+        assert len(obj["metadata"]["name"]) <= 63, key
+
+
+@pytest.mark.parametrize("example", EXAMPLES)
+def test_nothing_runs_privileged(example: str) -> None:
+    for key, obj in objects(load(example)).items():
+        if "template" not in obj.get("spec", {}) and obj["kind"] != "CronJob":
+            continue
+        for c in containers(obj):
+            sc = c.get("securityContext", {})
+            assert not sc.get("privileged"), f"{key}/{c['name']} is privileged"
+            assert "ALL" not in sc.get("capabilities", {}).get("add", []), key
+
+
+@pytest.mark.parametrize("example", EXAMPLES)
+def test_statefulset_selectors_use_only_immutable_labels(example: str) -> None:
+    for key, obj in objects(load(example)).items():
+        if obj["kind"] != "StatefulSet":
+            continue
+        selector = obj["spec"]["selector"]["matchLabels"]
+        template_labels = obj["spec"]["template"]["metadata"]["labels"]
+        assert selector.items() <= template_labels.items(), key
+        assert set(selector) <= {
+            "app.kubernetes.io/name",
+            "app.kubernetes.io/instance",
+            "app.kubernetes.io/component",
+            "slurm.warden.dev/worker-group",
+        }, key
+
+
+def test_workers_get_exactly_the_capabilities_the_jail_needs() -> None:
+    objs = objects(load("gpu-two-groups"))
+    sts = objs["StatefulSet/gpu-worker-h100"]
+    slurmd = pod_spec(sts)["containers"][0]
+    sc = slurmd["securityContext"]
+    assert sorted(sc["capabilities"]["add"]) == ["SYS_ADMIN", "SYS_NICE"]
+    assert sc["seccompProfile"] == {"type": "Localhost", "localhostProfile": "warden/worker.json"}
+    assert sc["appArmorProfile"] == {"type": "Unconfined"}
+    # Login and controller need nothing added.
+    for key in ("StatefulSet/gpu-login", "StatefulSet/gpu-controller"):
+        for c in containers(objs[key]):
+            assert "capabilities" not in c.get("securityContext", {}), key
+
+
+def test_gpu_worker_group_pod() -> None:
+    objs = objects(load("gpu-two-groups"))
+    sts = objs["StatefulSet/gpu-worker-h100"]
+    assert sts["spec"]["replicas"] == 4
+    assert sts["spec"]["serviceName"] == "gpu-nodes"
+    pod = pod_spec(sts)
+    slurmd = pod["containers"][0]
+    assert slurmd["resources"]["limits"]["nvidia.com/gpu"] == "8"
+    env = {e["name"]: e["value"] for e in slurmd["env"]}
+    assert env["WARDEN_WORKER_GROUP"] == "h100"
+    assert "Gres=gpu:h100:8" in env["WARDEN_SLURMD_CONF"]
+    assert pod["nodeSelector"] == {"node.kubernetes.io/instance-type": "gpu-h100x8"}
+    assert pod["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    mounts = {m["mountPath"]: m["name"] for m in slurmd["volumeMounts"]}
+    assert mounts["/mnt/jail"] == "jail"
+    assert mounts["/scratch"] == "local-scratch"
+    assert mounts["/home"] == "jail", "slurmstepd opens output files before the jail plugin runs"
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["local-shm"]["emptyDir"] == {"medium": "Memory", "sizeLimit": "64Gi"}
+    assert volumes["jail"]["persistentVolumeClaim"]["claimName"] == "gpu-jail"
+    assert volumes["slurm-key"]["secret"]["secretName"] == "gpu-slurm-key"
+    # Short node names resolve through the headless Service's domain.
+    assert "gpu-nodes.research.svc.cluster.local" in pod["dnsConfig"]["searches"]
+    assert pod["initContainers"][0]["name"] == "wait-for-jail"
+
+
+def test_login_service_and_statefulset() -> None:
+    objs = objects(load("gpu-two-groups"))
+    svc = objs["Service/gpu-login"]
+    assert svc["spec"]["type"] == "LoadBalancer"
+    assert svc["spec"]["ports"][0]["port"] == 22
+    sts = objs["StatefulSet/gpu-login"]
+    assert sts["spec"]["replicas"] == 2
+    mounts = {m["mountPath"] for m in containers(sts)[-1]["volumeMounts"]}
+    assert {"/mnt/jail", "/mnt/jail/etc/slurm", "/mnt/jail/run/slurm", "/etc/warden/ssh"} <= mounts
+
+
+def test_headless_services() -> None:
+    objs = objects(load("cpu-only"))
+    for name in ("Service/cpu-nodes", "Service/cpu-controller"):
+        assert objs[name]["spec"]["clusterIP"] == "None"
+        assert objs[name]["spec"]["publishNotReadyAddresses"] is True
+
+
+def test_controller_keeps_state_on_a_volume_and_rolls_on_config_change() -> None:
+    spec = {"workerGroups": [{"name": "cpu"}]}
+    a = objects(Cluster("c", "ns", parse_spec(spec)))["StatefulSet/c-controller"]
+    assert a["spec"]["volumeClaimTemplates"][0]["spec"]["resources"]["requests"]["storage"] == "1Gi"
+    mounts = {m["mountPath"] for m in a["spec"]["template"]["spec"]["containers"][0]["volumeMounts"]}
+    assert "/var/spool/slurmctld" in mounts
+    changed = {**spec, "slurmConfig": {"extraLines": ["MaxJobCount=5000"]}}
+    b = objects(Cluster("c", "ns", parse_spec(changed)))["StatefulSet/c-controller"]
+    key = "slurm.warden.dev/config-hash"
+    assert (
+        a["spec"]["template"]["metadata"]["annotations"][key] != b["spec"]["template"]["metadata"]["annotations"][key]
+    )
+
+
+def test_jail_pvc_is_rwx_and_absent_with_an_existing_claim() -> None:
+    objs = objects(load("gpu-two-groups"))
+    pvc = objs["PersistentVolumeClaim/gpu-jail"]
+    assert pvc["spec"]["accessModes"] == ["ReadWriteMany"]
+    assert pvc["spec"]["storageClassName"] == "shared-rwx"
+    assert pvc["spec"]["resources"]["requests"]["storage"] == "500Gi"
+    mine = Cluster("c", "ns", parse_spec({"workerGroups": [{"name": "a"}], "jail": {"existingClaim": "shared-root"}}))
+    objs = objects(mine)
+    assert not [k for k in objs if k.startswith("PersistentVolumeClaim/")]
+    volumes = {v["name"]: v for v in pod_spec(objs["StatefulSet/c-worker-a"])["volumes"]}
+    assert volumes["jail"]["persistentVolumeClaim"]["claimName"] == "shared-root"
+
+
+def test_populate_job_is_replaced_when_overwrite_or_image_changes() -> None:
+    base = {"workerGroups": [{"name": "a"}]}
+    job = populate_job(Cluster("c", "ns", parse_spec(base)))
+    again = populate_job(Cluster("c", "ns", parse_spec(base)))
+    overwrite = populate_job(Cluster("c", "ns", parse_spec({**base, "jail": {"populate": {"overwrite": True}}})))
+    image = populate_job(Cluster("c", "ns", parse_spec({**base, "jail": {"populate": {"image": "me/jail:2"}}})))
+    hashes = [j["metadata"]["annotations"][TEMPLATE_HASH_ANNOTATION] for j in (job, again, overwrite, image)]
+    assert hashes[0] == hashes[1]
+    assert len(set(hashes)) == 3
+    env = {e["name"]: e["value"] for e in overwrite["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["WARDEN_POPULATE_OVERWRITE"] == "true"
+    assert image["spec"]["template"]["spec"]["containers"][0]["image"] == "me/jail:2"
+
+
+def test_accounting_objects_follow_the_mode() -> None:
+    external = objects(load("accounting-external"))
+    assert "StatefulSet/acct-accounting" in external
+    assert not [k for k in external if "mariadb" in k], "external DB: no in-cluster MariaDB"
+    dbd = pod_spec(external["StatefulSet/acct-accounting"])
+    password = {v["name"]: v for v in dbd["volumes"]}["db-password"]["secret"]
+    assert password["secretName"] == "slurm-db"
+    assert password["items"] == [{"key": "password", "path": "password"}]
+    incluster = objects(
+        Cluster("c", "ns", parse_spec({"workerGroups": [{"name": "a"}], "accounting": {"mode": "InCluster"}}))
+    )
+    assert "StatefulSet/c-mariadb" in incluster and "Service/c-mariadb" in incluster
+    assert "db-password" in [
+        s.name.removeprefix("c-")
+        for s in render(
+            Cluster("c", "ns", parse_spec({"workerGroups": [{"name": "a"}], "accounting": {"mode": "InCluster"}}))
+        ).secrets
+    ]
+    assert not [k for k in objects(load("cpu-only")) if "accounting" in k]
+
+
+def test_nccl_cronjob() -> None:
+    objs = objects(load("gpu-two-groups"))
+    cron = objs["CronJob/gpu-nccl-check"]
+    spec = cron["spec"]
+    assert spec["schedule"] == "0 */4 * * *"
+    assert spec["concurrencyPolicy"] == "Forbid"
+    assert spec["successfulJobsHistoryLimit"] == 3 and spec["failedJobsHistoryLimit"] == 3
+    job = spec["jobTemplate"]["spec"]
+    # 6 GPU nodes, 4 at a time, 10 minutes each: two waves plus slack.
+    assert job["activeDeadlineSeconds"] == 2 * 10 * 60 + 300
+    args = job["template"]["spec"]["containers"][0]["args"]
+    assert args[args.index("--min-busbw") + 1] == "180"
+    assert args[args.index("--report-configmap") + 1] == "research/gpu-nccl-check"
+    role = objs["Role/gpu-health-check"]
+    assert role["rules"] == [
+        {
+            "apiGroups": [""],
+            "resources": ["configmaps"],
+            "resourceNames": ["gpu-nccl-check"],
+            "verbs": ["get", "patch", "update"],
+        }
+    ]
+    # No CronJob where it cannot do anything: no GPU group, or the check switched off.
+    assert not [k for k in objects(load("cpu-only")) if k.startswith("CronJob/")]
+
+
+def test_names_are_deterministic() -> None:
+    a = [sorted(objects(load(e))) for e in EXAMPLES]
+    b = [sorted(objects(load(e))) for e in EXAMPLES]
+    assert a == b
+
+
+def test_owner_reference_points_at_the_cluster() -> None:
+    obj = render(load("cpu-only")).objects[0]
+    owned = with_owner(obj, Owner(name="cpu", namespace="hpc", uid="1234"))
+    (ref,) = owned["metadata"]["ownerReferences"]
+    assert ref == {
+        "apiVersion": "slurm.warden.dev/v1alpha1",
+        "kind": "SlurmCluster",
+        "name": "cpu",
+        "uid": "1234",
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+    assert "ownerReferences" not in obj["metadata"], "the rendered object itself is left untouched"
+
+
+def test_secrets_are_generated_fresh_and_complete() -> None:
+    specs = {s.name: s for s in render(load("cpu-only")).secrets}
+    key1 = specs["cpu-slurm-key"].generate()["slurm.key"]
+    key2 = specs["cpu-slurm-key"].generate()["slurm.key"]
+    assert key1 != key2 and len(key1) == 1024
+    host = specs["cpu-ssh-host-keys"].generate()
+    assert host["ssh_host_ed25519_key"].startswith("-----BEGIN OPENSSH PRIVATE KEY-----")
+    assert host["ssh_host_ed25519_key.pub"].startswith("ssh-ed25519 ")
+    assert all("data" not in s.manifest and "stringData" not in s.manifest for s in specs.values())
