@@ -120,3 +120,21 @@ def test_slurm_unreachable_changes_nothing(node_dirs: tuple[Path, Path], capsys:
     fake = FakeSlurm([])  # the node is unknown: scontrol fails
     assert main(["--node", "gpu-0", "--dev-dir", str(dev), "--jail", str(jail)], slurm=Slurm(fake)) == 2
     assert "cannot ask Slurm" in capsys.readouterr().err
+
+
+def test_stale_reason_of_a_resumed_node_does_not_block_a_drain(node_dirs: tuple[Path, Path]) -> None:
+    # after RESUME, Slurm keeps the old reason text and shows the node NOT_RESPONDING for a moment
+    dev, jail = node_dirs
+    (dev / "nvidia0").unlink()
+    fake = FakeSlurm([FakeNode("gpu-0", state=["IDLE", "NOT_RESPONDING"], reason="RMA: fan failure", gres="gpu:2")])
+    assert quickcheck(fake, dev, jail, "--nvidia-smi", "")[0] == 1
+    assert fake.nodes["gpu-0"].reason == "warden-quickcheck: 1 of 2 GPU device files"
+
+
+def test_node_set_down_by_a_person_keeps_its_reason(node_dirs: tuple[Path, Path]) -> None:
+    dev, jail = node_dirs
+    (dev / "nvidia0").unlink()
+    fake = FakeSlurm([FakeNode("gpu-0", state=["DOWN"], reason="PSU swap", gres="gpu:2")])
+    rc, out = quickcheck(fake, dev, jail, "--nvidia-smi", "")
+    assert rc == 1 and "held by someone else (PSU swap)" in out
+    assert fake.updates("gpu-0") == []
