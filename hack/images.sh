@@ -46,7 +46,7 @@ for name in "${names[@]}"; do
     file="$(dockerfile "$name")"
     [ -f "$file" ] || { echo "images.sh: no $file" >&2; exit 1; }
     args=(--build-arg "WARDEN_VERSION=$VERSION")
-    case "$name" in operator | health-check) args+=(--build-arg "WARDEN_EXTRA_CA=$extra_ca") ;; esac
+    case "$name" in operator) args+=(--build-arg "WARDEN_EXTRA_CA=$extra_ca") ;; esac
     start=$SECONDS
     echo "==> warden/$name:$VERSION ($file)" >&2
     log="$(mktemp)"

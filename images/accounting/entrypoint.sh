@@ -7,6 +7,19 @@
 set -euo pipefail
 WARDEN_COMPONENT=accounting
 . /usr/lib/warden/warden-lib.sh
+case "${1:-}" in
+    -V | -h | --help)
+        # slurmdbd reads its configuration before its options: give it a throwaway one
+        t="$(mktemp -d)"
+        printf 'StorageType=accounting_storage/mysql\nDbdHost=localhost\n' >"$t/slurmdbd.conf"
+        chown slurm:slurm "$t/slurmdbd.conf"
+        chmod 0600 "$t/slurmdbd.conf"
+        SLURM_CONF="$t/slurm.conf" slurmdbd "$@"
+        rc=$?
+        rm -rf "$t"
+        exit "$rc"
+        ;;
+esac
 warden_passthrough slurmdbd "$@"
 
 conf_in="${WARDEN_SLURMDBD_CONF:-/etc/warden/slurmdbd/slurmdbd.conf}"
