@@ -166,15 +166,15 @@ def fold(
 
 
 def health_status(report: dict[str, Any] | None, previous: SlurmClusterStatus | None) -> HealthCheckStatus:
-    """The NCCL check's last report (see warden.health.main for its shape), or what status had."""
+    """The NCCL check's last report (its shape: warden.health.check), or what status had before."""
     if report is None:
         return previous.health_check if previous else HealthCheckStatus()
     return HealthCheckStatus(
-        last_run_time=report.get("finished") or report.get("started"),
-        nodes_checked=int(report.get("checked", 0)),
+        last_run_time=report.get("lastRunTime"),
+        nodes_checked=int(report.get("nodesChecked", 0)),
         nodes_passed=len(report.get("passed", [])),
         drained=[DrainedNode(node=d["node"], reason=d["reason"]) for d in report.get("drained", [])],
-        skipped=[DrainedNode(node=d["node"], reason=d["reason"]) for d in report.get("skipped", [])],
+        skipped=[DrainedNode(node=d["node"], reason=d.get("why", "")) for d in report.get("skipped", [])],
     )
 
 

@@ -15,8 +15,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from tests.unit.health_fakes import BUSY, FakeNode, FakeSlurm, hangs, prints
 
+from tests.unit.health_fakes import BUSY, FakeNode, FakeSlurm, hangs, prints
 from warden.health.check import REASON_PREFIX, CheckConfig, run_checks
 from warden.health.main import main
 from warden.slurm import CommandResult, Slurm

@@ -13,8 +13,8 @@ from contextlib import redirect_stdout
 from pathlib import Path
 
 import pytest
-from tests.unit.health_fakes import FakeNode, FakeSlurm
 
+from tests.unit.health_fakes import FakeNode, FakeSlurm
 from warden.health.quickcheck import main
 from warden.slurm import Slurm
 

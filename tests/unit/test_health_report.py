@@ -15,8 +15,8 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 from typing import Any
 
 import pytest
-from tests.unit.health_fakes import FakeNode, FakeSlurm, prints
 
+from tests.unit.health_fakes import FakeNode, FakeSlurm, prints
 from warden.health.main import main
 from warden.health.report import REPORT_KEY, ApiTarget, ReportError, write_report
 from warden.slurm import Slurm

@@ -10,9 +10,9 @@ import os
 from pathlib import Path
 
 import pytest
+
 from tests.support.examples import EXAMPLES, load
 from tests.support.slurmconf import parse, parse_sshd
-
 from warden.render import config
 
 GOLDEN = Path(__file__).parent / "golden"

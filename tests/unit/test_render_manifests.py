@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from tests.support.examples import EXAMPLES, load
 
+from tests.support.examples import EXAMPLES, load
 from warden.apply import KINDS, Owner, with_owner
 from warden.model import parse_spec
 from warden.render.cluster import render

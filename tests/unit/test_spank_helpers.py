@@ -58,9 +58,7 @@ def _load() -> tuple[Any, Any]:
     if shutil.which("make") is None or shutil.which("cc") is None:
         pytest.skip("needs make and a C compiler to build spank/build/libjailhelpers.so")
     # Always ask make: it rebuilds only when a source changed.
-    done = subprocess.run(
-        ["make", "-s", "-C", str(SPANK), "helpers"], capture_output=True, text=True, check=False
-    )
+    done = subprocess.run(["make", "-s", "-C", str(SPANK), "helpers"], capture_output=True, text=True, check=False)
     assert done.returncode == 0, f"make -C spank helpers failed:\n{done.stdout}{done.stderr}"
     ffi = cffi.FFI()
     ffi.cdef(CDEF)

@@ -1,0 +1,98 @@
+# Warden — the entry points everyone uses. `make help` lists them.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAGE := hack/stage.sh
+export PY
+
+include hack/Makefile.k8s.mk
+
+.PHONY: help
+help: ## this list
+	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk -F':.*?## ' '{printf "  make %-16s %s\n", $$1, $$2}'
+
+# --- Python environment ------------------------------------------------------------------------
+$(VENV)/.installed: pyproject.toml
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $@
+
+.PHONY: venv
+venv: $(VENV)/.installed ## Python virtualenv with the operator and test tools
+
+# --- quick loop --------------------------------------------------------------------------------
+.PHONY: lint
+lint: venv ## ruff + mypy --strict
+	$(VENV)/bin/ruff check operator tests
+	$(VENV)/bin/ruff format --check operator tests
+	$(VENV)/bin/mypy
+
+.PHONY: crd
+crd: venv ## regenerate the CRD in charts/slurm-operator-crds from the spec model
+	$(PY) -m warden.crd --write
+
+.PHONY: golden
+golden: venv ## regenerate renderer golden files (review the diff!)
+	UPDATE_GOLDEN=1 $(PY) -m pytest -q tests/unit/test_render_golden.py
+
+.PHONY: spank
+spank: ## build the SPANK jail plugin
+	$(MAKE) -C spank
+
+.PHONY: fuzz
+fuzz: ## fuzz the plugin's argument parser (FUZZ_SECONDS=30)
+	$(MAKE) -C spank fuzz
+
+# --- test tiers --------------------------------------------------------------------------------
+.PHONY: unit integration dataplane e2e test
+unit: venv ## unit tier: lint, renderers, parsers, plugin helpers (< 1 min)
+	@$(STAGE) lint $(MAKE) --no-print-directory lint
+	@$(STAGE) unit hack/pytest-tier.sh unit -q
+
+integration: venv ## integration tier: the operator against a real kube-apiserver (builds binaries once)
+	@$(STAGE) k8s-bins $(MAKE) --no-print-directory k8s-bins
+	@$(STAGE) integration hack/pytest-tier.sh integration -q
+
+dataplane: venv ## dataplane tier: real Slurm daemons from the project's images in Docker
+	@$(STAGE) docker hack/docker.sh ensure
+	@$(STAGE) base-image hack/base-image.sh
+	@$(STAGE) images hack/images.sh
+	@$(STAGE) dataplane hack/pytest-tier.sh dataplane -q
+
+e2e: venv ## e2e tier: helm install on a real single-node Kubernetes
+	@$(STAGE) e2e hack/pytest-tier.sh e2e -q
+
+test: ## every tier, each installing what it needs
+	@$(STAGE) unit-tier $(MAKE) --no-print-directory unit
+	@$(STAGE) integration-tier $(MAKE) --no-print-directory integration
+	@$(STAGE) dataplane-tier $(MAKE) --no-print-directory dataplane
+	@$(STAGE) e2e-tier $(MAKE) --no-print-directory e2e
+
+# --- images ------------------------------------------------------------------------------------
+.PHONY: docker base-image images
+docker: ## start Docker Engine (installs Debian's docker.io when missing)
+	hack/docker.sh ensure
+
+base-image: docker ## debootstrap debian:trixie-slim and import it into Docker
+	hack/base-image.sh
+
+images: base-image ## build every image (warden/<name>:<version>)
+	hack/images.sh
+
+# --- local cluster -----------------------------------------------------------------------------
+.PHONY: up down
+up: ## local Kubernetes + images + charts + a SlurmCluster you can SSH into
+	@echo "make up: the local single-node Kubernetes is not built yet (issue 7)." >&2
+	@echo "Until then: 'make controlplane-up' gives a real API server with fake (kwok) nodes." >&2
+	@exit 2
+
+down: controlplane-down ## tear down what `make up` started
+
+# --- benchmarks --------------------------------------------------------------------------------
+.PHONY: bench
+bench: venv ## performance figures, printed side by side (never asserted in tests)
+	@if compgen -G "bench/*.sh" >/dev/null; then for b in bench/*.sh; do $(STAGE) "$$b" "$$b" || exit 1; done; \
+	 else echo "no benchmarks yet"; fi

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# What a fresh Debian machine lacks to build and test Warden, installed from Debian's packages.
+# Idempotent: a machine that has everything installs nothing.
+#   hack/install-deps.sh [unit|integration|dataplane|all]   (default: all)
+set -euo pipefail
+what="${1:-all}"
+pkgs=(gcc make libc6-dev libslurm-dev openssl git ca-certificates)
+case "$what" in
+    unit) ;;
+    integration) ;;  # Go comes with the machine; hack/build-k8s-bins.sh checks its version
+    dataplane | all) pkgs+=(openssh-client) ;;  # Docker and debootstrap: hack/docker.sh, hack/base-image.sh
+    *) echo "install-deps.sh: unknown set '$what'" >&2; exit 2 ;;
+esac
+missing=()
+for p in "${pkgs[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+    echo "installing: ${missing[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi

@@ -1,0 +1,1 @@
+"""Shared helpers for Warden's test tiers (control plane, clusters, fixtures)."""

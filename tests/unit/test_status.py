@@ -1,0 +1,137 @@
+"""Status folded from observations: what `kubectl get slurmclusters` and its conditions say."""
+
+from __future__ import annotations
+
+from warden.model import SlurmClusterSpec, SlurmClusterStatus, parse_spec
+from warden.status import Observed, Workload, fold, invalid_spec_status
+
+SPEC = parse_spec(
+    {
+        "workerGroups": [{"name": "cpu", "replicas": 2}, {"name": "gpu", "replicas": 1, "gpus": {"count": 4}}],
+        "accounting": {"mode": "InCluster"},
+    }
+)
+T0, T1 = "2026-11-22T00:00:00Z", "2026-11-22T00:05:00Z"
+
+
+def ready_cluster() -> Observed:
+    return Observed(
+        controller=Workload(True, 1, 1),
+        login=Workload(True, 1, 1),
+        workers={"cpu": Workload(True, 2, 2), "gpu": Workload(True, 1, 1)},
+        jail_populated=True,
+        accounting=Workload(True, 1, 1),
+    )
+
+
+def conditions(status: SlurmClusterStatus) -> dict[str, str]:
+    return {c.type: c.status for c in status.conditions}
+
+
+def test_nothing_exists_yet_is_pending() -> None:
+    status = fold(SPEC, 1, Observed(accounting=Workload()), None, T0)
+    assert status.phase == "Pending"
+    assert conditions(status) == {
+        "Ready": "False",
+        "JailPopulated": "False",
+        "ControllerReady": "False",
+        "LoginReady": "False",
+        "WorkersReady": "False",
+        "AccountingReady": "False",
+    }
+    assert status.workers == "0/3" and status.login == "0/1"
+
+
+def test_everything_ready() -> None:
+    status = fold(SPEC, 3, ready_cluster(), None, T0)
+    assert status.phase == "Ready"
+    assert set(conditions(status).values()) == {"True"}
+    assert status.observed_generation == 3
+    assert status.workers == "3/3" and status.login == "1/1" and status.jail_populated
+    assert [(g.name, g.ready_replicas, g.replicas) for g in status.worker_groups] == [("cpu", 2, 2), ("gpu", 1, 1)]
+    assert all(c.observed_generation == 3 for c in status.conditions)
+
+
+def test_progress_names_what_is_missing() -> None:
+    observed = Observed(
+        controller=Workload(True, 1, 1),
+        login=Workload(True, 1, 0),
+        workers={"cpu": Workload(True, 2, 1), "gpu": Workload(True, 1, 1)},
+        jail_populated=False,
+        accounting=Workload(True, 1, 1),
+    )
+    status = fold(SPEC, 1, observed, None, T0)
+    assert status.phase == "Provisioning"
+    ready = next(c for c in status.conditions if c.type == "Ready")
+    assert ready.reason == "ComponentsNotReady"
+    assert "JailPopulated" in ready.message and "LoginReady" in ready.message and "WorkersReady" in ready.message
+    workers = next(c for c in status.conditions if c.type == "WorkersReady")
+    assert workers.message == "2/3 worker nodes ready (not ready: cpu 1/2)"
+
+
+def test_transition_time_moves_only_when_status_flips() -> None:
+    first = fold(SPEC, 1, ready_cluster(), None, T0)
+    same = fold(SPEC, 1, ready_cluster(), first, T1)
+    assert {c.type: c.last_transition_time for c in same.conditions} == dict.fromkeys(conditions(first), T0)
+    degraded_obs = Observed(
+        **{**ready_cluster().__dict__, "workers": {"cpu": Workload(True, 2, 1), "gpu": Workload(True, 1, 1)}}
+    )
+    degraded = fold(SPEC, 1, degraded_obs, same, T1)
+    assert degraded.phase == "Degraded", "a cluster that was Ready and lost a node is Degraded, not Provisioning"
+    times = {c.type: c.last_transition_time for c in degraded.conditions}
+    assert times["WorkersReady"] == T1 and times["Ready"] == T1 and times["ControllerReady"] == T0
+
+
+def test_failed_populate_fails_the_cluster() -> None:
+    observed = Observed(**{**ready_cluster().__dict__, "jail_populated": False, "jail_failed": True})
+    status = fold(SPEC, 1, observed, None, T0)
+    assert status.phase == "Failed"
+    jail = next(c for c in status.conditions if c.type == "JailPopulated")
+    assert jail.reason == "PopulateFailed"
+
+
+def test_apply_errors_surface_in_ready() -> None:
+    status = fold(SPEC, 1, ready_cluster(), None, T0, errors=["StatefulSet/x: forbidden"])
+    ready = next(c for c in status.conditions if c.type == "Ready")
+    assert (ready.status, ready.reason, ready.message) == ("False", "ReconcileFailed", "StatefulSet/x: forbidden")
+    assert status.phase == "Degraded"
+
+
+def test_accounting_disabled_is_ready() -> None:
+    spec = SlurmClusterSpec.model_validate({"workerGroups": [{"name": "a", "replicas": 0}], "login": {"replicas": 0}})
+    observed = Observed(controller=Workload(True, 1, 1), workers={"a": Workload(True, 0, 0)}, jail_populated=True)
+    status = fold(spec, 1, observed, None, T0)
+    accounting = next(c for c in status.conditions if c.type == "AccountingReady")
+    assert (accounting.status, accounting.reason) == ("True", "AccountingDisabled")
+    assert status.phase == "Ready", "no login nodes and no workers asked for: nothing to wait for"
+
+
+def test_health_report_is_folded_and_kept_between_reports() -> None:
+    report = {
+        "lastRunTime": "2026-11-22T04:00:00Z",
+        "thresholdGBps": 100.0,
+        "nodesChecked": 2,
+        "passed": ["c-worker-gpu-0"],
+        "drained": [
+            {"node": "c-worker-gpu-1", "reason": "warden-health: nccl all_reduce_perf busbw 12.3 GB/s < 100.0 GB/s"}
+        ],
+        "resumed": [],
+        "skipped": [{"node": "c-worker-gpu-2", "why": "busy (MIXED)"}],
+        "errors": [],
+    }
+    status = fold(SPEC, 1, Observed(**{**ready_cluster().__dict__, "health_report": report}), None, T0)
+    hc = status.health_check
+    assert (hc.last_run_time, hc.nodes_checked, hc.nodes_passed) == ("2026-11-22T04:00:00Z", 2, 1)
+    assert [(d.node, d.reason) for d in hc.drained] == [("c-worker-gpu-1", report["drained"][0]["reason"])]
+    assert [(s.node, s.reason) for s in hc.skipped] == [("c-worker-gpu-2", "busy (MIXED)")]
+    later = fold(SPEC, 1, ready_cluster(), status, T1)
+    assert later.health_check == hc
+
+
+def test_invalid_spec_keeps_other_conditions() -> None:
+    ready = fold(SPEC, 1, ready_cluster(), None, T0)
+    status = invalid_spec_status(2, "spec.workerGroups[0].replicas: must be >= 0", ready, T1)
+    assert status.phase == "Failed" and status.observed_generation == 2
+    first = status.conditions[0]
+    assert (first.type, first.status, first.reason) == ("Ready", "False", "InvalidSpec")
+    assert "WorkersReady" in conditions(status)
