@@ -31,8 +31,9 @@ lint: venv ## ruff + mypy --strict
 	$(VENV)/bin/mypy
 
 .PHONY: crd
-crd: venv ## regenerate the CRD in charts/slurm-operator-crds from the spec model
+crd: venv ## regenerate the CRD (charts/slurm-operator-crds) and docs/reference.md from the spec model
 	$(PY) -m warden.crd --write
+	$(PY) -m warden.reference
 
 .PHONY: golden
 golden: venv ## regenerate renderer golden files (review the diff!)

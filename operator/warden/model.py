@@ -124,11 +124,13 @@ class ResourceRequirements(Spec):
 class Toleration(Spec):
     """A Kubernetes toleration (same fields as `core/v1 Toleration`)."""
 
-    key: str | None = Field(default=None, max_length=253)
-    operator: Literal["Exists", "Equal"] | None = None
-    value: str | None = Field(default=None, max_length=63)
-    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
-    toleration_seconds: int | None = None
+    key: str | None = Field(default=None, max_length=253, description="Taint key.")
+    operator: Literal["Exists", "Equal"] | None = Field(default=None, description="Exists or Equal.")
+    value: str | None = Field(default=None, max_length=63, description="Taint value.")
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = Field(
+        default=None, description="Taint effect."
+    )
+    toleration_seconds: int | None = Field(default=None, description="For NoExecute: how long to stay.")
 
 
 class PopulateJail(Spec):
@@ -195,7 +197,7 @@ class Controller(Spec):
 class LoginService(Spec):
     """How SSH on the login nodes is exposed."""
 
-    type: Literal["ClusterIP", "NodePort", "LoadBalancer"] = Field(default="NodePort")
+    type: Literal["ClusterIP", "NodePort", "LoadBalancer"] = Field(default="NodePort", description="Service type.")
     node_port: int | None = Field(default=None, ge=30000, le=32767, description="Fixed NodePort (optional).")
     annotations: dict[str, str] = Field(default_factory=dict, description="Annotations of the Service.")
 
@@ -203,7 +205,7 @@ class LoginService(Spec):
 class Login(Spec):
     """Login nodes: sshd chrooted into the jail, public keys only."""
 
-    replicas: int = Field(default=1, ge=0, le=32)
+    replicas: int = Field(default=1, ge=0, le=32, description="Number of login nodes.")
     service: LoginService = Field(default_factory=LoginService)
     ssh_authorized_keys: list[Annotated[str, Field(pattern=SSH_PUBLIC_KEY, max_length=16384)]] = Field(
         default_factory=list,
@@ -233,7 +235,7 @@ class Gpus(Spec):
 class LocalMount(Spec):
     """A node-local directory bound into the jail for every job step (tmp, shm, scratch)."""
 
-    name: DnsLabel
+    name: DnsLabel = Field(description="Name of the emptyDir volume.")
     jail_path: str = Field(pattern=r"^/[^\s:]*$", max_length=255, description="Absolute path inside the jail.")
     medium: Literal["Disk", "Memory"] = Field(default="Disk", description="`Memory` makes a tmpfs.")
     size_limit: Quantity | None = Field(default=None, description="Size limit of the emptyDir.")
@@ -243,14 +245,14 @@ class WorkerGroup(Spec):
     """A set of identical Slurm worker nodes (one StatefulSet)."""
 
     name: DnsLabel = Field(description="Group name; node names are `<cluster>-worker-<name>-<i>`.")
-    replicas: int = Field(default=1, ge=0, le=10000)
+    replicas: int = Field(default=1, ge=0, le=10000, description="Number of Slurm nodes in the group.")
     resources: ResourceRequirements = Field(default_factory=ResourceRequirements)
     gpus: Gpus = Field(default_factory=Gpus)
     features: list[Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]+$", max_length=64)]] = Field(
         default_factory=list, max_length=32, description="Extra Slurm node features."
     )
     node_selector: dict[str, str] = Field(default_factory=dict, description="Kubernetes nodeSelector.")
-    tolerations: list[Toleration] = Field(default_factory=list, max_length=32)
+    tolerations: list[Toleration] = Field(default_factory=list, max_length=32, description="Kubernetes tolerations.")
     local_mounts: list[LocalMount] = Field(
         default_factory=lambda: [
             LocalMount(name="tmp", jail_path="/tmp"),
@@ -276,7 +278,9 @@ class WorkerGroup(Spec):
 class Partition(Spec):
     """A Slurm partition made of whole worker groups."""
 
-    name: Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]+$", min_length=1, max_length=32)]
+    name: Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]+$", min_length=1, max_length=32)] = Field(
+        description="Partition name (`sbatch -p`)."
+    )
     worker_groups: list[DnsLabel] = Field(min_length=1, max_length=64, description="Groups in this partition.")
     default: bool = Field(default=False, description="The default partition (at most one).")
     max_time: str = Field(
@@ -315,23 +319,23 @@ class SlurmConfig(Spec):
 
 
 class SecretKeyRef(Spec):
-    name: str = Field(min_length=1, max_length=253)
-    key: str = Field(default="password", min_length=1, max_length=253)
+    name: str = Field(min_length=1, max_length=253, description="Secret name.")
+    key: str = Field(default="password", min_length=1, max_length=253, description="Key in the Secret.")
 
 
 class ExternalDatabase(Spec):
     """A MariaDB/MySQL server run outside the cluster."""
 
-    host: str = Field(min_length=1, max_length=253)
-    port: int = Field(default=3306, ge=1, le=65535)
-    user: str = Field(default="slurm", min_length=1, max_length=64)
-    database: str = Field(default="slurm_acct_db", min_length=1, max_length=64)
-    password_secret_ref: SecretKeyRef
+    host: str = Field(min_length=1, max_length=253, description="Database host name.")
+    port: int = Field(default=3306, ge=1, le=65535, description="Database port.")
+    user: str = Field(default="slurm", min_length=1, max_length=64, description="Database user.")
+    database: str = Field(default="slurm_acct_db", min_length=1, max_length=64, description="Database name.")
+    password_secret_ref: SecretKeyRef = Field(description="Secret (same namespace) holding the password.")
 
 
 class InClusterDatabase(Spec):
-    storage_size: Quantity = Field(default="5Gi")
-    storage_class_name: str | None = Field(default=None, max_length=253)
+    storage_size: Quantity = Field(default="5Gi", description="Size of the database volume.")
+    storage_class_name: str | None = Field(default=None, max_length=253, description="StorageClass to use.")
 
 
 class Accounting(Spec):
@@ -349,9 +353,11 @@ class Accounting(Spec):
         }
     )
 
-    mode: Literal["Disabled", "InCluster", "External"] = Field(default="Disabled")
-    in_cluster: InClusterDatabase = Field(default_factory=InClusterDatabase)
-    external: ExternalDatabase | None = None
+    mode: Literal["Disabled", "InCluster", "External"] = Field(
+        default="Disabled", description="No accounting, MariaDB run by Warden, or your own database."
+    )
+    in_cluster: InClusterDatabase = Field(default_factory=InClusterDatabase, description="For mode InCluster.")
+    external: ExternalDatabase | None = Field(default=None, description="For mode External.")
     resources: ResourceRequirements = Field(default_factory=ResourceRequirements)
 
     @model_validator(mode="after")
@@ -364,7 +370,7 @@ class Accounting(Spec):
 class NcclCheck(Spec):
     """NCCL all_reduce_perf on every GPU node; slow nodes are drained."""
 
-    enabled: bool = Field(default=False)
+    enabled: bool = Field(default=False, description="Run the check (only GPU groups are checked).")
     schedule: str = Field(default="0 */6 * * *", pattern=CRON, max_length=128, description="Cron schedule.")
     min_bus_bandwidth_gbps: float = Field(
         default=100.0, gt=0, le=100000, description="Drain a node whose average bus bandwidth (GB/s) is lower."
@@ -378,11 +384,13 @@ class NcclCheck(Spec):
 class QuickCheck(Spec):
     """Slurm HealthCheckProgram on every worker (GPU devices, nvidia-smi, jail mounted)."""
 
-    enabled: bool = Field(default=True)
-    interval_seconds: int = Field(default=300, ge=10, le=86400)
+    enabled: bool = Field(default=True, description="Set HealthCheckProgram on every worker.")
+    interval_seconds: int = Field(default=300, ge=10, le=86400, description="HealthCheckInterval.")
 
 
 class HealthChecks(Spec):
+    """GPU and node health checks."""
+
     nccl: NcclCheck = Field(default_factory=NcclCheck)
     quick: QuickCheck = Field(default_factory=QuickCheck)
 
@@ -391,7 +399,9 @@ class SeccompProfile(Spec):
     """Seccomp profile of the worker containers. It must allow pivot_root and mount, which the
     container runtimes' default profiles (RuntimeDefault) block."""
 
-    type: Literal["Localhost", "Unconfined", "RuntimeDefault"] = Field(default="Localhost")
+    type: Literal["Localhost", "Unconfined", "RuntimeDefault"] = Field(
+        default="Localhost", description="RuntimeDefault blocks pivot_root: jobs then fail to enter the jail."
+    )
     localhost_profile: str = Field(
         default="warden/worker.json",
         max_length=253,

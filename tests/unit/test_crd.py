@@ -73,3 +73,20 @@ def test_worker_groups_are_a_map_keyed_by_name() -> None:
 def test_checked_in_crd_is_valid_yaml_with_one_document() -> None:
     docs = list(yaml.safe_load_all((ROOT / CRD_PATH).read_text()))
     assert len(docs) == 1 and docs[0]["kind"] == "CustomResourceDefinition"
+
+
+def test_reference_docs_match_the_schema() -> None:
+    from warden.reference import REFERENCE_PATH, render_reference
+
+    assert (ROOT / REFERENCE_PATH).read_text() == render_reference(), "docs/reference.md is stale: run `make crd`"
+
+
+def test_reference_lists_every_spec_field() -> None:
+    from warden.reference import render_reference
+
+    text = render_reference()
+    schema = crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    for path, _node in _walk(schema, "spec"):
+        if path.endswith(("{}", "[]")) or path == "spec":
+            continue
+        assert f"| `{path}` |" in text, path
