@@ -185,14 +185,8 @@ class Pki:
         and the ServiceAccount signing key pair (sa.key / sa.pub). EC P-256 keys: fast to make."""
         dir.mkdir(parents=True, exist_ok=True)
         pki = cls(dir)
-        ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
-        _openssl(
-            "req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.crt", "-days", "3650",
-            "-subj", "/CN=warden-test-ca",
-            "-addext", "basicConstraints=critical,CA:TRUE",
-            "-addext", "keyUsage=critical,keyCertSign,cRLSign,digitalSignature",
-            cwd=dir,
-        )  # fmt: skip
+        pki._ca("ca", "warden-test-ca")
+        pki._ca("front-proxy-ca", "warden-test-front-proxy-ca")  # for aggregated API servers
         sans = ",".join(
             [
                 "IP:127.0.0.1",
@@ -205,6 +199,7 @@ class Pki:
             ]
         )
         pki._leaf("apiserver", "/CN=kube-apiserver", "serverAuth", sans)
+        pki._leaf("front-proxy-client", "/CN=front-proxy-client", "clientAuth", None, ca="front-proxy-ca")
         for name, (cn, orgs) in clients.items():
             subj = "".join(f"/O={o}" for o in orgs) + f"/CN={cn}"
             pki._leaf(name, subj, "clientAuth", None)
@@ -214,7 +209,16 @@ class Pki:
             p.chmod(0o600)
         return pki
 
-    def _leaf(self, name: str, subj: str, usage: str, sans: str | None) -> None:
+    def _ca(self, name: str, cn: str) -> None:
+        _openssl(
+            "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+            "-keyout", f"{name}.key", "-out", f"{name}.crt", "-days", "3650", "-subj", f"/CN={cn}",
+            "-addext", "basicConstraints=critical,CA:TRUE",
+            "-addext", "keyUsage=critical,keyCertSign,cRLSign,digitalSignature",
+            cwd=self.dir,
+        )  # fmt: skip
+
+    def _leaf(self, name: str, subj: str, usage: str, sans: str | None, ca: str = "ca") -> None:
         ext = ["basicConstraints=critical,CA:FALSE", "keyUsage=critical,digitalSignature,keyEncipherment"]
         ext.append(f"extendedKeyUsage={usage}")
         if sans:
@@ -223,7 +227,7 @@ class Pki:
         ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
         _openssl("req", "-new", *ec, "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", subj, cwd=self.dir)
         _openssl(
-            "x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
+            "x509", "-req", "-in", f"{name}.csr", "-CA", f"{ca}.crt", "-CAkey", f"{ca}.key", "-CAcreateserial",
             "-days", "3650", "-out", f"{name}.crt", "-extfile", f"{name}.ext",
             cwd=self.dir,
         )  # fmt: skip
@@ -449,6 +453,14 @@ class ControlPlane:
                 f"--service-account-signing-key-file={pki.dir / 'sa.key'}",
                 f"--service-cluster-ip-range={SERVICE_CIDR}",
                 "--authorization-mode=Node,RBAC",
+                # front proxy (aggregation layer): also lets controller-manager/scheduler delegate authn
+                f"--requestheader-client-ca-file={pki.crt('front-proxy-ca')}",
+                "--requestheader-allowed-names=front-proxy-client",
+                "--requestheader-username-headers=X-Remote-User",
+                "--requestheader-group-headers=X-Remote-Group",
+                "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+                f"--proxy-client-cert-file={pki.crt('front-proxy-client')}",
+                f"--proxy-client-key-file={pki.key('front-proxy-client')}",
                 "--allow-privileged=true",
                 # the "kubernetes" Service would point at 127.0.0.1, which Endpoints reject
                 "--endpoint-reconciler-type=none",
