@@ -1,9 +1,9 @@
 # Upstream Kubernetes binaries and a throwaway control plane (include from the top-level Makefile).
 #   make k8s-bins                 # etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl,
-#                                 # kwok, helm -> ~/.cache/warden/bin/<k8s version>/ (cached)
-#   make k8s-bins K8S_BINS=all    # plus kubelet and kube-proxy (for e2e)
+#                                 # kubelet, kube-proxy, kwok, helm -> ~/.cache/warden/bin/<k8s version>/
+#   make k8s-bins K8S_BINS=controlplane   # all but kubelet and kube-proxy
 #   make controlplane-up / controlplane-down
-K8S_BINS ?= controlplane
+K8S_BINS ?= all
 
 .PHONY: k8s-bins controlplane-up controlplane-down
 k8s-bins:

@@ -5,8 +5,10 @@
 #
 # NAME is any of: etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok helm
 #                 kubelet kube-proxy
-# and the groups: controlplane (default: etcd, the three control-plane daemons, kubectl, kwok, helm)
-#                 node (kubelet, kube-proxy)   all (controlplane + node)
+# and the groups: controlplane (etcd, the three control-plane daemons, kubectl, kwok, helm)
+#                 node (kubelet, kube-proxy)   all (default: controlplane + node)
+# kubelet and kube-proxy share almost every package with the control-plane binaries: building them in the
+# same `go build` costs well under a minute more, so the default builds them too.
 #
 # Binaries land in ${WARDEN_CACHE:-$HOME/.cache/warden}/bin/<KUBERNETES_VERSION>/ (override with
 # WARDEN_BIN_DIR). A stamp there records the pinned versions and the Go version; a binary that already
@@ -54,7 +56,7 @@ stamp_text() {
 
 # ---- what to build -------------------------------------------------------------------------------
 want=()
-[[ $# -eq 0 ]] && set -- controlplane
+[[ $# -eq 0 ]] && set -- all
 for arg in "$@"; do
     case "${arg}" in
         controlplane) want+=("${CONTROLPLANE[@]}") ;;

@@ -11,4 +11,9 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "${ROOT}"
-PYTHONPATH="${ROOT}${PYTHONPATH:+:${PYTHONPATH}}" exec "${PYTHON:-python3}" -m tests.support.controlplane "$@"
+# The project's venv (make venv) has the kubernetes client; fall back to whatever python3 is on PATH.
+if [[ -z "${PYTHON:-}" ]]; then
+    PYTHON=python3
+    [[ -x "${ROOT}/.venv/bin/python" ]] && PYTHON="${ROOT}/.venv/bin/python"
+fi
+PYTHONPATH="${ROOT}${PYTHONPATH:+:${PYTHONPATH}}" exec "${PYTHON}" -m tests.support.controlplane "$@"

@@ -124,6 +124,8 @@ def wait_for(
             result = probe()
             if result is not None and result is not False:
                 return result
+        except ControlPlaneError:
+            raise  # a component died: waiting longer cannot help
         except Exception as e:  # the probe's errors are "not yet"; the last one is reported
             last_error = e
         if time.monotonic() > deadline:
