@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.controlplane import ControlPlane, ControlPlaneError, ensure_binaries
+from tests.support.controlplane import ControlPlane, ControlPlaneError, ensure_binaries, sigterm_as_interrupt
 
 #: fake nodes every session starts with (tests may add their own with controlplane.add_fake_nodes)
 DEFAULT_NODES = 2
@@ -33,7 +33,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture(scope="session")
 def controlplane() -> Iterator[ControlPlane]:
     """The session's control plane, with DEFAULT_NODES Ready kwok nodes. Torn down at session end,
-    whatever the tests did (and killed by the kernel if pytest itself dies)."""
+    whatever the tests did, also on SIGTERM (and killed by the kernel if pytest itself dies)."""
     try:
         bins = ensure_binaries(build=os.environ.get("WARDEN_BUILD_K8S_BINS") == "1")
     except ControlPlaneError as e:
@@ -50,7 +50,8 @@ def controlplane() -> Iterator[ControlPlane]:
         raise
     print(f"\ncontrol plane up in {cp.startup_seconds:.1f}s at {cp.server} ({cp.dir})", file=sys.stderr)
     try:
-        yield cp
+        with sigterm_as_interrupt():
+            yield cp
     finally:
         cp.stop()
 

@@ -33,7 +33,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -46,6 +46,8 @@ BUILD_SCRIPT = HACK_DIR / "build-k8s-bins.sh"
 REQUIRED_BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl", "kwok")
 #: kwok only manages nodes carrying this annotation
 KWOK_NODE_ANNOTATION = ("kwok.x-k8s.io/node", "fake")
+WORK_DIR_PREFIX = "warden-cp-"
+OWNER_FILE = "owner.pid"
 SERVICE_CIDR = "10.96.0.0/16"
 POD_CIDR = "10.244.0.0/16"
 SA_ISSUER = "https://kubernetes.default.svc.cluster.local"
@@ -332,7 +334,9 @@ class ControlPlane:
         t0 = time.monotonic()
         deadline = t0 + timeout
         if self.work_dir is None:
-            self.work_dir = Path(tempfile.mkdtemp(prefix="warden-cp-"))
+            _sweep_stale_work_dirs()
+            self.work_dir = Path(tempfile.mkdtemp(prefix=WORK_DIR_PREFIX))
+            (self.work_dir / OWNER_FILE).write_text(f"{os.getpid()}\n")
             self._own_work_dir = True
         self.work_dir.mkdir(parents=True, exist_ok=True)
         self.log_dir.mkdir(exist_ok=True)
@@ -710,6 +714,52 @@ def _kill_group(pgid: int, gone: Callable[[], bool], grace: float = 10.0) -> Non
         time.sleep(0.05)
     with contextlib.suppress(ProcessLookupError):
         os.killpg(pgid, signal.SIGKILL)  # stragglers in the group, or the leader if it ignored TERM
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """While active (main thread only), SIGTERM raises KeyboardInterrupt, so a CI job that is
+    terminated still runs finalizers (and stops the control plane) instead of dying on the spot."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.getsignal(signal.SIGTERM)
+    if previous is not signal.SIG_DFL:
+        yield
+        return
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _sweep_stale_work_dirs() -> None:
+    """Delete temporary work dirs whose owning process is gone (it was SIGKILLed: its components died
+    with it, but nobody removed the directory)."""
+    for d in Path(tempfile.gettempdir()).glob(f"{WORK_DIR_PREFIX}*"):
+        try:
+            owner = int((d / OWNER_FILE).read_text().strip())
+        except (OSError, ValueError):
+            continue  # not ours to judge
+        if not _pid_alive(owner):
+            shutil.rmtree(d, ignore_errors=True)
 
 
 def _group_gone(pgid: int) -> bool:
