@@ -31,3 +31,6 @@ REL
 # The machine's identity comes from each node, not from the shared root.
 : >/etc/hostname
 : >/etc/machine-id
+# pods bind their own over these (files must exist to be mount points)
+[ -f /etc/hosts ] || printf '127.0.0.1 localhost\n' >/etc/hosts
+: >/etc/resolv.conf

@@ -41,9 +41,11 @@ fi
 install -d -m 0755 /run/sshd
 /usr/sbin/sshd -t
 
-# sackd creates /run/slurm/sack.socket (owned by SlurmUser); the jail sees it through the bind below
+# sackd (-D: foreground; its 24.11 usage text omits the flag) runs as SlurmUser and creates
+# /run/slurm/sack.socket; the jail sees it through the bind below
+install -d -o slurm -g slurm -m 0755 /run/slurm
 # shellcheck disable=SC2086
-sackd ${WARDEN_SACKD_ARGS:-} &
+setpriv --reuid slurm --regid slurm --init-groups sackd -D ${WARDEN_SACKD_ARGS:-} &
 sackd_pid=$!
 for _ in $(seq 1 50); do
     [ -S /run/slurm/sack.socket ] && break

@@ -61,6 +61,7 @@ warden_jail_users() {
 # namespace only (needs CAP_SYS_ADMIN; nothing changes on the shared volume):
 #   /run/slurm       -> $JAIL/run/slurm        the SACK socket (auth/slurm for users) and configless cache
 #   client config    -> $JAIL/etc/slurm        slurm.conf etc. WITHOUT slurm.key
+#   /etc/resolv.conf, /etc/hosts, /etc/hostname    this pod's name resolution and identity
 #   extra "src:dst" pairs from $1... (e.g. the slurmd spool dir for batch scripts)
 # Job steps and chrooted SSH sessions entering the jail inherit these mounts.
 warden_jail_binds() {
@@ -71,9 +72,17 @@ warden_jail_binds() {
     chown slurm:slurm /run/slurm
     find "$SLURM_ETC" -maxdepth 1 -type f ! -name 'slurm.key' ! -name 'slurm.jwks' ! -name 'slurmdbd.conf' \
         -exec cp -p {} "$client/" \;
-    for pair in "$client:/etc/slurm:ro" "/run/slurm:/run/slurm:rw" "$@"; do
+    # the pod's name resolution (cluster DNS, search domains, /etc/hosts) applies inside the jail too
+    for pair in "$client:/etc/slurm:ro" "/run/slurm:/run/slurm:rw" \
+        "/etc/resolv.conf:/etc/resolv.conf:ro" "/etc/hosts:/etc/hosts:ro" "/etc/hostname:/etc/hostname:ro" "$@"; do
         IFS=: read -r src dst mode <<<"$pair"
-        mkdir -p "$src" "$WARDEN_JAIL$dst" 2>/dev/null || true
+        if [ -f "$src" ]; then
+            [ -e "$WARDEN_JAIL$dst" ] || touch "$WARDEN_JAIL$dst" 2>/dev/null || true
+        elif [ -e "$src" ]; then
+            mkdir -p "$WARDEN_JAIL$dst" 2>/dev/null || true
+        else
+            mkdir -p "$src" "$WARDEN_JAIL$dst" 2>/dev/null || true
+        fi
         if mountpoint -q "$WARDEN_JAIL$dst"; then
             continue
         fi

@@ -6,6 +6,7 @@
 #   WARDEN_CGROUP_RW     auto (default) | yes | no: remount /sys/fs/cgroup read-write for
 #                        proctrack/cgroup and task/cgroup (needs CAP_SYS_ADMIN)
 #   WARDEN_SLURMD_ARGS   extra slurmd flags (e.g. -vv)
+#   WARDEN_JAIL_SHARED   jail directories also shown at the same path in this container (default /home)
 set -euo pipefail
 WARDEN_COMPONENT=worker
 . /usr/lib/warden/warden-lib.sh
@@ -33,6 +34,16 @@ esac
 
 # batch scripts (spool dir) and the SACK socket must be reachable from inside the jail
 warden_jail_binds "$spool:$spool:rw"
+
+# slurmstepd works in this container's root before the SPANK plugin moves the task into the jail:
+# it chdirs to the job's working directory and opens its output files there. Show the jail's
+# shared directories at the same paths here, so /home/alice/out.txt is the jail's file.
+for p in ${WARDEN_JAIL_SHARED:-/home}; do
+    [ -d "$WARDEN_JAIL$p" ] || continue
+    mkdir -p "$p"
+    mountpoint -q "$p" || mount --bind "$WARDEN_JAIL$p" "$p" ||
+        warden_log "warning: cannot bind $WARDEN_JAIL$p at $p; jobs cannot use paths under $p"
+done
 
 node_args=()
 [ -n "${WARDEN_NODE_NAME:-}" ] && node_args=(-N "$WARDEN_NODE_NAME")
