@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ctypes
+import functools
 import json
 import os
 import secrets
@@ -325,20 +326,34 @@ class ControlPlane:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    def start(self, timeout: float = 90.0) -> None:
+    def start(self, timeout: float = 90.0, attempts: int = 3) -> None:
         """Start every component and return once the API serves, controllers run and pods can be
-        admitted (the default ServiceAccount exists). Raises with log tails when it does not."""
+        admitted (the default ServiceAccount exists). Raises with log tails when it does not.
+
+        Ports are picked free just before use; when another process takes one in between (seen as
+        "address already in use"), the whole start is retried with new ports, up to ``attempts``."""
         missing = [b for b in REQUIRED_BINARIES if not (self.bin_dir / b).is_file()]
         if missing or not (self.bin_dir / "kwok-stages.yaml").is_file():
             raise ControlPlaneError(f"missing in {self.bin_dir}: {missing or ['kwok-stages.yaml']}; run make k8s-bins")
         t0 = time.monotonic()
-        deadline = t0 + timeout
+        for attempt in range(1, attempts + 1):
+            try:
+                self._start_once(t0 + timeout)
+                break
+            except ControlPlaneError as e:
+                if attempt < attempts and "address already in use" in str(e):
+                    continue
+                raise
+        self.startup_seconds = time.monotonic() - t0
+
+    def _start_once(self, deadline: float) -> None:
         if self.work_dir is None:
             _sweep_stale_work_dirs()
             self.work_dir = Path(tempfile.mkdtemp(prefix=WORK_DIR_PREFIX))
             (self.work_dir / OWNER_FILE).write_text(f"{os.getpid()}\n")
             self._own_work_dir = True
         self.work_dir.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(self.dir / "etcd", ignore_errors=True)  # a retry starts from empty storage
         self.log_dir.mkdir(exist_ok=True)
         try:
             self._prepare()
@@ -349,7 +364,7 @@ class ControlPlane:
                      on_fail=self.failure_report)  # fmt: skip
             self._start_others()
             for name in ("kube-controller-manager", "kube-scheduler"):
-                wait_for(f"{name} /healthz", lambda n=name: self._component_healthy(n),  # type: ignore[misc]
+                wait_for(f"{name} /healthz", functools.partial(self._component_healthy, name),
                          deadline - time.monotonic(), on_fail=self.failure_report)  # fmt: skip
             wait_for("the default ServiceAccount (controller-manager at work)",
                      lambda: self._get_json("/api/v1/namespaces/default/serviceaccounts/default"),
@@ -357,14 +372,13 @@ class ControlPlane:
         except BaseException:
             self.stop()
             raise
-        self.startup_seconds = time.monotonic() - t0
 
     def stop(self) -> None:
         """Stop every component (SIGTERM, then SIGKILL to the whole process group) and delete the work
         dir unless ``keep`` (WARDEN_CONTROLPLANE_KEEP=1). Safe to call twice."""
         for comp in reversed(self.components):
             if comp.proc is not None:
-                _kill_group(comp.proc.pid, lambda p=comp.proc: p.poll() is not None)  # type: ignore[misc]
+                _kill_group(comp.proc.pid, functools.partial(_exited, comp.proc))
                 comp.proc.wait()
         self.components.clear()
         if self._api_client is not None:
@@ -372,6 +386,8 @@ class ControlPlane:
             self._api_client = None
         if self._own_work_dir and self.work_dir is not None and not self.keep:
             shutil.rmtree(self.work_dir, ignore_errors=True)
+            self.work_dir = None
+            self._own_work_dir = False
 
     def failure_report(self, lines: int = 25) -> str:
         """The last lines of every component's log, and which processes have exited."""
@@ -762,6 +778,10 @@ def _sweep_stale_work_dirs() -> None:
             shutil.rmtree(d, ignore_errors=True)
 
 
+def _exited(proc: subprocess.Popen[bytes]) -> bool:
+    return proc.poll() is not None
+
+
 def _group_gone(pgid: int) -> bool:
     try:
         os.killpg(pgid, 0)
@@ -793,7 +813,7 @@ def _cli_down(state_dir: Path) -> int:
             continue
         if not cmdline.startswith(bin_prefix.encode()):  # the pid was reused by something else
             continue
-        _kill_group(int(pid), lambda p=int(pid): _group_gone(p))  # type: ignore[misc]
+        _kill_group(int(pid), functools.partial(_group_gone, int(pid)))
         print(f"stopped {name} (pid {pid})", file=sys.stderr)
     shutil.rmtree(state_dir, ignore_errors=True)
     return 0
