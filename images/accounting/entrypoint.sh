@@ -40,6 +40,8 @@ umask 077
 chown slurm:slurm "$SLURM_ETC/slurmdbd.conf"
 chmod 0600 "$SLURM_ETC/slurmdbd.conf"
 umask 022
+# slurmdbd runs as SlurmUser and serves auth/slurm (SACK) on /run/slurmdbd/sack.socket
+install -d -o slurm -g slurm -m 0755 /run/slurmdbd
 warden_log "starting slurmdbd $(slurmdbd -V | awk '{print $2}')"
 # shellcheck disable=SC2086
 exec slurmdbd -D ${WARDEN_SLURMDBD_ARGS:-} "$@"
