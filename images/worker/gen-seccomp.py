@@ -28,12 +28,14 @@ ADDED = "pivot_root"
 
 def load_default(arg: str | None) -> dict[str, Any]:
     if arg:
-        return json.loads(Path(arg).read_text())
+        profile: dict[str, Any] = json.loads(Path(arg).read_text())
+        return profile
     with tempfile.TemporaryDirectory() as tmp:
         subprocess.run(["apt-get", "download", "golang-github-docker-docker-dev"], cwd=tmp, check=True)
         deb = next(Path(tmp).glob("*.deb"))
         subprocess.run(["dpkg-deb", "-x", str(deb), f"{tmp}/x"], check=True)
-        return json.loads(Path(f"{tmp}/x/{DEB_PATH}").read_text())
+        fetched: dict[str, Any] = json.loads(Path(f"{tmp}/x/{DEB_PATH}").read_text())
+        return fetched
 
 
 def add_pivot_root(profile: dict[str, Any]) -> dict[str, Any]:
