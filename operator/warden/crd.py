@@ -66,6 +66,11 @@ def _structural(node: Any, defs: dict[str, Any]) -> Any:
     extra = node.get("additionalProperties")
     if isinstance(extra, dict):
         out["additionalProperties"] = _structural(extra, defs)
+    for bound, exclusive in (("minimum", "exclusiveMinimum"), ("maximum", "exclusiveMaximum")):
+        # JSON Schema 2020 (pydantic) gives the bound itself; OpenAPI 3.0 (Kubernetes) a boolean flag.
+        if isinstance(out.get(exclusive), int | float) and not isinstance(out[exclusive], bool):
+            out[bound] = out[exclusive]
+            out[exclusive] = True
     if out.get("x-kubernetes-int-or-string"):
         out.pop("type", None)
     if out.get("type") == "object" and "properties" in out:

@@ -345,7 +345,7 @@ class Accounting(Spec):
         json_schema_extra={
             "x-kubernetes-validations": [
                 {
-                    "rule": "self.mode != 'External' || has(self.external)",
+                    "rule": "!has(self.mode) || self.mode != 'External' || has(self.external)",
                     "message": "mode External needs spec.accounting.external (host and passwordSecretRef)",
                     "fieldPath": ".external",
                 }
@@ -426,12 +426,13 @@ class SlurmClusterSpec(Spec):
         json_schema_extra={
             "x-kubernetes-validations": [
                 {
-                    "rule": "self.partitions.all(p, p.workerGroups.all(w, self.workerGroups.exists(g, g.name == w)))",
+                    "rule": "!has(self.partitions) || self.partitions.all(p, p.workerGroups.all(w, "
+                    "self.workerGroups.exists(g, g.name == w)))",
                     "message": "every partition's workerGroups must name groups in spec.workerGroups",
                     "fieldPath": ".partitions",
                 },
                 {
-                    "rule": "self.partitions.filter(p, p.default).size() <= 1",
+                    "rule": "!has(self.partitions) || self.partitions.filter(p, has(p.default) && p.default).size() <= 1",
                     "message": "at most one partition may be the default",
                     "fieldPath": ".partitions",
                 },

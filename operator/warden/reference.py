@@ -11,9 +11,7 @@ from warden.crd import openapi_schema
 REFERENCE_PATH = Path("docs/reference.md")
 
 _CHECKS = {
-    "minimum": "≥ {}",
     "maximum": "≤ {}",
-    "exclusiveMinimum": "> {}",
     "minLength": "length ≥ {}",
     "maxLength": "length ≤ {}",
     "minItems": "items ≥ {}",
@@ -35,6 +33,10 @@ def _type(node: dict[str, Any]) -> str:
 
 def _validation(node: dict[str, Any], required: bool) -> str:
     parts = ["required"] if required else []
+    if node.get("exclusiveMinimum") is True:
+        parts.append(f"> {node['minimum']}")
+    elif "minimum" in node:
+        parts.append(f"≥ {node['minimum']}")
     if "enum" in node:
         parts.append("one of " + ", ".join(f"`{v}`" for v in node["enum"]))
     for key, fmt in _CHECKS.items():

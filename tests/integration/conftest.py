@@ -71,3 +71,104 @@ def namespace(controlplane: ControlPlane) -> Iterator[str]:
     controlplane.create_namespace(name)
     yield name
     client.CoreV1Api(controlplane.api_client()).delete_namespace(name)
+
+
+# --- Warden: the CRD, namespaces with storage, the operator ---------------------------------------
+
+#: PersistentVolumes made for each cluster namespace: the throwaway control plane has no storage
+#: provisioner, so the jail PVC and the controller's state PVC bind to these (kube-controller-manager's
+#: PV binder does the binding, as on a real cluster with static volumes).
+PVS_PER_NAMESPACE = 4
+
+
+@pytest.fixture(scope="session")
+def crd_installed(api_client: Any) -> None:
+    """The generated CRD, applied the way the chart would, and Established."""
+    from kubernetes import client
+
+    from tests.support.operator import crd_body, wait_until
+
+    ext = client.ApiextensionsV1Api(api_client)
+    body = crd_body()
+    ext.create_custom_resource_definition(body)
+
+    def established() -> bool:
+        crd = ext.read_custom_resource_definition(body["metadata"]["name"])
+        return any(c.type == "Established" and c.status == "True" for c in crd.status.conditions or [])
+
+    wait_until("the SlurmCluster CRD Established", established, 30)
+
+
+@pytest.fixture(scope="session")
+def admission_namespace(controlplane: ControlPlane, crd_installed: None) -> str:
+    """One namespace for admission tests (nothing runs there)."""
+    return controlplane.create_namespace(f"admission-{uuid.uuid4().hex[:6]}")
+
+
+@pytest.fixture
+def cluster_namespace(controlplane: ControlPlane, crd_installed: None, api_client: Any) -> Iterator[str]:
+    """A fresh namespace for one SlurmCluster, with volumes its PVCs can bind to."""
+    from kubernetes import client
+
+    name = controlplane.create_namespace(f"c-{uuid.uuid4().hex[:8]}")
+    core = client.CoreV1Api(api_client)
+    pvs = []
+    for i in range(PVS_PER_NAMESPACE):
+        pv = f"{name}-pv{i}"
+        core.create_persistent_volume(
+            {
+                "apiVersion": "v1",
+                "kind": "PersistentVolume",
+                "metadata": {"name": pv},
+                "spec": {
+                    "capacity": {"storage": "1Ti"},
+                    "accessModes": ["ReadWriteOnce", "ReadWriteMany"],
+                    "persistentVolumeReclaimPolicy": "Retain",
+                    "hostPath": {"path": f"/tmp/warden-test-pv/{pv}"},
+                },
+            }
+        )
+        pvs.append(pv)
+    yield name
+    core.delete_namespace(name)
+    for pv in pvs:
+        core.delete_persistent_volume(pv)
+
+
+@pytest.fixture
+def operator_factory(
+    controlplane: ControlPlane, cluster_namespace: str, request: pytest.FixtureRequest
+) -> Iterator[Any]:
+    """Make the operator process for the test's namespace (started unless start=False); stopped at the end,
+    with its log printed when the test failed."""
+    from tests.support.operator import OperatorProcess
+
+    made: list[OperatorProcess] = []
+
+    def make(start: bool = True) -> OperatorProcess:
+        op = OperatorProcess(controlplane.kubeconfig, cluster_namespace, controlplane.log_dir)
+        if start:
+            op.start()
+        made.append(op)
+        return op
+
+    yield make
+    for op in made:
+        op.stop()
+        report = getattr(request.node, "rep_call", None)
+        if report is not None and report.failed:
+            print(f"\n--- operator log ({op.log_path}) ---\n{op.log_tail(120)}", file=sys.stderr)
+
+
+@pytest.fixture
+def operator(operator_factory: Any) -> Any:
+    """The operator, running, watching the test's namespace."""
+    return operator_factory()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    outcome = yield
+    report = outcome.get_result()  # type: ignore[attr-defined]
+    if report.when == "call":
+        item.rep_call = report  # type: ignore[attr-defined]

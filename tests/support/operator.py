@@ -1,0 +1,176 @@
+"""Run the real operator (`python -m warden.main`) against a test control plane, and read what it made."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
+from kubernetes import client
+
+from warden.model import API_GROUP, API_VERSION, PLURAL
+
+ROOT = Path(__file__).resolve().parents[2]
+CRD_FILE = ROOT / "charts/slurm-operator-crds/templates/slurmclusters.yaml"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class OperatorProcess:
+    """`warden-operator` in a subprocess, watching one namespace, logging to a file."""
+
+    def __init__(self, kubeconfig: Path, namespace: str, log_dir: Path) -> None:
+        self.kubeconfig = kubeconfig
+        self.namespace = namespace
+        self.log_path = log_dir / f"operator-{namespace}.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.starts = 0
+
+    def start(self) -> None:
+        env = {**os.environ, "KUBECONFIG": str(self.kubeconfig), "PYTHONUNBUFFERED": "1"}
+        liveness = f"http://127.0.0.1:{free_port()}/healthz"
+        log = self.log_path.open("ab")
+        log.write(f"\n--- start #{self.starts + 1} ---\n".encode())
+        log.flush()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "warden.main", "-n", self.namespace, "--liveness", liveness, "-v"],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        self.starts += 1
+
+    def kill(self) -> None:
+        """SIGKILL: the operator dies wherever it is, like a node failure or an OOM kill."""
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=10)
+        self.proc = None
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(timeout=10)
+        self.proc = None
+
+    def log_tail(self, lines: int = 60) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no operator log)"
+
+
+def wait_until(what: str, check: Callable[[], Any], timeout: float, on_fail: Callable[[], str] | None = None) -> Any:
+    """Poll `check` until it returns something truthy; fail with `what` (and diagnostics) after timeout."""
+    deadline = time.monotonic() + timeout
+    last_error: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            value = check()
+            if value:
+                return value
+        except Exception as e:  # the API may briefly refuse while objects appear
+            last_error = e
+        time.sleep(0.5)
+    detail = f" (last error: {last_error})" if last_error else ""
+    extra = f"\n{on_fail()}" if on_fail else ""
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}{detail}{extra}")
+
+
+def load_example(name: str, namespace: str) -> dict[str, Any]:
+    doc: dict[str, Any] = yaml.safe_load((ROOT / "docs/examples" / f"{name}.yaml").read_text())
+    doc["metadata"]["namespace"] = namespace
+    return doc
+
+
+def crd_body() -> dict[str, Any]:
+    body: dict[str, Any] = yaml.safe_load(CRD_FILE.read_text())
+    return body
+
+
+CLUSTER_PATH = (API_GROUP, API_VERSION, PLURAL)
+GROUP, VERSION = API_GROUP, API_VERSION
+
+
+def get_cluster(api: Any, ns: str, name: str) -> dict[str, Any]:
+    obj: dict[str, Any] = client.CustomObjectsApi(api).get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name)
+    return obj
+
+
+def condition(obj: dict[str, Any], type_: str) -> str | None:
+    for c in obj.get("status", {}).get("conditions", []):
+        if c["type"] == type_:
+            return str(c["status"])
+    return None
+
+
+def owned_objects(api: Any, ns: str, uid: str) -> dict[str, dict[str, Any]]:
+    """Every object in the namespace whose owner is the SlurmCluster with `uid`."""
+    core, apps, batch, rbac = (
+        client.CoreV1Api(api),
+        client.AppsV1Api(api),
+        client.BatchV1Api(api),
+        client.RbacAuthorizationV1Api(api),
+    )
+    listers = {
+        "ConfigMap": core.list_namespaced_config_map,
+        "Secret": core.list_namespaced_secret,
+        "Service": core.list_namespaced_service,
+        "ServiceAccount": core.list_namespaced_service_account,
+        "PersistentVolumeClaim": core.list_namespaced_persistent_volume_claim,
+        "StatefulSet": apps.list_namespaced_stateful_set,
+        "Job": batch.list_namespaced_job,
+        "CronJob": batch.list_namespaced_cron_job,
+        "Role": rbac.list_namespaced_role,
+        "RoleBinding": rbac.list_namespaced_role_binding,
+    }
+    out: dict[str, dict[str, Any]] = {}
+    for kind, lister in listers.items():
+        for item in api.sanitize_for_serialization(lister(ns))["items"]:
+            refs = item["metadata"].get("ownerReferences", [])
+            if any(r["uid"] == uid for r in refs):
+                out[f"{kind}/{item['metadata']['name']}"] = item
+    return out
+
+
+def apply_cluster(api: Any, body: dict[str, Any]) -> dict[str, Any]:
+    ns = body["metadata"]["namespace"]
+    name = body["metadata"]["name"]
+    custom = client.CustomObjectsApi(api)
+    try:
+        current = custom.get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name)
+    except client.exceptions.ApiException as e:
+        if e.status != 404:
+            raise
+        created: dict[str, Any] = custom.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, body)
+        return created
+    body = {**body, "metadata": {**body["metadata"], "resourceVersion": current["metadata"]["resourceVersion"]}}
+    replaced: dict[str, Any] = custom.replace_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name, body)
+    return replaced
+
+
+def wait_ready(api: Any, ns: str, name: str, operator: OperatorProcess, timeout: float = 120) -> dict[str, Any]:
+    def ready() -> dict[str, Any] | None:
+        obj = get_cluster(api, ns, name)
+        status = obj.get("status", {})
+        if status.get("phase") == "Ready" and status.get("observedGeneration") == obj["metadata"]["generation"]:
+            return obj
+        return None
+
+    return dict(wait_until(f"SlurmCluster {ns}/{name} Ready", ready, timeout, on_fail=operator.log_tail))
