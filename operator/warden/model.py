@@ -432,7 +432,8 @@ class SlurmClusterSpec(Spec):
                     "fieldPath": ".partitions",
                 },
                 {
-                    "rule": "!has(self.partitions) || self.partitions.filter(p, has(p.default) && p.default).size() <= 1",
+                    "rule": "!has(self.partitions) || "
+                    "self.partitions.filter(p, has(p.default) && p.default).size() <= 1",
                     "message": "at most one partition may be the default",
                     "fieldPath": ".partitions",
                 },
