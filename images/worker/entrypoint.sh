@@ -7,6 +7,7 @@
 #                        proctrack/cgroup and task/cgroup (needs CAP_SYS_ADMIN)
 #   WARDEN_SLURMD_ARGS   extra slurmd flags (e.g. -vv)
 #   WARDEN_JAIL_SHARED   jail directories also shown at the same path in this container (default /home)
+#   WARDEN_WORKER_GROUP  worker group: plugstack.<group>.conf (its node-local mounts) becomes plugstack.conf
 set -euo pipefail
 WARDEN_COMPONENT=worker
 . /usr/lib/warden/warden-lib.sh
@@ -14,6 +15,10 @@ warden_passthrough slurmd "$@"
 
 [ -n "${WARDEN_SLURMD_CONF:-}" ] || warden_die "WARDEN_SLURMD_CONF is empty (the node line for slurmd -Z --conf)"
 warden_slurm_config
+if [ -n "${WARDEN_WORKER_GROUP:-}" ] && [ -f "$SLURM_ETC/plugstack.$WARDEN_WORKER_GROUP.conf" ]; then
+    install -m 0644 "$SLURM_ETC/plugstack.$WARDEN_WORKER_GROUP.conf" "$SLURM_ETC/plugstack.conf"
+    warden_log "plugstack: worker group $WARDEN_WORKER_GROUP"
+fi
 warden_jail_users
 spool="${WARDEN_SPOOL_DIR:-/var/spool/slurmd}"
 install -d -o root -g root -m 0755 "$spool"

@@ -20,11 +20,9 @@ SLURMDBD_CONFIG_DIR = "/etc/warden/slurmdbd"
 DB_PASSWORD_DIR = "/etc/warden/db"
 SSH_CONFIG_DIR = "/etc/warden/ssh"
 SSH_HOST_KEYS_DIR = "/etc/warden/ssh-host-keys"
+# Where the login entrypoint installs per-user authorized_keys (root's from the spec).
+SSH_AUTHORIZED_KEYS_DIR = "/etc/ssh/warden_authorized_keys"
 JAIL_MOUNT = "/mnt/jail"
-# Jail paths also mounted at the same place in the worker container itself: slurmstepd opens a
-# step's output files (sbatch -o) and makes its first chdir before the jail plugin runs, so these
-# paths must mean the same thing inside and outside the jail.
-JAIL_HOME = "/home"
 STATE_SAVE_LOCATION = "/var/spool/slurmctld"
 SLURMD_SPOOL_DIR = "/var/spool/slurmd"
 SLURM_RUN_DIR = "/run/slurm"

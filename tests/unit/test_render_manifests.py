@@ -80,10 +80,11 @@ def test_workers_get_exactly_the_capabilities_the_jail_needs() -> None:
     assert sorted(sc["capabilities"]["add"]) == ["SYS_ADMIN", "SYS_NICE"]
     assert sc["seccompProfile"] == {"type": "Localhost", "localhostProfile": "warden/worker.json"}
     assert sc["appArmorProfile"] == {"type": "Unconfined"}
-    # Login and controller need nothing added.
-    for key in ("StatefulSet/gpu-login", "StatefulSet/gpu-controller"):
-        for c in containers(objs[key]):
-            assert "capabilities" not in c.get("securityContext", {}), key
+    # Login binds the client config and auth socket into the jail: SYS_ADMIN, nothing else.
+    sshd = pod_spec(objs["StatefulSet/gpu-login"])["containers"][0]
+    assert sshd["securityContext"] == {"capabilities": {"add": ["SYS_ADMIN"]}}
+    for c in containers(objs["StatefulSet/gpu-controller"]):
+        assert "securityContext" not in c
 
 
 def test_gpu_worker_group_pod() -> None:
@@ -102,7 +103,6 @@ def test_gpu_worker_group_pod() -> None:
     mounts = {m["mountPath"]: m["name"] for m in slurmd["volumeMounts"]}
     assert mounts["/mnt/jail"] == "jail"
     assert mounts["/scratch"] == "local-scratch"
-    assert mounts["/home"] == "jail", "slurmstepd opens output files before the jail plugin runs"
     volumes = {v["name"]: v for v in pod["volumes"]}
     assert volumes["local-shm"]["emptyDir"] == {"medium": "Memory", "sizeLimit": "64Gi"}
     assert volumes["jail"]["persistentVolumeClaim"]["claimName"] == "gpu-jail"
@@ -120,7 +120,8 @@ def test_login_service_and_statefulset() -> None:
     sts = objs["StatefulSet/gpu-login"]
     assert sts["spec"]["replicas"] == 2
     mounts = {m["mountPath"] for m in containers(sts)[-1]["volumeMounts"]}
-    assert {"/mnt/jail", "/mnt/jail/etc/slurm", "/mnt/jail/run/slurm", "/etc/warden/ssh"} <= mounts
+    assert {"/mnt/jail", "/run/slurm", "/etc/warden/ssh", "/etc/warden/ssh-host-keys"} <= mounts
+    assert not [m for m in mounts if m.startswith("/mnt/jail/")], "nothing is mounted into the shared volume"
 
 
 def test_headless_services() -> None:
@@ -136,6 +137,8 @@ def test_controller_keeps_state_on_a_volume_and_rolls_on_config_change() -> None
     assert a["spec"]["volumeClaimTemplates"][0]["spec"]["resources"]["requests"]["storage"] == "1Gi"
     mounts = {m["mountPath"] for m in a["spec"]["template"]["spec"]["containers"][0]["volumeMounts"]}
     assert "/var/spool/slurmctld" in mounts
+    jail = next(m for m in a["spec"]["template"]["spec"]["containers"][0]["volumeMounts"] if m["name"] == "jail")
+    assert jail == {"name": "jail", "mountPath": "/mnt/jail", "readOnly": True}, "users are looked up in the jail"
     changed = {**spec, "slurmConfig": {"extraLines": ["MaxJobCount=5000"]}}
     b = objects(Cluster("c", "ns", parse_spec(changed)))["StatefulSet/c-controller"]
     key = "slurm.warden.dev/config-hash"
@@ -167,7 +170,7 @@ def test_populate_job_is_replaced_when_overwrite_or_image_changes() -> None:
     assert hashes[0] == hashes[1]
     assert len(set(hashes)) == 3
     env = {e["name"]: e["value"] for e in overwrite["spec"]["template"]["spec"]["containers"][0]["env"]}
-    assert env["WARDEN_POPULATE_OVERWRITE"] == "true"
+    assert env["WARDEN_POPULATE_OVERWRITE"] == "1"
     assert image["spec"]["template"]["spec"]["containers"][0]["image"] == "me/jail:2"
 
 

@@ -106,14 +106,15 @@ def gres_conf(cluster: Cluster) -> str:
     return _render("gres.conf.j2", **_common(cluster), groups=groups)
 
 
-# Bound into the jail for every step: batch scripts live in the slurmd spool, the auth socket in
-# /run/slurm, and the node's Slurm config in /etc/slurm (so srun inside a job works).
-BASE_BINDS = (naming.SLURMD_SPOOL_DIR, naming.SLURM_RUN_DIR, "/etc/slurm")
-
-
 def plugstack_conf(cluster: Cluster, group: WorkerGroup | None = None) -> str:
-    """The cluster-wide plugstack.conf, or a worker group's (with its node-local mounts)."""
-    binds = list(BASE_BINDS)
+    """The cluster-wide plugstack.conf, or a worker group's (with its node-local mounts).
+
+    The worker entrypoint has already bound, in the pod's mount namespace, what every step needs
+    inside the jail (the slurmd spool with batch scripts, /run/slurm with the auth socket, a copy of
+    /etc/slurm without the key, resolv.conf and hosts); the plugin's recursive bind of the jail root
+    carries those along. Only node-local mounts are the plugin's own arguments.
+    """
+    binds: list[str] = []
     if group is not None:
         # Node-local mounts sit at their jail path in the worker container too (see nodes.py).
         binds += [m.jail_path for m in group.local_mounts]
@@ -152,7 +153,7 @@ def sshd_config(cluster: Cluster) -> str:
         port=naming.SSH_PORT,
         host_key=f"{naming.SSH_HOST_KEYS_DIR}/{naming.SSH_HOST_KEY}",
         jail=naming.JAIL_MOUNT,
-        authorized_keys=f"{naming.SSH_CONFIG_DIR}/authorized_keys",
+        authorized_keys_dir=naming.SSH_AUTHORIZED_KEYS_DIR,
     )
 
 

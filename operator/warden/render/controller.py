@@ -9,6 +9,7 @@ from warden.render.pods import (
     Manifest,
     content_hash,
     dns_config,
+    jail_volume,
     meta,
     mount,
     resources,
@@ -53,7 +54,13 @@ def statefulset(cluster: Cluster) -> Manifest:
         "image": spec.images.controller,
         "imagePullPolicy": spec.images.pull_policy,
         "ports": [{"name": "slurmctld", "containerPort": naming.SLURMCTLD_PORT}],
-        "volumeMounts": [*slurm_mounts(), mount("state", naming.STATE_SAVE_LOCATION)],
+        # The jail, read-only: slurmctld looks up each job's user and groups (send_gids), and users
+        # live in the jail's /etc/passwd (the entrypoint points NSS extrausers at it).
+        "volumeMounts": [
+            *slurm_mounts(),
+            mount("state", naming.STATE_SAVE_LOCATION),
+            mount("jail", naming.JAIL_MOUNT, read_only=True),
+        ],
         "readinessProbe": tcp_probe(naming.SLURMCTLD_PORT, period=5),
         "livenessProbe": tcp_probe(naming.SLURMCTLD_PORT, period=20, failures=6, initial_delay=30),
         "resources": resources(spec.controller.resources),
@@ -77,7 +84,7 @@ def statefulset(cluster: Cluster) -> Manifest:
                     "enableServiceLinks": False,
                     "terminationGracePeriodSeconds": 30,
                     "containers": [container],
-                    "volumes": slurm_volumes(cluster),
+                    "volumes": [*slurm_volumes(cluster), jail_volume(cluster)],
                 },
             },
             "volumeClaimTemplates": [

@@ -41,7 +41,7 @@ def populate_job(cluster: Cluster) -> Manifest:
         "name": "populate-jail",
         "image": image,
         "imagePullPolicy": spec.images.pull_policy,
-        "env": [{"name": "WARDEN_POPULATE_OVERWRITE", "value": "true" if overwrite else "false"}],
+        "env": [{"name": "WARDEN_POPULATE_OVERWRITE", "value": "1" if overwrite else "0"}],
         "volumeMounts": [mount("jail", naming.JAIL_MOUNT)],
     }
     labels = names.labels(COMPONENT)

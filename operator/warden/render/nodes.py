@@ -89,8 +89,6 @@ def worker_statefulset(cluster: Cluster, group: WorkerGroup) -> Manifest:
         "volumeMounts": [
             *slurm_mounts(),
             mount("jail", naming.JAIL_MOUNT),
-            # Home directories of the jail at /home too, for the same reason as local mounts.
-            {"name": "jail", "mountPath": naming.JAIL_HOME, "subPath": naming.JAIL_HOME.lstrip("/")},
             mount("spool", naming.SLURMD_SPOOL_DIR),
             mount("run-slurm", naming.SLURM_RUN_DIR),
             *local_mounts,
@@ -153,7 +151,6 @@ def login_statefulset(cluster: Cluster) -> Manifest:
     names = cluster.names
     spec = cluster.spec
     labels = {**names.labels(LOGIN), naming.SLURM_NODE_LABEL: "true"}
-    jail = naming.JAIL_MOUNT
     container: Manifest = {
         "name": "sshd",
         "image": spec.images.login,
@@ -161,15 +158,14 @@ def login_statefulset(cluster: Cluster) -> Manifest:
         "ports": [{"name": "ssh", "containerPort": naming.SSH_PORT}],
         "volumeMounts": [
             *slurm_mounts(),
-            mount("jail", jail),
+            mount("jail", naming.JAIL_MOUNT),
             mount("sshd-config", naming.SSH_CONFIG_DIR, read_only=True),
             mount("ssh-host-keys", naming.SSH_HOST_KEYS_DIR, read_only=True),
-            # Sessions are chrooted into the jail: Slurm's config and the auth socket (sackd) are
-            # mounted there too, so sbatch/srun typed in a session reach the controller.
-            mount("slurm-config", f"{jail}/etc/slurm", read_only=True),
             mount("run-slurm", naming.SLURM_RUN_DIR),
-            mount("run-slurm", f"{jail}{naming.SLURM_RUN_DIR}"),
         ],
+        # Sessions are chrooted into the jail; the entrypoint binds Slurm's client config (without
+        # the key), the auth socket of sackd and the pod's DNS files into it, in this pod only.
+        "securityContext": {"capabilities": {"add": ["SYS_ADMIN"]}},
         "readinessProbe": tcp_probe(naming.SSH_PORT, period=5),
         "livenessProbe": tcp_probe(naming.SSH_PORT, period=20, failures=6, initial_delay=30),
         "resources": resources(spec.login.resources),
