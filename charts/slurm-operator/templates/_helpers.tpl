@@ -1,0 +1,101 @@
+{{/* Names and labels of every object of the slurm-operator chart. */}}
+
+{{- define "slurm-operator.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* <release>-slurm-operator, or the release name when it already contains the chart name. */}}
+{{- define "slurm-operator.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "slurm-operator.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "slurm-operator.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "slurm-operator.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "slurm-operator.labels" -}}
+helm.sh/chart: {{ include "slurm-operator.chart" . }}
+{{ include "slurm-operator.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/component: operator
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: warden
+{{- end -}}
+
+{{- define "slurm-operator.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "slurm-operator.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "slurm-operator.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
+
+{{/*
+What the operator does in a namespace it manages: exactly the API calls of warden.apply, warden.handlers
+and kopf (docs/helm.md explains every rule). Server-side apply of an object that does not exist yet is
+authorized as "create", of one that exists as "patch": both are needed for applied kinds.
+*/}}
+{{- define "slurm-operator.managerRules" -}}
+# SlurmClusters: kopf lists/watches them and patches its annotations; the status refresh GETs them.
+- apiGroups: ["slurm.warden.dev"]
+  resources: ["slurmclusters"]
+  verbs: ["get", "list", "watch", "patch"]
+# status is written by the operator (merge patch on the status subresource).
+- apiGroups: ["slurm.warden.dev"]
+  resources: ["slurmclusters/status"]
+  verbs: ["patch"]
+# owner references with blockOwnerDeletion need this where OwnerReferencesPermissionEnforcement is on.
+- apiGroups: ["slurm.warden.dev"]
+  resources: ["slurmclusters/finalizers"]
+  verbs: ["update"]
+# ConfigMaps: applied, pruned, the health report read and watched. "update" because the operator
+# creates a Role granting get/patch/update on the health-report ConfigMap, and RBAC lets nobody grant
+# what they do not hold.
+- apiGroups: [""]
+  resources: ["configmaps"]
+  verbs: ["get", "list", "watch", "create", "patch", "update", "delete"]
+# Generated Secrets and PVCs: created once when absent, never changed, listed or deleted.
+- apiGroups: [""]
+  resources: ["secrets", "persistentvolumeclaims"]
+  verbs: ["get", "create"]
+- apiGroups: [""]
+  resources: ["services", "serviceaccounts"]
+  verbs: ["list", "create", "patch", "delete"]
+# StatefulSets and Jobs are watched for readiness; a StatefulSet is deleted (orphaning pods) when an
+# immutable field changes, the populate Job when its template changes.
+- apiGroups: ["apps"]
+  resources: ["statefulsets"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
+- apiGroups: ["batch"]
+  resources: ["jobs"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
+- apiGroups: ["batch"]
+  resources: ["cronjobs"]
+  verbs: ["list", "create", "patch", "delete"]
+# The NCCL health check's Role and RoleBinding.
+- apiGroups: ["rbac.authorization.k8s.io"]
+  resources: ["roles", "rolebindings"]
+  verbs: ["list", "create", "patch", "delete"]
+# kopf posts core/v1 Events (Reconciled, ApplyFailed, NodeDrained...).
+- apiGroups: [""]
+  resources: ["events"]
+  verbs: ["create"]
+{{- end -}}
