@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,6 +34,9 @@ from warden.render.pods import Manifest
 from warden.render.secrets import SecretSpec
 
 log = logging.getLogger(__name__)
+
+# How long a reconcile waits for an orphaning delete before it leaves the rest to a retry.
+ORPHAN_WAIT_SECONDS = 15.0
 
 # (apiVersion, kind) -> (URL prefix, plural). A fixed table: no discovery round-trips.
 KINDS: dict[tuple[str, str], tuple[str, str]] = {
@@ -190,11 +194,24 @@ class Applier:
             if kind == "StatefulSet" and e.status == 422:
                 log.info("StatefulSet %s: immutable field changed, re-creating (pods orphaned)", meta["name"])
                 self.delete(obj["apiVersion"], kind, meta["namespace"], meta["name"], "Orphan")
-                self.server_side_apply(obj)
                 result.recreated.append(describe(obj))
+                # The garbage collector orphans the pods, then lets the object go; until then an
+                # apply would patch the old, terminating object and fail the same way.
+                if not self._wait_gone(obj, ORPHAN_WAIT_SECONDS):
+                    raise RetryLater(f"StatefulSet {meta['name']} is still being deleted") from e
+                self.server_side_apply(obj)
             else:
                 raise
         result.applied.append(describe(obj))
+
+    def _wait_gone(self, obj: Manifest, timeout: float) -> bool:
+        meta = obj["metadata"]
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.get(obj["apiVersion"], obj["kind"], meta["namespace"], meta["name"]) is None:
+                return True
+            time.sleep(0.2)
+        return False
 
     def _create_if_absent(self, obj: Manifest, result: ApplyResult) -> bool:
         meta = obj["metadata"]

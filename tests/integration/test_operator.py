@@ -128,3 +128,61 @@ def test_deleting_the_cluster_garbage_collects_everything(
     assert owned_objects(api_client, ns, uid)
     client.CustomObjectsApi(api_client).delete_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, "cpu")
     wait_until("every child garbage-collected", lambda: not owned_objects(api_client, ns, uid), 90, operator.log_tail)
+
+
+def test_immutable_statefulset_change_recreates_it_without_killing_pods(
+    api_client: Any, cluster_namespace: str, operator: OperatorProcess
+) -> None:
+    """A bigger controller state volume changes volumeClaimTemplates, which Kubernetes refuses to
+    patch. The operator re-creates the StatefulSet (orphaning, then adopting its pods) instead of
+    failing forever: the controller pod is the same pod before and after."""
+    ns = cluster_namespace
+    body = load_example("cpu-only", ns)
+    apply_cluster(api_client, body)
+    wait_ready(api_client, ns, "cpu", operator)
+    core, apps = client.CoreV1Api(api_client), client.AppsV1Api(api_client)
+    pod_uid = core.read_namespaced_pod("cpu-controller-0", ns).metadata.uid
+    sts_uid = apps.read_namespaced_stateful_set("cpu-controller", ns).metadata.uid
+
+    body["spec"]["controller"] = {"stateVolume": {"size": "2Gi"}}
+    apply_cluster(api_client, body)
+
+    def recreated() -> bool:
+        sts = apps.read_namespaced_stateful_set("cpu-controller", ns)
+        size = sts.spec.volume_claim_templates[0].spec.resources.requests["storage"]
+        return bool(sts.metadata.uid != sts_uid and size == "2Gi")
+
+    wait_until("controller StatefulSet re-created with the new template", recreated, 60, operator.log_tail)
+    wait_ready(api_client, ns, "cpu", operator)
+    assert core.read_namespaced_pod("cpu-controller-0", ns).metadata.uid == pod_uid, "the pod was not restarted"
+    events = core.list_namespaced_event(ns).items
+    assert any(e.reason == "ObjectRecreated" and "StatefulSet/cpu-controller" in e.message for e in events)
+
+
+def test_operator_liveness_endpoint_answers(operator: OperatorProcess) -> None:
+    import urllib.request
+
+    def healthy() -> bool:
+        with urllib.request.urlopen(operator.liveness_url, timeout=2) as resp:
+            return bool(resp.status == 200)
+
+    assert wait_until("the operator's /healthz", healthy, 30, operator.log_tail)
+
+
+def test_json_logs_on_request(controlplane: Any, cluster_namespace: str, tmp_path: Any) -> None:
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "KUBECONFIG": str(controlplane.kubeconfig)}
+    cmd = [sys.executable, "-m", "warden.main", "-n", cluster_namespace, "--log-format", "json", "--liveness", ""]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=15)
+    record = json.loads(line)
+    assert record.get("message") and record.get("severity")

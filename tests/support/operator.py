@@ -36,10 +36,11 @@ class OperatorProcess:
         self.log_path = log_dir / f"operator-{namespace}.log"
         self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
+        self.liveness_url = ""
 
     def start(self) -> None:
         env = {**os.environ, "KUBECONFIG": str(self.kubeconfig), "PYTHONUNBUFFERED": "1"}
-        liveness = f"http://127.0.0.1:{free_port()}/healthz"
+        liveness = self.liveness_url = f"http://127.0.0.1:{free_port()}/healthz"
         log = self.log_path.open("ab")
         log.write(f"\n--- start #{self.starts + 1} ---\n".encode())
         log.flush()

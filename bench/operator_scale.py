@@ -1,0 +1,114 @@
+"""Operator scale benchmark: one SlurmCluster with 1,000 worker nodes on kwok.
+
+Starts a throwaway control plane (tests/support/controlplane.py), adds enough kwok nodes for the pods,
+runs the real operator process, applies the cluster and prints:
+- time from `create SlurmCluster` to status Ready (1,000 worker pods Ready, all conditions True),
+- the operator's resident memory (idle after start, peak while converging, after converging),
+- the number of API writes the operator made for it (from its log).
+Never asserted anywhere: figures for the record. Usage: python bench/operator_scale.py [WORKERS]
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from kubernetes import client  # noqa: E402
+
+from tests.support.controlplane import ControlPlane, ensure_binaries  # noqa: E402
+from tests.support.operator import OperatorProcess, crd_body, get_cluster  # noqa: E402
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+class RssSampler(threading.Thread):
+    def __init__(self, pid: int) -> None:
+        super().__init__(daemon=True)
+        self.pid, self.peak, self.stop = pid, 0.0, threading.Event()
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            try:
+                self.peak = max(self.peak, rss_mib(self.pid))
+            except OSError:
+                return
+            time.sleep(0.2)
+
+
+def main() -> int:
+    workers = int(sys.argv[1]) if len(sys.argv) > 1 else 1000
+    pods_per_node = 250
+    nodes = workers // pods_per_node + 2
+    with ControlPlane(ensure_binaries(build=False)) as cp:
+        cp.add_fake_nodes(nodes, pods=str(pods_per_node + 10), cpu="1000", memory="4Ti", timeout=120)
+        api: Any = cp.api_client()
+        ns = cp.create_namespace("bench")
+        core = client.CoreV1Api(api)
+        for i in range(2):
+            core.create_persistent_volume(
+                {
+                    "apiVersion": "v1",
+                    "kind": "PersistentVolume",
+                    "metadata": {"name": f"bench-pv{i}"},
+                    "spec": {
+                        "capacity": {"storage": "1Ti"},
+                        "accessModes": ["ReadWriteOnce", "ReadWriteMany"],
+                        "hostPath": {"path": f"/tmp/bench-pv{i}"},
+                    },
+                }
+            )
+        client.ApiextensionsV1Api(api).create_custom_resource_definition(crd_body())
+        time.sleep(2)
+        op = OperatorProcess(cp.kubeconfig, ns, cp.log_dir)
+        op.start()
+        time.sleep(5)
+        assert op.proc is not None
+        idle = rss_mib(op.proc.pid)
+        sampler = RssSampler(op.proc.pid)
+        sampler.start()
+        body = {
+            "apiVersion": "slurm.warden.dev/v1alpha1",
+            "kind": "SlurmCluster",
+            "metadata": {"name": "big", "namespace": ns},
+            "spec": {"workerGroups": [{"name": "cpu", "replicas": workers}], "login": {"replicas": 1}},
+        }
+        start = time.monotonic()
+        client.CustomObjectsApi(api).create_namespaced_custom_object("slurm.warden.dev", "v1alpha1", ns, "slurmclusters", body)
+        deadline = start + 1800
+        status: dict[str, Any] = {}
+        while time.monotonic() < deadline:
+            status = get_cluster(api, ns, "big").get("status", {})
+            if status.get("phase") == "Ready":
+                break
+            time.sleep(1)
+        took = time.monotonic() - start
+        sampler.stop.set()
+        sampler.join()
+        after = rss_mib(op.proc.pid)
+        log = op.log_path.read_text(errors="replace")
+        refreshes = log.count("Handler 'statefulset_changed' succeeded")
+        op.stop()
+    print(f"workers (kwok pods)             {workers}")
+    print(f"kwok nodes                      {nodes}")
+    print(f"phase at the end                {status.get('phase')} workers {status.get('workers')}")
+    print(f"time to Ready                   {took:.1f} s")
+    print(f"operator RSS idle               {idle:.1f} MiB")
+    print(f"operator RSS peak (converging)  {sampler.peak:.1f} MiB")
+    print(f"operator RSS after Ready        {after:.1f} MiB")
+    print(f"status refreshes from watches   {refreshes}")
+    return 0 if status.get("phase") == "Ready" else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
