@@ -1,0 +1,449 @@
+"""The Helm charts against the real helm binary and the real control plane.
+
+- `helm lint --strict` of the three charts;
+- what `helm template` renders (default values, examples/gpu-values.yaml, the operator's variants) is
+  accepted by the API server (server-side apply, dry run) with the SlurmCluster CRD installed;
+- wrong values fail `helm template` with helm's message naming the value;
+- a real `helm install` of both charts, and `helm uninstall` of the CRD chart keeping the CRD;
+- the operator chart's RBAC is enough: the REAL operator, authenticated as the chart's ServiceAccount
+  (a bound token, nothing else), brings a SlurmCluster rendered by the slurm-cluster chart to Ready, and
+  the same ServiceAccount is refused what an operator has no business doing.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from tests.support.controlplane import ControlPlane
+from tests.support.operator import OperatorProcess, get_cluster, owned_objects, wait_ready, wait_until
+
+ROOT = Path(__file__).resolve().parents[2]
+CHARTS = ROOT / "charts"
+OPERATOR_CHART = CHARTS / "slurm-operator"
+CLUSTER_CHART = CHARTS / "slurm-cluster"
+CRDS_CHART = CHARTS / "slurm-operator-crds"
+GPU_VALUES = CLUSTER_CHART / "examples" / "gpu-values.yaml"
+ALL_CHARTS = [CRDS_CHART, OPERATOR_CHART, CLUSTER_CHART]
+
+
+class Helm:
+    """The helm binary built next to kube-apiserver, with its own cache/config dirs, pointed at the
+    control plane."""
+
+    def __init__(self, cp: ControlPlane, home: Path) -> None:
+        self.binary = cp.binary("helm")
+        self.env = cp.env()
+        for var in ("HELM_CACHE_HOME", "HELM_CONFIG_HOME", "HELM_DATA_HOME"):
+            path = home / var.lower()
+            path.mkdir(parents=True, exist_ok=True)
+            self.env[var] = str(path)
+
+    def run(self, *args: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        proc = subprocess.run(
+            [self.binary, *args], env=self.env, capture_output=True, text=True, timeout=timeout, check=False
+        )
+        if check and proc.returncode != 0:
+            raise AssertionError(f"helm {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+        return proc
+
+    def template(self, chart: Path, *args: str, release: str = "demo", namespace: str = "default") -> list[Any]:
+        out = self.run("template", release, str(chart), "--namespace", namespace, *args).stdout
+        return [doc for doc in yaml.safe_load_all(out) if doc]
+
+
+@pytest.fixture(scope="session")
+def helm(controlplane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Helm:
+    if not Path(controlplane.binary("helm")).is_file():
+        pytest.fail(f"no helm in {controlplane.bin_dir}: run make k8s-bins", pytrace=False)
+    h = Helm(controlplane, tmp_path_factory.mktemp("helm"))
+    # The CRD chart is the operator chart's dependency: vendor it (charts/*/charts/ is git-ignored).
+    h.run("dependency", "build", str(OPERATOR_CHART))
+    return h
+
+
+def dry_run_apply(cp: ControlPlane, docs: list[Any]) -> str:
+    """Server-side apply, dry run: admission, schema and CEL validation, nothing stored."""
+    text = "\n---\n".join(yaml.safe_dump(d) for d in docs)
+    proc = cp.kubectl(
+        "apply", "--server-side", "--dry-run=server", "--field-manager=helm-test", "-f", "-", input=text, check=False
+    )
+    assert proc.returncode == 0, f"API server refused the rendered chart:\n{proc.stderr}\n{text}"
+    return proc.stdout
+
+
+def by_kind(docs: list[Any], kind: str) -> list[Any]:
+    return [d for d in docs if d["kind"] == kind]
+
+
+# --- lint and render ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("chart", ALL_CHARTS, ids=lambda c: c.name)
+def test_lint_strict(helm: Helm, chart: Path) -> None:
+    out = helm.run("lint", "--strict", str(chart))
+    assert "0 chart(s) failed" in out.stdout, out.stdout
+
+
+def test_lint_strict_gpu_example(helm: Helm) -> None:
+    helm.run("lint", "--strict", str(CLUSTER_CHART), "-f", str(GPU_VALUES))
+
+
+@pytest.mark.parametrize("values", [None, GPU_VALUES], ids=["defaults", "gpu-values"])
+def test_cluster_chart_accepted_by_apiserver(
+    helm: Helm, controlplane: ControlPlane, admission_namespace: str, values: Path | None
+) -> None:
+    args = ["-f", str(values)] if values else []
+    docs = helm.template(CLUSTER_CHART, *args, namespace=admission_namespace)
+    (sc,) = docs
+    assert sc["kind"] == "SlurmCluster" and sc["metadata"]["name"] == "demo"
+    labels = sc["metadata"]["labels"]
+    assert labels["app.kubernetes.io/managed-by"] == "Helm" and labels["app.kubernetes.io/part-of"] == "warden"
+    assert labels["helm.sh/chart"] == "slurm-cluster-0.1.0"
+    out = dry_run_apply(controlplane, docs)
+    assert "slurmcluster.slurm.warden.dev/demo serverside-applied (server dry run)" in out, out
+    if values is None:
+        assert [(g["name"], g["replicas"]) for g in sc["spec"]["workerGroups"]] == [("cpu", 2)]
+        assert sc["spec"]["login"]["replicas"] == 1
+        assert "storageClassName" not in sc["spec"]["jail"], "null values must not reach the SlurmCluster"
+
+
+def test_gpu_values_mirror_the_gpu_example(helm: Helm) -> None:
+    (sc,) = helm.template(CLUSTER_CHART, "-f", str(GPU_VALUES))
+    example = yaml.safe_load((ROOT / "docs/examples/gpu-two-groups.yaml").read_text())
+
+    def subset(want: Any, have: Any, path: str) -> None:
+        if isinstance(want, dict):
+            for k, v in want.items():
+                assert k in have, f"{path}.{k} missing in the chart's rendering"
+                subset(v, have[k], f"{path}.{k}")
+        elif isinstance(want, list):
+            assert len(want) == len(have), path
+            for i, (w, h) in enumerate(zip(want, have, strict=True)):
+                subset(w, h, f"{path}[{i}]")
+        else:
+            assert want == have, f"{path}: example {want!r}, chart {have!r}"
+
+    subset(example["spec"], sc["spec"], "spec")
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        [],
+        ["--set", "metrics.enabled=true", "--set", "verbose=true"],
+        ["--set", "crds.enabled=false"],
+    ],
+    ids=["defaults", "metrics", "no-crds"],
+)
+def test_operator_chart_accepted_by_apiserver(
+    helm: Helm, controlplane: ControlPlane, admission_namespace: str, args: list[str]
+) -> None:
+    docs = helm.template(OPERATOR_CHART, *args, release="warden", namespace=admission_namespace)
+    kinds = sorted(d["kind"] for d in docs)
+    expected = ["ClusterRole", "ClusterRole", "ClusterRoleBinding", "ClusterRoleBinding", "Deployment"]
+    expected += ["ServiceAccount"]
+    if "crds.enabled=false" not in args:
+        expected.append("CustomResourceDefinition")
+    if "metrics.enabled=true" in args:
+        expected.append("Service")
+    assert kinds == sorted(expected)
+    dry_run_apply(controlplane, docs)
+
+    (deploy,) = by_kind(docs, "Deployment")
+    spec = deploy["spec"]
+    assert spec["replicas"] == 1 and spec["strategy"] == {"type": "Recreate"}
+    (container,) = spec["template"]["spec"]["containers"]
+    assert container["image"] == "warden/operator:0.1.0"
+    assert "--log-format=json" in container["args"] and "--all-namespaces" in container["args"]
+    for probe in ("livenessProbe", "readinessProbe"):
+        assert container[probe]["httpGet"] == {"path": "/healthz", "port": "http"}
+    assert {"name": "http", "containerPort": 8080, "protocol": "TCP"} in container["ports"]
+    assert "--liveness=http://0.0.0.0:8080/healthz" in container["args"]
+    sc = container["securityContext"]
+    assert sc["runAsNonRoot"] is True and sc["runAsUser"] == 10001 and sc["readOnlyRootFilesystem"] is True
+    assert sc["capabilities"] == {"drop": ["ALL"]} and sc["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert sc["allowPrivilegeEscalation"] is False
+    assert container["resources"]["requests"] and container["resources"]["limits"]
+
+
+def test_operator_chart_namespaced_rbac_accepted(
+    helm: Helm, controlplane: ControlPlane, admission_namespace: str
+) -> None:
+    docs = helm.template(
+        OPERATOR_CHART, "--set", f"watchNamespaces={{{admission_namespace}}}", "--set", "crds.enabled=false",
+        release="warden", namespace=admission_namespace,
+    )  # fmt: skip
+    (role,) = by_kind(docs, "Role")
+    assert role["metadata"]["namespace"] == admission_namespace
+    (manager,) = [r for r in by_kind(docs, "ClusterRole") if r["metadata"]["name"].endswith("-discovery")]
+    assert {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["list", "watch"]} in manager["rules"]
+    assert [d for d in docs if d["kind"] == "ClusterRole" and not d["metadata"]["name"].endswith("-discovery")] == []
+    (deploy,) = by_kind(docs, "Deployment")
+    args = deploy["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert f"--namespace={admission_namespace}" in args and "--all-namespaces" not in args
+    dry_run_apply(controlplane, docs)
+
+
+def test_rbac_has_no_wildcards_and_same_rules_in_both_modes(helm: Helm) -> None:
+    wide = helm.template(OPERATOR_CHART, release="warden")
+    narrow = helm.template(OPERATOR_CHART, "--set", "watchNamespaces={a,b}", release="warden")
+    for doc in wide + narrow:
+        for rule in doc.get("rules", []):
+            for key in ("apiGroups", "resources", "verbs"):
+                assert "*" not in rule.get(key, []), (doc["metadata"]["name"], rule)
+        if doc["kind"].endswith("Binding"):
+            assert doc["roleRef"]["name"] not in ("cluster-admin", "admin", "edit"), doc
+    (cluster_role,) = [r for r in by_kind(wide, "ClusterRole") if not r["metadata"]["name"].endswith("-discovery")]
+    roles = by_kind(narrow, "Role")
+    assert sorted(r["metadata"]["namespace"] for r in roles) == ["a", "b"]
+    for role in roles:
+        assert role["rules"] == cluster_role["rules"]
+
+
+# --- wrong values ------------------------------------------------------------------------------------
+
+WRONG_CLUSTER_VALUES = [
+    # (args, words helm's error must contain: the value's path, and the offending value where shown)
+    (["--set-json", 'workerGroups=[{"name":"cpu","replicas":-1}]'], ["/workerGroups/0/replicas", "-1"]),
+    (["--set", "login.service.type=Ingress"], ["/login/service/type", "NodePort"]),
+    (["--set", "workerGroup=oops"], ["additional properties 'workerGroup'"]),
+    (["--set", "jail.sise=10Gi"], ["/jail", "'sise'"]),
+    (["--set", "login.sshAuthorizedKeys[0]=hello"], ["/login/sshAuthorizedKeys/0", "'hello'"]),
+    (["--set", "accounting.mode=Sometimes"], ["/accounting/mode", "InCluster"]),
+    (["--set", "jail.size=lots"], ["/jail/size", "'lots'"]),
+    (["--set", "images.pullPolicy=Sometimes"], ["/images/pullPolicy"]),
+    (["--set", "login.service.nodePort=22"], ["/login/service/nodePort", "30,000"]),
+    (["--set", "healthChecks.nccl.schedule=hourly"], ["/healthChecks/nccl/schedule", "'hourly'"]),
+    (["--set", "healthChecks.nccl.minBusBandwidthGbps=0"], ["/healthChecks/nccl/minBusBandwidthGbps"]),
+    (["--set-json", 'slurmConfig.extraLines=["NodeName=evil"]'], ["/slurmConfig/extraLines/0"]),
+    (["--set-json", 'workerGroups=[{"name":"GPU_nodes"}]'], ["/workerGroups/0/name", "'GPU_nodes'"]),
+    (["--set", "nameOverride=a-name-longer-than-twenty-four"], ["/nameOverride"]),
+    (["--set", "login.replicas=many"], ["/login/replicas", "want integer"]),
+    # cross-field rules, checked by the chart's templates
+    (["--set", "jail.existingClaim=mine", "--set", "jail.storageClassName=fast"], ["jail.existingClaim"]),
+    (["--set", "accounting.mode=External"], ["accounting.external"]),
+    (["--set-json", 'partitions=[{"name":"p","workerGroups":["gpu"]}]'], ["partitions[0].workerGroups", '"gpu"']),
+    (
+        ["--set-json", 'workerGroups=[{"name":"a"},{"name":"a"}]'],
+        ["workerGroups[1].name", "duplicate"],
+    ),
+]
+
+WRONG_OPERATOR_VALUES = [
+    (["--set", "replicaCount=2"], ["/replicaCount", "maximum"]),
+    (["--set", "rbac.create=yes"], ["/rbac/create", "want boolean"]),
+    (["--set", "image.pullPolicy=Sometimes"], ["/image/pullPolicy"]),
+    (["--set", "logFormat=xml"], ["/logFormat"]),
+    (["--set", "watchNamespaces={Not_A_Namespace}"], ["/watchNamespaces/0", "'Not_A_Namespace'"]),
+    (["--set", "securityContext.runAsNonRoot=false"], ["/securityContext/runAsNonRoot"]),
+    (["--set", "metrics.service.type=Ingress"], ["/metrics/service/type"]),
+    (["--set", "crds.enabeld=true"], ["/crds", "'enabeld'"]),
+]
+
+
+@pytest.mark.parametrize(
+    ("args", "words"), WRONG_CLUSTER_VALUES, ids=[" ".join(a)[:60] for a, _ in WRONG_CLUSTER_VALUES]
+)
+def test_wrong_cluster_values_rejected(helm: Helm, args: list[str], words: list[str]) -> None:
+    proc = helm.run("template", "demo", str(CLUSTER_CHART), *args, check=False)
+    assert proc.returncode != 0, f"helm accepted {args}:\n{proc.stdout}"
+    for word in words:
+        assert word in proc.stderr, f"{word!r} not in helm's error for {args}:\n{proc.stderr}"
+
+
+@pytest.mark.parametrize(
+    ("args", "words"), WRONG_OPERATOR_VALUES, ids=[" ".join(a)[:60] for a, _ in WRONG_OPERATOR_VALUES]
+)
+def test_wrong_operator_values_rejected(helm: Helm, args: list[str], words: list[str]) -> None:
+    proc = helm.run("template", "warden", str(OPERATOR_CHART), *args, check=False)
+    assert proc.returncode != 0, f"helm accepted {args}:\n{proc.stdout}"
+    for word in words:
+        assert word in proc.stderr, f"{word!r} not in helm's error for {args}:\n{proc.stderr}"
+
+
+# --- real installs -----------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def release_namespace(controlplane: ControlPlane, crd_installed: None) -> Iterator[str]:
+    name = controlplane.create_namespace(f"h-{uuid.uuid4().hex[:8]}")
+    yield name
+    client.CoreV1Api(controlplane.api_client()).delete_namespace(name)
+
+
+def test_helm_install_both_charts(helm: Helm, controlplane: ControlPlane, release_namespace: str) -> None:
+    ns = release_namespace
+    # The session's CRD is already installed (not by Helm): install the operator without it.
+    out = helm.run("install", "warden", str(OPERATOR_CHART), "-n", ns, "--set", "crds.enabled=false")
+    assert "crds.enabled is false" in out.stdout
+    apps = client.AppsV1Api(controlplane.api_client())
+    deploy = apps.read_namespaced_deployment("warden-slurm-operator", ns)
+    assert deploy.spec.template.spec.service_account_name == "warden-slurm-operator"
+
+    key = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIJ0T3ikGxaWcqlsYzQJ1vAPvpmFn3aCVdHtpHqUxZHdb alice@example"
+    out = helm.run("install", "demo", str(CLUSTER_CHART), "-n", ns, "--set", f"login.sshAuthorizedKeys[0]={key}")
+    notes = out.stdout
+    assert f"kubectl -n {ns} get slurmcluster demo -w" in notes
+    assert f"kubectl -n {ns} get service demo-login -o jsonpath='{{.spec.ports[?(@.name==\"ssh\")].nodePort}}'" in notes
+    assert 'sinfo -R -o "%50E %9u %19H %N"' in notes
+    assert "nobody can log in" not in notes
+    sc = get_cluster(controlplane.api_client(), ns, "demo")
+    assert sc["spec"]["login"]["sshAuthorizedKeys"] == [key]
+    assert sc["spec"]["workerGroups"][0]["name"] == "cpu"
+
+    for svc_type, words in [("LoadBalancer", ".status.loadBalancer.ingress[0]"), ("ClusterIP", "port-forward")]:
+        out = helm.run("upgrade", "demo", str(CLUSTER_CHART), "-n", ns, "--set", f"login.service.type={svc_type}")
+        assert words in out.stdout, out.stdout
+    helm.run("uninstall", "demo", "-n", ns)
+    helm.run("uninstall", "warden", "-n", ns)
+    with pytest.raises(ApiException) as e:
+        apps.read_namespaced_deployment("warden-slurm-operator", ns)
+    assert e.value.status == 404
+
+
+def test_crd_chart_uninstall_keeps_the_crd(helm: Helm, controlplane: ControlPlane, release_namespace: str) -> None:
+    ext = client.ApiextensionsV1Api(controlplane.api_client())
+    helm.run("install", "crds", str(CRDS_CHART), "-n", release_namespace, "--take-ownership")
+    crd = ext.read_custom_resource_definition("slurmclusters.slurm.warden.dev")
+    assert crd.metadata.annotations["meta.helm.sh/release-name"] == "crds"
+    out = helm.run("uninstall", "crds", "-n", release_namespace)
+    assert "slurmclusters.slurm.warden.dev" in out.stdout + out.stderr  # helm says what it kept
+    ext.read_custom_resource_definition("slurmclusters.slurm.warden.dev")  # still there
+
+
+# --- the chart's RBAC runs the real operator ---------------------------------------------------------
+
+
+def _sa_kubeconfig(cp: ControlPlane, token: str, path: Path) -> Path:
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "cp", "cluster": {"server": cp.server, "certificate-authority": str(cp.pki.ca_crt)}}],
+        "users": [{"name": "operator", "user": {"token": token}}],
+        "contexts": [{"name": "operator", "context": {"cluster": "cp", "user": "operator"}}],
+        "current-context": "operator",
+    }
+    path.write_text(json.dumps(config))
+    path.chmod(0o600)
+    return path
+
+
+def test_chart_rbac_is_enough_for_the_real_operator(
+    helm: Helm,
+    controlplane: ControlPlane,
+    cluster_namespace: str,
+    api_client: Any,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+) -> None:
+    # The operator's own namespace (where the chart puts its ServiceAccount), apart from the clusters'.
+    op_ns = controlplane.create_namespace(f"op-{uuid.uuid4().hex[:8]}")
+    request.addfinalizer(lambda: client.CoreV1Api(api_client).delete_namespace(op_ns))
+    release = f"w{uuid.uuid4().hex[:6]}"
+    docs = helm.template(
+        OPERATOR_CHART, "--set", "crds.enabled=false", "--set", f"watchNamespaces={{{cluster_namespace}}}",
+        release=release, namespace=op_ns,
+    )  # fmt: skip
+    rbac_kinds = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
+    rbac = [d for d in docs if d["kind"] in rbac_kinds]
+    text = "\n---\n".join(yaml.safe_dump(d) for d in rbac)
+    controlplane.kubectl("apply", "--server-side", "-f", "-", input=text)
+    cluster_scoped = [(d["kind"], d["metadata"]["name"]) for d in rbac if d["kind"].startswith("Cluster")]
+
+    def cleanup() -> None:
+        for kind, name in cluster_scoped:
+            controlplane.kubectl("delete", kind.lower(), name, "--ignore-not-found", check=False)
+
+    request.addfinalizer(cleanup)
+    (sa,) = by_kind(docs, "ServiceAccount")
+    (deploy,) = by_kind(docs, "Deployment")
+    assert deploy["spec"]["template"]["spec"]["serviceAccountName"] == sa["metadata"]["name"]
+    token = controlplane.service_account_token(op_ns, sa["metadata"]["name"])
+    kubeconfig = _sa_kubeconfig(controlplane, token, tmp_path / "operator.kubeconfig")
+
+    # The operator as the chart runs it (watching the namespaces of watchNamespaces), as nothing but the SA.
+    op = OperatorProcess(kubeconfig, cluster_namespace, controlplane.log_dir)
+    op.start()
+    request.addfinalizer(op.stop)
+
+    # Every kind the operator can make: a GPU group with the NCCL check (CronJob, its ServiceAccount, Role
+    # and RoleBinding) and in-cluster accounting (MariaDB, its generated password Secret) besides the
+    # chart's default CPU group.
+    gpu_label = {"warden.dev/charts-rbac-gpu": "true"}
+    controlplane.add_fake_nodes(1, gpu_label, gpu=8, prefix="kwok-charts-gpu")
+    values = {
+        "workerGroups": [
+            {"name": "cpu", "replicas": 2},
+            {"name": "gpu", "replicas": 1, "gpus": {"count": 8, "type": "h100"}, "nodeSelector": gpu_label},
+        ],
+        "healthChecks": {"nccl": {"enabled": True}},
+        "accounting": {"mode": "InCluster"},
+    }
+    values_file = tmp_path / "values.yaml"
+    values_file.write_text(yaml.safe_dump(values))
+    (sc,) = helm.template(CLUSTER_CHART, "-f", str(values_file), release="demo", namespace=cluster_namespace)
+    client.CustomObjectsApi(api_client).create_namespaced_custom_object(
+        "slurm.warden.dev", "v1alpha1", cluster_namespace, "slurmclusters", sc
+    )
+    obj = wait_ready(api_client, cluster_namespace, "demo", op, timeout=180)
+    assert obj["status"]["workers"] == "3/3" and obj["status"]["login"] == "1/1"
+    made = owned_objects(api_client, cluster_namespace, obj["metadata"]["uid"])
+    for kind in ("CronJob", "Role", "RoleBinding", "ServiceAccount", "Secret", "PersistentVolumeClaim", "Job"):
+        assert any(key.startswith(f"{kind}/") for key in made), f"no {kind} made: {sorted(made)}"
+
+    # Events come from the operator (kopf posts core/v1 Events as the SA).
+    def reconciled_event() -> bool:
+        events = client.CoreV1Api(api_client).list_namespaced_event(cluster_namespace).items
+        return any(e.reason == "Reconciled" and e.involved_object.name == "demo" for e in events)
+
+    wait_until("a Reconciled Event", reconciled_event, 30, op.log_tail)
+    events = client.CoreV1Api(api_client).list_namespaced_event(cluster_namespace).items
+    failures = [e.message for e in events if e.reason == "ApplyFailed"]
+    assert failures == [], failures
+    log = op.log_path.read_text(errors="replace")
+    for refusal in ("Forbidden", "forbidden", "Not enough permissions", "403"):
+        assert refusal not in log, f"the operator was refused something ({refusal!r}):\n{op.log_tail(80)}"
+
+    # Least privilege: the same identity cannot touch what an operator has no business with.
+    sa_api = controlplane.new_api_client(token=token)
+    try:
+        core = client.CoreV1Api(sa_api)
+        refused = {
+            "list nodes": lambda: core.list_node(),
+            "delete a namespace": lambda: core.delete_namespace(cluster_namespace, dry_run="All"),
+            "read secrets outside watched namespaces": lambda: core.list_namespaced_secret(op_ns),
+            "list secrets in the watched namespace": lambda: core.list_namespaced_secret(cluster_namespace),
+            "create pods": lambda: core.create_namespaced_pod(
+                cluster_namespace,
+                {"metadata": {"name": "x"}, "spec": {"containers": [{"name": "x", "image": "x"}]}},
+                dry_run="All",
+            ),
+            "bind cluster-admin": lambda: client.RbacAuthorizationV1Api(sa_api).create_cluster_role_binding(
+                {
+                    "metadata": {"name": f"{release}-escalate"},
+                    "roleRef": {
+                        "apiGroup": "rbac.authorization.k8s.io",
+                        "kind": "ClusterRole",
+                        "name": "cluster-admin",
+                    },
+                    "subjects": [{"kind": "ServiceAccount", "name": sa["metadata"]["name"], "namespace": op_ns}],
+                },
+                dry_run="All",
+            ),
+        }
+        for what, call in refused.items():
+            with pytest.raises(ApiException) as e:
+                call()
+            assert e.value.status == 403, f"{what}: expected 403, got {e.value.status}"
+    finally:
+        sa_api.close()
