@@ -92,6 +92,17 @@ up: ## local Kubernetes + images + charts + a SlurmCluster you can SSH into
 
 down: controlplane-down ## tear down what `make up` started
 
+# --- Helm charts -------------------------------------------------------------------------------
+.PHONY: charts-lint
+charts-lint: venv ## helm lint --strict every chart; values schema and README tables up to date
+	hack/build-k8s-bins.sh helm
+	$(PY) hack/gen-values-schema.py --check
+	$(PY) hack/gen-chart-docs.py --check
+	helm="$$(hack/build-k8s-bins.sh --print-dir)/helm"; \
+	 "$$helm" dependency build charts/slurm-operator >/dev/null && \
+	 for c in charts/slurm-operator-crds charts/slurm-operator charts/slurm-cluster; do "$$helm" lint --strict "$$c" || exit 1; done && \
+	 "$$helm" lint --strict charts/slurm-cluster -f charts/slurm-cluster/examples/gpu-values.yaml
+
 # --- benchmarks --------------------------------------------------------------------------------
 .PHONY: bench
 bench: venv ## performance figures, printed side by side (never asserted in tests)
