@@ -6,7 +6,8 @@
 #   WARDEN_CGROUP_RW     auto (default) | yes | no: remount /sys/fs/cgroup read-write for
 #                        proctrack/cgroup and task/cgroup (needs CAP_SYS_ADMIN)
 #   WARDEN_SLURMD_ARGS   extra slurmd flags (e.g. -vv)
-#   WARDEN_JAIL_SHARED   jail directories also shown at the same path in this container (default /home)
+#   WARDEN_JAIL_SHARED   jail directories also shown at the same path in this container (default
+#                        "/home /root": users' and root's homes, where sbatch writes slurm-<id>.out)
 #   WARDEN_WORKER_GROUP  worker group: plugstack.<group>.conf (its node-local mounts) becomes plugstack.conf
 set -euo pipefail
 WARDEN_COMPONENT=worker
@@ -43,7 +44,7 @@ warden_jail_binds "$spool:$spool:rw"
 # slurmstepd works in this container's root before the SPANK plugin moves the task into the jail:
 # it chdirs to the job's working directory and opens its output files there. Show the jail's
 # shared directories at the same paths here, so /home/alice/out.txt is the jail's file.
-for p in ${WARDEN_JAIL_SHARED:-/home}; do
+for p in ${WARDEN_JAIL_SHARED:-/home /root}; do
     [ -d "$WARDEN_JAIL$p" ] || continue
     mkdir -p "$p"
     mountpoint -q "$p" || mount --bind "$WARDEN_JAIL$p" "$p" ||
