@@ -1,0 +1,87 @@
+"""Fixtures for the dataplane tier: the project's own images in plain Docker, wired by the operator's
+own renderers (tests/support/dockercluster.py), one cluster per test session.
+
+Needs Docker and the images (`make dataplane` builds both). WARDEN_DATAPLANE_KEEP=1 leaves the
+containers, network, volumes and rendered files after the run, for poking at.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.dataplane.spec import SPEC
+from tests.support.controlplane import sigterm_as_interrupt
+from tests.support.dockercluster import DockerCluster, DockerError, docker_available, missing_images, sweep_stale
+
+_failed: list[str] = []
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    here = Path(__file__).parent
+    for item in items:
+        if here in Path(str(item.fspath)).parents:
+            item.add_marker(pytest.mark.dataplane)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    report = yield
+    if getattr(report, "failed", False):
+        _failed.append(item.nodeid)
+    return report
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Iterator[DockerCluster]:
+    """The session's cluster, up (workers idle, SSH answering, slurmdbd knows the cluster). Torn down
+    at session end whatever happened, also on SIGTERM; a killed run's leftovers are swept by the next."""
+    ok, why = docker_available()
+    if not ok:
+        pytest.fail(why, pytrace=False)
+    swept = sweep_stale()
+    if swept:
+        print(f"\nremoved leftovers of dead dataplane runs: {', '.join(swept)}", file=sys.stderr)
+    c = DockerCluster(SPEC)
+    missing = missing_images([*c.images, c.image("jail")])
+    if missing:
+        pytest.fail(f"images missing: {', '.join(missing)} (make images)", pytrace=False)
+    try:
+        with sigterm_as_interrupt():
+            try:
+                c.start(timeout=180)
+            except DockerError as e:
+                pytest.fail(f"cluster did not come up: {e}", pytrace=False)
+            print(
+                f"\ncluster {c.run_id} up in {c.startup_seconds:.1f}s (populate-jail {c.populate_seconds:.1f}s)",
+                file=sys.stderr,
+            )
+            yield c
+            if _failed:
+                print(f"\n{len(_failed)} test(s) failed; container logs:\n{c.diagnostics()}", file=sys.stderr)
+    finally:
+        c.stop()
+
+
+class JailUser:
+    """A user created in the jail with warden-useradd, with their own SSH key."""
+
+    def __init__(self, cluster: DockerCluster, name: str) -> None:
+        self.cluster = cluster
+        self.name = name
+        self.identity, self.public_key = cluster.user_key(name)
+
+    def ssh(self, script: str, check: bool = True, timeout: float = 120, input: str | None = None) -> str:
+        r = self.cluster.ssh(self.name, script, check=check, timeout=timeout, identity=self.identity, input=input)
+        return r.out
+
+
+@pytest.fixture(scope="session")
+def alice(cluster: DockerCluster) -> JailUser:
+    """`alice`, created by root in an SSH session on the login node (chrooted into the jail)."""
+    user = JailUser(cluster, "alice")
+    cluster.ssh("root", f"warden-useradd --key '{user.public_key}' alice")
+    return user

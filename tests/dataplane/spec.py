@@ -1,0 +1,25 @@
+"""The SlurmCluster the dataplane tier runs (as a manifest's `spec:`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+#: Two CPU workers, one GPU worker with two (fake) GPUs of type "fake", a login node, in-cluster
+#: accounting. Each worker claims 2 CPUs and 1 GiB, which every CI machine has.
+SPEC: dict[str, Any] = {
+    "login": {"replicas": 1},
+    "workerGroups": [
+        {"name": "cpu", "replicas": 2, "resources": {"limits": {"cpu": "2", "memory": "1Gi"}}},
+        {
+            "name": "gpu",
+            "replicas": 1,
+            "gpus": {"count": 2, "type": "fake"},
+            "resources": {"limits": {"cpu": "2", "memory": "1Gi"}},
+        },
+    ],
+    "partitions": [
+        {"name": "cpu", "workerGroups": ["cpu"], "default": True},
+        {"name": "gpu", "workerGroups": ["gpu"]},
+    ],
+    "accounting": {"mode": "InCluster"},
+}

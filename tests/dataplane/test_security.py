@@ -1,0 +1,155 @@
+"""What the pods may do: no privileged container, exactly the documented capabilities, names resolved
+inside the test network only, and job steps of ordinary users that cannot leave the jail."""
+
+from __future__ import annotations
+
+import re
+import shlex
+
+import pytest
+
+from tests.dataplane.conftest import JailUser
+from tests.support.dockercluster import DOCKER_DEFAULT_CAPS, DockerCluster
+
+#: docs/images.md ("Images" table, "needs"): capabilities each component adds to Docker's defaults.
+DOCUMENTED_CAPS: dict[str, set[str]] = {
+    "worker": {"SYS_ADMIN", "SYS_NICE"},
+    "login": {"SYS_ADMIN"},
+    "controller": set(),
+    "accounting": set(),
+    "database": set(),
+}
+
+#: Linux capability numbers (include/uapi/linux/capability.h), to read CapBnd from /proc/1/status.
+CAP_NAMES = [
+    "CHOWN", "DAC_OVERRIDE", "DAC_READ_SEARCH", "FOWNER", "FSETID", "KILL", "SETGID", "SETUID",
+    "SETPCAP", "LINUX_IMMUTABLE", "NET_BIND_SERVICE", "NET_BROADCAST", "NET_ADMIN", "NET_RAW",
+    "IPC_LOCK", "IPC_OWNER", "SYS_MODULE", "SYS_RAWIO", "SYS_CHROOT", "SYS_PTRACE", "SYS_PACCT",
+    "SYS_ADMIN", "SYS_BOOT", "SYS_NICE", "SYS_RESOURCE", "SYS_TIME", "SYS_TTY_CONFIG", "MKNOD",
+    "LEASE", "AUDIT_WRITE", "AUDIT_CONTROL", "SETFCAP", "MAC_OVERRIDE", "MAC_ADMIN", "SYSLOG",
+    "WAKE_ALARM", "BLOCK_SUSPEND", "AUDIT_READ", "PERFMON", "BPF", "CHECKPOINT_RESTORE",
+]  # fmt: skip
+
+
+def _decode_caps(hex_mask: str) -> set[str]:
+    mask = int(hex_mask, 16)
+    return {f"CAP_{name}" for bit, name in enumerate(CAP_NAMES) if mask >> bit & 1}
+
+
+def test_no_container_is_privileged(cluster: DockerCluster) -> None:
+    """Every container of the run, the finished populate-jail Job's included, runs unprivileged."""
+    containers = [p.container for p in cluster.pods.values()] + [
+        name for name in cluster.inspected if "-populate-" in name
+    ]
+    assert any("-populate-" in c for c in containers), "the populate-jail container was not recorded"
+    for name in containers:
+        info = cluster.inspected[name] if "-populate-" in name else cluster.inspect(name)
+        assert info["HostConfig"]["Privileged"] is False, name
+        assert not info["HostConfig"].get("Devices") or all(
+            d["PathOnHost"] == "/dev/null" for d in info["HostConfig"]["Devices"]
+        ), f"{name}: host devices passed through: {info['HostConfig']['Devices']}"
+
+
+@pytest.mark.parametrize("component", sorted(DOCUMENTED_CAPS))
+def test_capabilities_are_exactly_the_documented_ones(cluster: DockerCluster, component: str) -> None:
+    """The renderer asks for the documented capabilities, Docker grants them, and the container's
+    bounding set (what any process in it can ever hold, read from PID 1) is Docker's default set plus
+    exactly those: nothing more."""
+    pods = [p for p in cluster.pods.values() if p.component == component]
+    assert pods, f"no {component} pod"
+    want = DOCUMENTED_CAPS[component]
+    for pod in pods:
+        rendered = set((pod.spec.get("securityContext") or {}).get("capabilities", {}).get("add", []))
+        assert rendered == want, f"{pod.name}: rendered {rendered}, documented {want}"
+        host = cluster.inspect(pod.container)["HostConfig"]
+        assert {c.removeprefix("CAP_") for c in host.get("CapAdd") or []} == want
+        assert not host.get("CapDrop")
+        status = cluster.exec(pod.name, "cat /proc/1/status").out
+        cap_bnd = re.search(r"^CapBnd:\s*([0-9a-f]+)$", status, re.M)
+        assert cap_bnd, status
+        assert _decode_caps(cap_bnd.group(1)) == DOCKER_DEFAULT_CAPS | {f"CAP_{c}" for c in want}, pod.name
+
+
+def test_worker_runs_under_the_worker_seccomp_profile(cluster: DockerCluster) -> None:
+    """Workers are confined by images/worker/seccomp.json (filter mode), not unconfined."""
+    for pod in cluster.worker_pods("cpu") + cluster.worker_pods("gpu"):
+        opts = cluster.inspect(cluster.container(pod))["HostConfig"]["SecurityOpt"] or []
+        assert any(o.startswith("seccomp=") and "pivot_root" in o for o in opts), f"{pod}: {opts}"
+        assert "seccomp=unconfined" not in opts
+        status = cluster.exec(pod, "cat /proc/1/status").out
+        assert re.search(r"^Seccomp:\s*2$", status, re.M), f"{pod}: no seccomp filter on slurmd"
+
+
+def test_names_resolve_through_the_test_network_only(cluster: DockerCluster) -> None:
+    """slurm.conf's controller address resolves, from a worker and from inside a job step, to the
+    controller container through Docker's embedded DNS (127.0.0.11) and the pods' search domains;
+    short node names resolve from the login node's jail."""
+    address = cluster.names.controller_address
+    assert f"({address})" in (cluster.dir / "configmap" / cluster.names.slurm_config / "slurm.conf").read_text()
+    ctl_ip = cluster.ip(cluster.names.controller_pod)
+    worker = cluster.worker_pods("cpu")[0]
+    resolv = cluster.exec(worker, "cat /etc/resolv.conf").out
+    assert re.findall(r"^nameserver\s+(\S+)", resolv, re.M) == ["127.0.0.11"], resolv
+    assert cluster.names.nodes_domain in resolv
+    assert cluster.exec(worker, f"getent hosts {address}").out.split()[0] == ctl_ip
+    step = cluster.ssh("root", f"srun -p cpu -N1 -w {worker} sh -c 'cat /etc/resolv.conf; getent hosts {address}'")
+    assert "nameserver 127.0.0.11" in step.out
+    assert f"{ctl_ip} " in step.out
+    other = cluster.worker_pods("cpu")[1]
+    assert cluster.ssh("root", f"getent hosts {other}").out.split()[0] == cluster.ip(other)
+
+
+# --- escapes ----------------------------------------------------------------------------------
+# Each attempt runs as the jail user alice in a job step on a CPU worker. `control` runs as root in
+# the worker container, outside the jail, and shows that what the attempt is after does exist there.
+
+KEY = "/etc/warden/auth/slurm.key"
+ESCAPES: dict[str, tuple[str, str, str]] = {
+    # name: (attempt, what its output must say, control in the worker container)
+    "proc-1-root": ("ls /proc/1/root/etc/warden/auth", "Permission denied", f"test -f /proc/1/root{KEY}"),
+    "slurmstepd-root": ('ls "/proc/$PPID/root/etc/warden"', "Permission denied", "test -d /etc/warden"),
+    "dotdot-walk": (
+        "cd / && cd ../../../.. && ls -d ./etc/warden-jail-release ./etc/warden ./mnt/jail",
+        "No such file or directory",
+        "test -d /etc/warden && test -d /mnt/jail",
+    ),
+    "bind-mount-root": ('mkdir -p "$HOME/m" && mount --bind / "$HOME/m"', "must be superuser", "true"),
+    "mount-proc": ('mkdir -p "$HOME/p" && mount -t proc proc "$HOME/p"', "must be superuser", "true"),
+    "umount-config": ("umount /etc/slurm || umount -l /etc/slurm", "must be superuser", "test -f /etc/slurm/slurm.key"),
+    "unshare-mount-ns": ("unshare -m true", "Operation not permitted", "true"),
+    "user-ns-root": ("unshare -Ur ls /proc/1/root/etc/warden", "Permission denied", f"test -f {KEY}"),
+    "chroot-out": ("/usr/sbin/chroot /proc/1/root /bin/true", "Permission denied", "test -x /proc/1/root/bin/true"),
+    "read-slurm-key": (
+        f"cat /etc/slurm/slurm.key {KEY}",
+        "No such file or directory",
+        f"test -f /etc/slurm/slurm.key && test -f {KEY}",
+    ),
+    "pivot-root": ('mkdir -p "$HOME/old" && /usr/sbin/pivot_root / "$HOME/old"', "Operation not permitted", "true"),
+    "nsenter-pid-1": (f"nsenter -t 1 -m -- cat {KEY}", "Operation not permitted", f"test -f {KEY}"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ESCAPES))
+def test_job_step_cannot_reach_the_containers_root(cluster: DockerCluster, alice: JailUser, name: str) -> None:
+    attempt, message, control = ESCAPES[name]
+    worker = cluster.worker_pods("cpu")[0]
+    cluster.exec(worker, control)  # raises if the target does not exist outside the jail
+    script = f'{attempt} 2>&1\necho "exit=$?"\nid -un\ntest -f /etc/warden-jail-release && echo still-in-jail\n'
+    out = alice.ssh(
+        f"cat >~/escape-{name}.sh && srun -p cpu -N1 -w {worker} bash ~/escape-{name}.sh",
+        input=script,
+    )
+    assert message in out, out
+    assert re.search(r"^exit=[1-9]\d*$", out, re.M), f"the attempt succeeded:\n{out}"
+    assert "\nalice\n" in f"\n{out}", out
+    assert "still-in-jail" in out, out
+
+
+def test_escape_attempts_leave_the_node_intact(cluster: DockerCluster, alice: JailUser) -> None:
+    """After all that, the user's next step on the same node still lands in the jail and sees the
+    cluster's client config without the key."""
+    worker = cluster.worker_pods("cpu")[0]
+    out = alice.ssh(f"srun -p cpu -N1 -w {worker} sh -c {shlex.quote('ls /etc/slurm; cat /etc/warden-jail-release')}")
+    assert "slurm.conf" in out
+    assert "slurm.key" not in out
+    assert "WARDEN_JAIL_VERSION" in out
