@@ -310,7 +310,7 @@ class DockerCluster:
                     opts += f",size={size.replace('i', '').lower()}"
                 return ["--tmpfs", f"{target}:{opts}"]
             docker_vol = f"{self.prefix}-{pod}-{vname}"
-            docker("volume", "create", *self._labels_args(pod), docker_vol)
+            docker("volume", "create", *self.labels_args(pod), docker_vol)
             return ["--mount", f"type=volume,source={docker_vol},target={target}" + (",readonly" if ro else "")]
         raise DockerError(f"pod {pod}: volume {vname} of an unsupported type: {volume}")
 
@@ -320,7 +320,7 @@ class DockerCluster:
             out[LABEL_POD] = pod
         return out
 
-    def _labels_args(self, pod: str = "") -> list[str]:
+    def labels_args(self, pod: str = "") -> list[str]:
         return [a for k, v in self._labels(pod).items() for a in ("--label", f"{k}={v}")]
 
     def _aliases(self, pod: str, service_name: str | None, labels: Mapping[str, str]) -> list[str]:
@@ -352,7 +352,7 @@ class DockerCluster:
         for c in claims:
             volumes.setdefault(c, {"name": c})
         cname = container_name or f"{self.prefix}-{pod}"
-        args = ["--name", cname, "--hostname", pod, "--network", self.network, *self._labels_args(pod)]
+        args = ["--name", cname, "--hostname", pod, "--network", self.network, *self.labels_args(pod)]
         for alias in self._aliases(pod, service_name, labels):
             args += ["--network-alias", alias]
         searches = [f"{self.namespace}.{CLUSTER_DOMAIN}", CLUSTER_DOMAIN, "cluster.local"]
@@ -413,7 +413,7 @@ class DockerCluster:
         t0 = time.monotonic()
         self._started = True
         self._write_files()
-        docker("network", "create", *self._labels_args(), self.network)
+        docker("network", "create", *self.labels_args(), self.network)
         self.create_volume(self.jail_volume)
         self.populate_seconds = self.run_populate(self.jail_volume).seconds
         self._plan()
@@ -424,7 +424,7 @@ class DockerCluster:
             "client",
             "--network",
             self.network,
-            *self._labels_args("client"),
+            *self.labels_args("client"),
             "--mount",
             f"type=bind,source={self.dir / 'client'},target=/root/.ssh,readonly",
             "--entrypoint",
@@ -441,7 +441,7 @@ class DockerCluster:
         return f"warden/{name}:{version()}"
 
     def create_volume(self, name: str) -> None:
-        docker("volume", "create", *self._labels_args(), name)
+        docker("volume", "create", *self.labels_args(), name)
 
     @dataclass
     class PopulateRun:
@@ -482,7 +482,7 @@ class DockerCluster:
 
     def volume_sh(self, volume: str, script: str) -> Exec:
         """Run a shell script as root against a volume mounted at /v (populate-jail's image: rsync, sh)."""
-        args = ["run", "--rm", *self._labels_args("volume-sh"), "--mount", f"type=volume,source={volume},target=/v"]
+        args = ["run", "--rm", *self.labels_args("volume-sh"), "--mount", f"type=volume,source={volume},target=/v"]
         args += ["--entrypoint", "sh", self.image("populate-jail"), "-c", script]
         return self._result(docker(*args, check=False, timeout=300), f"volume {volume}: {script}", True)
 
