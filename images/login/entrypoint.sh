@@ -54,6 +54,14 @@ for _ in $(seq 1 50); do
 done
 [ -S /run/slurm/sack.socket ] || warden_die "sackd did not create /run/slurm/sack.socket"
 warden_jail_binds
+# SSH sessions are chrooted, not moved by the SPANK plugin: give them the pod's /proc (ps, top, htop,
+# bash's /dev/fd -> /proc/self/fd) and /dev (ptys for interactive sessions) the way the plugin gives
+# them to job steps: recursive binds, so the runtime's masked and read-only parts of /proc stay so.
+for d in /proc /dev; do
+    mountpoint -q "$WARDEN_JAIL$d" && continue
+    mount --rbind "$d" "$WARDEN_JAIL$d" && warden_log "jail: bound $d at $WARDEN_JAIL$d (recursive)" ||
+        warden_log "warning: cannot bind $d at $WARDEN_JAIL$d; ps and ptys will not work in sessions"
+done
 
 /usr/sbin/sshd -D -e "$@" &
 sshd_pid=$!
