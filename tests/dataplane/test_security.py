@@ -50,6 +50,22 @@ def test_no_container_is_privileged(cluster: DockerCluster) -> None:
         ), f"{name}: host devices passed through: {info['HostConfig']['Devices']}"
 
 
+def test_jail_is_shared_read_write_only_where_the_contract_says(cluster: DockerCluster) -> None:
+    """Workers and login mount the one jail volume read-write, the controller read-only (user lookup
+    only), accounting and the database not at all."""
+    want = {"worker": True, "login": True, "controller": False}
+    for pod in cluster.pods.values():
+        mounts = [m for m in cluster.inspect(pod.container)["Mounts"] if m["Destination"] == "/mnt/jail"]
+        if pod.component not in want:
+            assert not mounts, pod.name
+            continue
+        (mount,) = mounts
+        assert mount["Name"] == cluster.jail_volume, pod.name
+        assert mount["RW"] is want[pod.component], pod.name
+    r = cluster.exec(cluster.names.controller_pod, "touch /mnt/jail/etc/controller-was-here", check=False)
+    assert r.rc != 0 and "Read-only file system" in r.err, r
+
+
 @pytest.mark.parametrize("component", sorted(DOCUMENTED_CAPS))
 def test_capabilities_are_exactly_the_documented_ones(cluster: DockerCluster, component: str) -> None:
     """The renderer asks for the documented capabilities, Docker grants them, and the container's
