@@ -92,7 +92,7 @@ def reconcile(applier: Applier, body: Manifest) -> Outcome:
         steps.append((f"{obj['kind']}/{obj['metadata']['name']}", partial(applier.apply, obj, obj_owner, result)))
     steps.append(("prune", partial(applier.prune, owner, cluster.names.instance_selector(), rendered.objects, result)))
     run_steps(steps, result)
-    status = refresh_status(applier, cluster, generation, previous, result.errors)
+    status = refresh_status(applier, cluster, generation, previous, list(result.errors))
     return Outcome(status=status, result=result)
 
 

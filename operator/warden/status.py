@@ -69,6 +69,11 @@ def fold(
     errors: list[str] | None = None,
 ) -> SlurmClusterStatus:
     prev = {c.type: c for c in (previous.conditions if previous else [])}
+    if errors is None:
+        # Not a reconcile (a child changed): the last reconcile's failures still stand until the
+        # next reconcile, which passes its own (possibly empty) list.
+        failed = prev.get("Ready")
+        errors = [failed.message] if failed is not None and failed.reason == "ReconcileFailed" else []
 
     def cond(type_: str, ok: bool, reason: str, message: str) -> Condition:
         return _condition(type_, ok, reason, message, prev, now, generation)

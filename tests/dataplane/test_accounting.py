@@ -7,8 +7,6 @@ import re
 import time
 import uuid
 
-import pytest
-
 from tests.dataplane.conftest import JailUser
 from tests.support.dockercluster import DockerCluster
 
@@ -45,11 +43,6 @@ def test_slurmdbd_knows_the_cluster(cluster: DockerCluster) -> None:
     assert clusters[cluster.name] == cluster.ip(cluster.names.controller_pod)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="renderer bug: slurmdbd.conf DbdHost is the Service name, slurmdbd requires its own host name "
-    "(tests/support/dockercluster.py: dbd_host_workaround)",
-)
 def test_rendered_dbd_host_is_one_slurmdbd_accepts(cluster: DockerCluster) -> None:
     """slurmdbd exits with "This host not configured to run SlurmDBD" unless DbdHost is its host name
     (the StatefulSet's pod, `<cluster>-accounting-0`) or localhost."""

@@ -20,8 +20,11 @@ def test_operator_killed_twenty_times_still_converges(
 ) -> None:
     ns = cluster_namespace
     # kwok nodes that advertise GPUs stand in for GPU machines (none here); sized for the example.
+    # The H100 nodes are tainted (the example's h100 group tolerates it), so the a100 group, which
+    # has no nodeSelector, cannot take half an H100 node and leave an h100 pod unschedulable.
     h100 = {"node.kubernetes.io/instance-type": "gpu-h100x8"}
-    controlplane.add_fake_nodes(4, labels=h100, gpu=8, prefix="kwok-h100", cpu="128", memory="2Ti")
+    taint = [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]
+    controlplane.add_fake_nodes(4, labels=h100, gpu=8, prefix="kwok-h100", cpu="128", memory="2Ti", taints=taint)
     controlplane.add_fake_nodes(2, gpu=4, prefix="kwok-a100", cpu="64", memory="512Gi")
     rng = random.Random(20261122)  # fixed seed: a failure can be replayed
     operator: OperatorProcess = operator_factory(start=False)

@@ -238,7 +238,9 @@ def test_gpu_node_takes_gpu_pod(controlplane: ControlPlane, namespace: str) -> N
         {
             "metadata": {"name": "gpu"},
             "spec": {
-                "containers": [{"name": "main", "image": IMAGE, "resources": {"limits": {"nvidia.com/gpu": "2"}}}]
+                # Other tests add GPU nodes to the shared control plane too: pin this pod to ours.
+                "nodeSelector": {"warden.dev/smoke-gpu": "true"},
+                "containers": [{"name": "main", "image": IMAGE, "resources": {"limits": {"nvidia.com/gpu": "2"}}}],
             },
         },
     )

@@ -219,8 +219,6 @@ class DockerCluster:
     config_overrides: Mapping[str, str] = field(default_factory=dict)
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:8])
     keep: bool = field(default_factory=lambda: os.environ.get("WARDEN_DATAPLANE_KEEP") == "1")
-    #: see dbd_host_workaround; tests/dataplane/test_accounting.py pins the renderer bug (strict xfail)
-    workaround_dbd_host: bool = True
 
     def __post_init__(self) -> None:
         self.prefix = f"wdp-{self.run_id}"
@@ -261,8 +259,6 @@ class DockerCluster:
             data = dict(cm.get("data") or {})
             if cm["metadata"]["name"] == self.names.slurm_config:
                 data.update(self.config_overrides)
-            if cm["metadata"]["name"] == self.names.slurmdbd_config and self.workaround_dbd_host:
-                data["slurmdbd.conf"] = dbd_host_workaround(data["slurmdbd.conf"], self.names.accounting)
             d = self.dir / "configmap" / cm["metadata"]["name"]
             d.mkdir(parents=True)
             for key, text in data.items():
@@ -614,16 +610,6 @@ class DockerCluster:
             state = docker("inspect", "-f", "{{.State.Status}} {{.State.ExitCode}}", self.container(pod), check=False)
             out.append(f"===== {pod} ({state.stdout.strip()})\n{self.logs(pod, tail)}")
         return "\n".join(out)
-
-
-def dbd_host_workaround(conf: str, accounting: str) -> str:
-    """WORKAROUND for a renderer bug (warden.render.config.slurmdbd_conf): it renders
-    `DbdHost=<cluster>-accounting` (the Service name), but slurmdbd compares DbdHost with its own
-    host name and exits with "fatal: This host not configured to run SlurmDBD" unless they match
-    (or DbdHost=localhost). The slurmdbd pod of the StatefulSet is `<cluster>-accounting-0`.
-    Only the harness rewrites it, to the pod's host name; clients keep using the Service name
-    through AccountingStorageHost in slurm.conf."""
-    return conf.replace(f"DbdHost={accounting}\n", f"DbdHost={accounting}-0\n")
 
 
 def _containers(obj: Manifest) -> Iterator[Manifest]:

@@ -135,3 +135,15 @@ def test_invalid_spec_keeps_other_conditions() -> None:
     first = status.conditions[0]
     assert (first.type, first.status, first.reason) == ("Ready", "False", "InvalidSpec")
     assert "WorkersReady" in conditions(status)
+
+
+def test_reconcile_failure_is_not_hidden_by_a_later_child_event() -> None:
+    failed = fold(SPEC, 1, ready_cluster(), None, T0, errors=["Role/x: forbidden"])
+    # A StatefulSet became ready meanwhile: status is re-folded without a reconcile (errors=None).
+    refreshed = fold(SPEC, 1, ready_cluster(), failed, T1)
+    ready = next(c for c in refreshed.conditions if c.type == "Ready")
+    assert (ready.status, ready.reason, ready.message) == ("False", "ReconcileFailed", "Role/x: forbidden")
+    assert refreshed.phase == "Degraded"
+    # The next reconcile that succeeds clears it.
+    fixed = fold(SPEC, 1, ready_cluster(), refreshed, T1, errors=[])
+    assert fixed.phase == "Ready"

@@ -172,7 +172,9 @@ def slurmdbd_conf(cluster: Cluster) -> str:
     return _render(
         "slurmdbd.conf.j2",
         **_common(cluster),
-        dbd_host=cluster.names.accounting,
+        # slurmdbd refuses to start unless DbdHost is its own host name: the StatefulSet's one pod.
+        # Clients reach it through the Service (AccountingStorageHost in slurm.conf).
+        dbd_host=f"{cluster.names.accounting}-0",
         dbd_port=naming.SLURMDBD_PORT,
         db=db,
         password_file=f"{naming.DB_PASSWORD_DIR}/{naming.DB_PASSWORD_KEY}",
