@@ -50,6 +50,10 @@ UNAVAILABLE_FLAGS = frozenset({"NOT_RESPONDING", "POWERED_DOWN", "POWERING_DOWN"
 
 # Lines srun prints when it never got an allocation: the node was not free, not a node fault.
 _NOT_ALLOCATED = ("Unable to allocate resources", "Immediate execution impossible")
+# Signs that a step reached its node (a task ran or failed to launch there, slurmstepd spoke).
+# A failing srun without any of them never left the machine it runs on: its own plugins, config or
+# credentials failed (seen for real: plugstack.conf naming a plugin missing from the pod).
+_STEP_REACHED_NODE = re.compile(r"\btask \d+|\blaunch failed\b|slurmstepd|StepId=|\bSTEP \d|TIME LIMIT", re.I)
 
 
 @dataclass(frozen=True)
@@ -209,6 +213,8 @@ class StepResult:
     command: CommandResult
     not_allocated: bool
     hit_time_limit: bool
+    #: srun failed before the step reached the node (nothing about the node is known)
+    launch_failed: bool = False
 
 
 class Slurm:
@@ -307,12 +313,16 @@ class Slurm:
         argv += list(command)
         result = self.runner(argv, timeout)
         text = result.stderr + result.stdout
+        failed = result.returncode != 0 and not result.timed_out
+        not_allocated = failed and any(s in result.stderr for s in _NOT_ALLOCATED)
         return StepResult(
             command=result,
-            not_allocated=result.returncode != 0
-            and not result.timed_out
-            and any(s in result.stderr for s in _NOT_ALLOCATED),
+            not_allocated=not_allocated,
             hit_time_limit="DUE TO TIME LIMIT" in text,
+            launch_failed=failed
+            and not not_allocated
+            and not result.stdout.strip()
+            and not _STEP_REACHED_NODE.search(result.stderr),
         )
 
 

@@ -255,3 +255,35 @@ def test_cli_fails_when_slurm_cannot_list_nodes(capsys: pytest.CaptureFixture[st
 
     assert main([], slurm=Slurm(broken)) == 1
     assert "Unable to contact slurm controller" in capsys.readouterr().err
+
+
+def test_srun_failing_before_the_step_reaches_the_node_drains_nothing() -> None:
+    """Seen for real (dataplane tier): a check pod whose plugstack.conf names a plugin it lacks makes
+    every srun fail at once; that is the pod's fault, not the nodes', so no node may be drained."""
+    fake = FakeSlurm([FakeNode("gpu-0"), FakeNode("gpu-1", state=["IDLE", "DRAIN"], reason=SLOW_REASON)])
+    local_failure = (
+        "srun: error: spank: /etc/slurm/plugstack.conf:4: Failed to load plugin /usr/lib/warden/spank_jail.so.\n"
+        "srun: error: Plug-in initialization failed\n"
+    )
+    fake.behaviour["gpu-0"] = fake.behaviour["gpu-1"] = lambda argv: (1, "", local_failure, False)
+    summary = run(fake)
+    assert fake.nodes["gpu-0"].state == ["IDLE"]
+    assert fake.nodes["gpu-1"].state == ["IDLE", "DRAIN"] and fake.nodes["gpu-1"].reason == SLOW_REASON
+    assert summary["drained"] == []
+    assert outcome(summary, "gpu-0")["detail"].startswith("srun failed before reaching the node: srun: error: spank:")
+    assert any(e.startswith("gpu-0: srun failed before reaching the node") for e in summary["errors"])
+
+
+def test_task_launch_failure_on_the_node_is_the_nodes_fault() -> None:
+    fake = FakeSlurm([FakeNode("gpu-0")])
+    fake.behaviour["gpu-0"] = lambda argv: (
+        1,
+        "",
+        "srun: error: Task launch for StepId=7.0 failed on node gpu-0: Communication connection failure\n",
+        False,
+    )
+    summary = run(fake)
+    assert outcome(summary, "gpu-0")["outcome"] == "failed"
+    assert fake.nodes["gpu-0"].reason.startswith(
+        "warden-health: nccl all_reduce_perf failed: exit 1: srun: error: Task"
+    )

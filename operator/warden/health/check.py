@@ -12,7 +12,9 @@ Which nodes are tested:
   drained node, so the check takes a MAINT reservation on it, resumes it, tests it inside the
   reservation, and drains it again if it still fails (or if the test never started);
 * skipped and reported with why: busy nodes (ALLOCATED/MIXED), nodes down or drained by anyone else
-  (people, slurmd's own health check, ``warden-quickcheck:``), nodes whose ``srun`` found no room.
+  (people, slurmd's own health check, ``warden-quickcheck:``), nodes whose ``srun`` found no room,
+  and nodes whose ``srun`` failed before its step reached them (the check pod's own Slurm config,
+  plugins or credentials; listed under ``errors`` too): that says nothing about the node.
 
 Outcomes: ``passed``; ``slow`` (average bus bandwidth under the threshold); ``failed`` (``#wrong`` above
 zero, nccl-tests failure, non-zero exit, no or truncated output); ``timedOut``; ``skipped``.
@@ -185,6 +187,8 @@ def classify(step: StepResult, gpus: int, cfg: CheckConfig) -> tuple[Outcome, st
         return Outcome.TIMED_OUT, f"no result within {cfg.time_limit_s}s", None
     if step.not_allocated:
         return Outcome.SKIPPED, f"not allocated: {first_line(cmd.stderr)}", None
+    if step.launch_failed:  # a broken check pod (config, plugins, credentials) says nothing about the node
+        return Outcome.SKIPPED, f"srun failed before reaching the node: {first_line(cmd.stderr)}", None
     parsed = parse_all_reduce_perf(cmd.stdout)
     stderr_failures = parse_all_reduce_perf(cmd.stderr).errors
     errors = parsed.errors + stderr_failures
@@ -252,6 +256,8 @@ def check_node(slurm: Slurm, node: Node, cfg: CheckConfig, errors: list[str]) ->
             except SlurmError as e:
                 errors.append(str(e))
     outcome, detail, busbw = classify(step, gpus, cfg)
+    if step.launch_failed:
+        errors.append(f"{name}: {detail}")
     report = NodeReport(name, outcome, detail, busbw)
     _act(slurm, node, report, cfg, errors)
     return report
