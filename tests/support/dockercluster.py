@@ -17,7 +17,8 @@ translates those manifests into `docker run` arguments, one container per pod:
   inside the test network only, with the pod's search domains.
 
 Not translated (no Kubernetes here): init containers (the populate Job runs to completion before any
-pod starts, which is what `wait-for-jail` waits for), probes, resource limits, CronJobs and RBAC.
+pod starts, which is what `wait-for-jail` waits for), probes, resource limits, CronJobs and RBAC
+(a CronJob's pod runs on demand: `job_pod` + `run_to_completion`, with its command and args).
 No container runs `--privileged`.
 
 Every Docker object carries the label `LABEL_RUN=<run id>` (plus the creating process id), so
@@ -189,6 +190,7 @@ class Pod:
     labels: dict[str, str]
     spec: Manifest  # the container's spec from the manifest
     group: str | None = None  # worker group
+    argv: list[str] = field(default_factory=list)  # after the image: the container's command[1:] + args
 
 
 @dataclass
@@ -340,7 +342,12 @@ class DockerCluster:
         service_name: str | None,
         claims: set[str],
         container_name: str | None = None,
+        command: bool = False,
+        resolvable: bool = True,
     ) -> Pod:
+        """`command`: translate the container's command/args (Kubernetes semantics: `command[0]`
+        replaces the image's entrypoint, the rest and `args` follow the image); `resolvable=False`: no
+        network alias, as for a Job's pod, whose name no DNS record carries."""
         spec = template["spec"]
         labels = dict(template["metadata"].get("labels") or {})
         (container,) = spec["containers"]
@@ -349,7 +356,7 @@ class DockerCluster:
             volumes.setdefault(c, {"name": c})
         cname = container_name or f"{self.prefix}-{pod}"
         args = ["--name", cname, "--hostname", pod, "--network", self.network, *self.labels_args(pod)]
-        for alias in self._aliases(pod, service_name, labels):
+        for alias in self._aliases(pod, service_name, labels) if resolvable else []:
             args += ["--network-alias", alias]
         searches = [f"{self.namespace}.{CLUSTER_DOMAIN}", CLUSTER_DOMAIN, "cluster.local"]
         searches += (spec.get("dnsConfig") or {}).get("searches", [])
@@ -378,7 +385,14 @@ class DockerCluster:
             if res.endswith(GPU_RESOURCE_SUFFIX):
                 for i in range(int(count)):
                     args += ["--device", f"{FAKE_GPU_SOURCE}:/dev/nvidia{i}"]
-        if container.get("command") or container.get("args"):
+        argv: list[str] = []
+        if command:
+            if container.get("command"):
+                first, *rest = container["command"]
+                args += ["--entrypoint", first]
+                argv += rest
+            argv += list(container.get("args") or [])
+        elif container.get("command") or container.get("args"):
             raise DockerError(f"pod {pod}: command/args are not translated")
         return Pod(
             name=pod,
@@ -389,6 +403,7 @@ class DockerCluster:
             labels=labels,
             spec=container,
             group=labels.get(naming.WORKER_GROUP_LABEL),
+            argv=argv,
         )
 
     def _plan(self) -> None:
@@ -475,6 +490,24 @@ class DockerCluster:
         if check and rc != 0:
             raise DockerError(f"populate-jail exited {rc}:\n{logs}")
         return DockerCluster.PopulateRun(rc=rc, logs=logs, seconds=seconds)
+
+    def job_pod(self, template: Manifest, pod: str) -> Pod:
+        """A Job's (or CronJob's) pod template as a container named like the pod, with its command
+        and args; not resolvable by name, like a Job's pod. Run it with `run_to_completion`."""
+        cname = f"{self.prefix}-{pod}"
+        return self._pod(pod, template, None, set(), container_name=cname, command=True, resolvable=False)
+
+    def run_to_completion(self, pod: Pod, timeout: float = 600) -> Exec:
+        """`docker run` a pod from `job_pod` (Pod.args/argv may be edited first), wait for it to exit,
+        and return its exit status, stdout and stderr; the container is removed afterwards."""
+        docker("run", "-d", *pod.args, pod.image, *pod.argv)
+        try:
+            rc = int(docker("wait", pod.container, timeout=timeout).stdout.strip())
+            logs = docker("logs", pod.container, check=False)
+            self.inspect(pod.container)
+        finally:
+            docker("rm", "-fv", pod.container, check=False)
+        return Exec(rc, logs.stdout, logs.stderr)
 
     def volume_sh(self, volume: str, script: str) -> Exec:
         """Run a shell script as root against a volume mounted at /v (populate-jail's image: rsync, sh)."""

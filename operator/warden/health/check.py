@@ -24,7 +24,8 @@ Slow, failed and timed-out nodes are drained with a reason that starts with ``wa
     warden-health: nccl all_reduce_perf failed: 24 wrong values
     warden-health: nccl all_reduce_perf timed out after 600s
 
-(``sinfo -R`` cuts reasons at 20 characters; ``sinfo -R -o "%60E %9u %19H %N"`` shows them whole.)
+(``sinfo -R`` cuts reasons at 20 characters; ``sinfo -R -o "%100E %9u %19H %N"`` shows them whole:
+they run to 100 characters.)
 Before draining, the node is read again: a drain someone else placed in the meantime is left as is.
 Single-GPU nodes report a bus bandwidth of 0 by definition; for them only correctness is judged.
 
