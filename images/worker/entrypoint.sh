@@ -9,6 +9,12 @@
 #   WARDEN_JAIL_SHARED   jail directories also shown at the same path in this container (default
 #                        "/home /root": users' and root's homes, where sbatch writes slurm-<id>.out)
 #   WARDEN_WORKER_GROUP  worker group: plugstack.<group>.conf (its node-local mounts) becomes plugstack.conf
+#   WARDEN_LEAVE_TIMEOUT seconds a terminating pod waits for its jobs after draining (default 40; keep it
+#                        under the pod's terminationGracePeriodSeconds)
+#
+# On SIGTERM (pod deleted, StatefulSet scaled in) the node leaves Slurm cleanly: it is drained (no new
+# jobs), its running jobs get up to WARDEN_LEAVE_TIMEOUT seconds, the dynamic node is deleted from
+# slurmctld (so `sinfo` keeps no DOWN ghost of every removed pod), then slurmd stops.
 set -euo pipefail
 WARDEN_COMPONENT=worker
 . /usr/lib/warden/warden-lib.sh
@@ -53,6 +59,34 @@ done
 
 node_args=()
 [ -n "${WARDEN_NODE_NAME:-}" ] && node_args=(-N "$WARDEN_NODE_NAME")
-warden_log "starting slurmd $(slurmd -V | awk '{print $2}') as dynamic node ${WARDEN_NODE_NAME:-$(hostname -s)}: $WARDEN_SLURMD_CONF"
+node="${WARDEN_NODE_NAME:-$(hostname -s)}"
+warden_log "starting slurmd $(slurmd -V | awk '{print $2}') as dynamic node $node: $WARDEN_SLURMD_CONF"
 # shellcheck disable=SC2086
-exec slurmd -D -Z "${node_args[@]}" --conf "$WARDEN_SLURMD_CONF" ${WARDEN_SLURMD_ARGS:-} "$@"
+slurmd -D -Z "${node_args[@]}" --conf "$WARDEN_SLURMD_CONF" ${WARDEN_SLURMD_ARGS:-} "$@" &
+slurmd_pid=$!
+
+leave() {
+    local deadline
+    warden_log "leaving: draining $node"
+    scontrol update nodename="$node" state=drain reason="warden: pod terminating" ||
+        warden_log "leaving: drain of $node failed"
+    deadline=$(( $(date +%s) + ${WARDEN_LEAVE_TIMEOUT:-40} ))
+    while [ -n "$(squeue -h -w "$node" -t running,completing -o %i 2>/dev/null)" ] && [ "$(date +%s)" -lt "$deadline" ]; do
+        sleep 1
+    done
+    # Delete while slurmd still runs: user-side Slurm commands authenticate through its socket.
+    if scontrol delete nodename="$node"; then
+        warden_log "leaving: $node deleted from Slurm"
+    else
+        warden_log "leaving: could not delete $node from Slurm; it stays listed as DOWN"
+    fi
+    kill -TERM "$slurmd_pid" 2>/dev/null
+    wait "$slurmd_pid"
+    exit 0
+}
+trap leave TERM INT
+set +e
+wait "$slurmd_pid"
+rc=$?
+warden_log "slurmd exited (status $rc)"
+exit "$rc"
