@@ -4,9 +4,10 @@
 #   hack/build-k8s-bins.sh [--print-dir | --check] [NAME...]
 #
 # NAME is any of: etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok helm
-#                 kubelet kube-proxy
+#                 kubelet kube-proxy coredns
 # and the groups: controlplane (etcd, the three control-plane daemons, kubectl, kwok, helm)
 #                 node (kubelet, kube-proxy)   all (default: controlplane + node)
+#                 cluster (all + coredns: what the local single-node cluster of `make up` runs)
 # kubelet and kube-proxy share almost every package with the control-plane binaries: building them in the
 # same `go build` costs well under a minute more, so the default builds them too.
 #
@@ -14,6 +15,8 @@
 # WARDEN_BIN_DIR). A stamp there records the pinned versions and the Go version; a binary that already
 # exists under a matching stamp is not rebuilt. The Go module and build caches live under the same cache
 # dir, so a second run (or a bump of one component) only compiles what changed.
+# CoreDNS (only for the local cluster, never part of `all`) has its own stamp (.stamp.coredns), so
+# bumping COREDNS_VERSION rebuilds CoreDNS alone.
 # --print-dir prints the bin dir and exits; --check exits 0 when the NAMEs are built for the pinned
 # versions, 1 (saying what is missing) otherwise. Neither builds anything.
 set -euo pipefail
@@ -49,6 +52,10 @@ esac
 
 command -v go >/dev/null || die "go is not installed (need Go >= 1.26 to build Kubernetes ${KUBERNETES_VERSION})"
 
+coredns_stamp_text() {
+    printf 'COREDNS_VERSION=%s\nGO=%s\n' "${COREDNS_VERSION}" "$(go env GOVERSION)"
+}
+
 stamp_text() {
     printf 'KUBERNETES_VERSION=%s\nETCD_VERSION=%s\nKWOK_VERSION=%s\nHELM_VERSION=%s\nGO=%s\n' \
         "${KUBERNETES_VERSION}" "${ETCD_VERSION}" "${KWOK_VERSION}" "${HELM_VERSION}" "$(go env GOVERSION)"
@@ -62,7 +69,8 @@ for arg in "$@"; do
         controlplane) want+=("${CONTROLPLANE[@]}") ;;
         node) want+=("${NODE[@]}") ;;
         all) want+=("${CONTROLPLANE[@]}" "${NODE[@]}") ;;
-        etcd | kube-apiserver | kube-controller-manager | kube-scheduler | kubectl | kwok | helm | kubelet | kube-proxy)
+        cluster) want+=("${CONTROLPLANE[@]}" "${NODE[@]}" coredns) ;;
+        etcd | kube-apiserver | kube-controller-manager | kube-scheduler | kubectl | kwok | helm | kubelet | kube-proxy | coredns)
             want+=("${arg}") ;;
         *) die "unknown binary or group '${arg}'" ;;
     esac
@@ -72,6 +80,10 @@ if [[ "${mode}" == check ]]; then
     absent=()
     for w in "${want[@]}"; do [[ -x "${BIN_DIR}/${w}" ]] || absent+=("${w}"); done
     [[ " ${want[*]} " == *" kwok "* && ! -f "${BIN_DIR}/kwok-stages.yaml" ]] && absent+=(kwok-stages.yaml)
+    if [[ " ${want[*]} " == *" coredns "* ]] &&
+        [[ "$(cat "${BIN_DIR}/.stamp.coredns" 2>/dev/null)" != "$(coredns_stamp_text)" ]]; then
+        absent+=("coredns ${COREDNS_VERSION}")
+    fi
     if [[ ! -f "${BIN_DIR}/.stamp" ]] || [[ "$(cat "${BIN_DIR}/.stamp")" != "$(stamp_text)" ]]; then
         echo "${BIN_DIR} was not built for the pinned versions (hack/versions.env)"
         exit 1
@@ -90,6 +102,9 @@ if [[ -f "${STAMP}" ]] && [[ "$(cat "${STAMP}")" != "$(stamp_text)" ]]; then
     for b in "${CONTROLPLANE[@]}" "${NODE[@]}" kwok-stages.yaml; do rm -f "${BIN_DIR:?}/${b}"; done
 fi
 stamp_text >"${STAMP}"   # what this dir holds from now on
+if [[ "$(cat "${BIN_DIR}/.stamp.coredns" 2>/dev/null)" != "$(coredns_stamp_text)" ]]; then
+    rm -f "${BIN_DIR}/coredns"   # built for another COREDNS_VERSION or Go (or never)
+fi
 
 missing() {  # the wanted binaries (of the given set) that do not exist yet
     local b w
@@ -210,6 +225,14 @@ build_helm() {
     gobuild "${dir}" "-X ${mod}/internal/version.version=${HELM_VERSION}" "${mod}/cmd/helm"
 }
 
+# CoreDNS: the main package is the module root (coremain carries the version itself).
+build_coredns() {
+    local dir="${MOD_ROOT}/coredns"
+    new_module "${dir}" "github.com/coredns/coredns@${COREDNS_VERSION}"
+    (cd "${dir}" && go build -trimpath -ldflags="-s -w" -o "${BIN_DIR}/coredns" github.com/coredns/coredns)
+    coredns_stamp_text >"${BIN_DIR}/.stamp.coredns"
+}
+
 total0=$(date +%s)
 log "bin dir: ${BIN_DIR} (Go $(go env GOVERSION), GOMAXPROCS=${GOMAXPROCS:-$(nproc)})"
 mapfile -t kube < <(missing kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy)
@@ -221,6 +244,7 @@ if [[ " ${want[*]} " == *" kwok "* && ! -f "${BIN_DIR}/kwok-stages.yaml" ]]; the
     timed "kwok stages" write_kwok_stages
 fi
 if [[ -n "$(missing helm)" ]]; then timed "helm ${HELM_VERSION}" build_helm; built=1; fi
+if [[ -n "$(missing coredns)" ]]; then timed "coredns ${COREDNS_VERSION}" build_coredns; built=1; fi
 
 for w in "${want[@]}"; do [[ -x "${BIN_DIR}/${w}" ]] || die "${w} was not built"; done
 if [[ ${built} -eq 1 ]]; then
