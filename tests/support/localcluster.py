@@ -1,0 +1,909 @@
+"""A real single-node Kubernetes on this machine, from upstream binaries: `make up` / `make down`.
+
+etcd, kube-apiserver, kube-controller-manager and kube-scheduler come from ``ControlPlane``
+(tests/support/controlplane.py, the integration tier's control plane), started with a few changes so
+pods can reach the API server; this module adds the node:
+
+* containerd (Debian's package) with its own config, socket and state (not Docker's), cgroupfs,
+  the CNI plugins of Debian's ``containernetworking-plugins`` (bridge + host-local + portmap + loopback)
+  and a pause image compiled here from the Kubernetes module's ``build/pause/linux/pause.c``;
+* kubelet (cgroup v1 host, no systemd, no swap: see docs/local-cluster.md for every setting and why);
+* kube-proxy in iptables mode (ClusterIP and NodePort Services);
+* CoreDNS, built from its Go module, as a host process behind the Service ``kube-system/kube-dns``;
+* a StorageClass ``warden-local`` (the default) served by tests/support/localvolumes.py (hostPath
+  directories; ReadWriteMany works because there is one node);
+* the project's images, imported from Docker into containerd's ``k8s.io`` namespace (no registry).
+
+The node is ``warden-node`` with the address ``NODE_IP`` (put on ``lo``), pods get ``POD_SUBNET`` on the
+bridge ``warden-cni0``. Shell entry point: ``hack/localcluster.sh`` (up, down, env, status, demo).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import functools
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tests.support.controlplane import (
+    REPO_ROOT,
+    SERVICE_CIDR,
+    ControlPlane,
+    ControlPlaneError,
+    Pki,
+    _kill_group,
+    pinned_versions,
+    wait_for,
+    write_kubeconfig,
+)
+from tests.support.localvolumes import storage_class_manifest
+
+NODE_NAME = "warden-node"
+NODE_IP = "10.239.0.1"  # on lo: a stable address for the node, the API server's endpoint and NodePorts
+CLUSTER_CIDR = "10.244.0.0/16"
+POD_SUBNET = "10.244.0.0/24"  # the one node's pods; docker uses 172.17.0.0/16 here
+BRIDGE = "warden-cni0"
+CNI_NETWORK = "warden-pods"
+DNS_IP = "10.96.0.10"
+CLUSTER_DOMAIN = "cluster.local"
+CNI_BIN_DIR = Path("/usr/lib/cni")
+KUBELET_ROOT = Path("/var/lib/kubelet")  # the default: Localhost seccomp profiles live under its seccomp/
+DATA_DIR = Path("/var/lib/warden-local")  # containerd root, CNI IPAM state, volumes
+RUN_DIR = Path("/run/warden-local")  # containerd state + socket, runc state
+POD_LOG_DIRS = (Path("/var/log/pods"), Path("/var/log/containers"))
+SECCOMP_PROFILE = "warden/worker.json"
+PAUSE_TAG = "3.10.2"  # build/pause/Makefile's TAG in the pinned Kubernetes module
+PAUSE_IMAGE = f"warden/pause:{PAUSE_TAG}"
+NAMESPACE_OPERATOR = "warden-system"
+NAMESPACE_DEMO = "slurm"
+DEMO_NAME = "demo"
+DEMO_NODE_PORT = 30022
+#: images the charts run (warden/<name>:<version>); build-only images (slurm-base, spank, jail) stay out
+CHART_IMAGES = ("operator", "controller", "worker", "login", "populate-jail", "accounting", "mariadb", "health-check")
+
+
+class LocalClusterError(RuntimeError):
+    """The local cluster could not be built, started or reached."""
+
+
+def log(msg: str) -> None:
+    print(f"[localcluster] {msg}", file=sys.stderr, flush=True)
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("WARDEN_CACHE", Path.home() / ".cache" / "warden"))
+
+
+def state_dir() -> Path:
+    return Path(os.environ.get("WARDEN_LOCALCLUSTER_DIR", cache_dir() / "localcluster"))
+
+
+def ssh_key() -> Path:
+    """The demo's SSH key pair (kept across `make down`, so known keys stay valid)."""
+    return cache_dir() / "ssh" / "id_ed25519"
+
+
+def project_version() -> str:
+    import tomllib
+
+    data = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())
+    return str(data["project"]["version"])
+
+
+def run(argv: Sequence[str], check: bool = True, input: bytes | None = None, timeout: float | None = None,
+        quiet: bool = False) -> subprocess.CompletedProcess[bytes]:  # fmt: skip
+    proc = subprocess.run(list(argv), input=input, capture_output=True, timeout=timeout)
+    if check and proc.returncode != 0:
+        raise LocalClusterError(f"{' '.join(argv)} failed ({proc.returncode}): {proc.stderr.decode(errors='replace')}")
+    if not quiet and proc.returncode != 0:
+        log(f"(ignored) {' '.join(argv)}: {proc.stderr.decode(errors='replace').strip()}")
+    return proc
+
+
+# ---------------------------------------------------------------------------------------------------
+# the control plane, reachable from pods
+
+
+class NodeControlPlane(ControlPlane):
+    """ControlPlane with an API server that pods can reach: it listens on every address, advertises
+    ``NODE_IP`` (the ``kubernetes`` Service's endpoint; its serving cert already names 10.96.0.1) and
+    authenticates to kubelets with the admin client cert (logs, exec). kwok is not started: the node
+    is real."""
+
+    def _spawn(self, name: str, argv: list[str]) -> None:
+        if name == "kwok":
+            return
+        if name == "kube-apiserver":
+            pki = self.pki
+            drop = ("--bind-address=", "--advertise-address=", "--endpoint-reconciler-type=")
+            argv = [a for a in argv if not a.startswith(drop)]
+            argv += [
+                "--bind-address=0.0.0.0",
+                f"--advertise-address={NODE_IP}",
+                f"--kubelet-client-certificate={pki.crt('admin')}",
+                f"--kubelet-client-key={pki.key('admin')}",
+                "--kubelet-preferred-address-types=InternalIP",
+            ]
+        super()._spawn(name, argv)
+
+    def spawn(self, name: str, argv: list[str]) -> None:
+        """Start one more detached component, logged and stopped like the control plane's own."""
+        self._spawn(name, argv)
+
+    def check_alive(self) -> None:
+        self._check_alive()
+
+
+# ---------------------------------------------------------------------------------------------------
+# configuration files
+
+
+def containerd_config(state: Path) -> str:
+    runc_root = RUN_DIR / "runc"
+    return f"""version = 2
+root = "{DATA_DIR / "containerd"}"
+state = "{RUN_DIR / "containerd"}"
+disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs",
+                    "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.aufs",
+                    "io.containerd.tracing.processor.v1.otlp", "io.containerd.internal.v1.tracing"]
+
+[grpc]
+  address = "{containerd_socket()}"
+
+[ttrpc]
+  address = "{RUN_DIR / "containerd" / "containerd.sock.ttrpc"}"
+
+[metrics]
+  address = ""
+
+[plugins."io.containerd.internal.v1.opt"]
+  path = "{DATA_DIR / "opt"}"
+
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "docker.io/{PAUSE_IMAGE}"
+  enable_selinux = false
+  disable_apparmor = true
+  # this host's root lacks CAP_SYS_RESOURCE: lowering oom_score_adj (-998 for pause) fails in runc init
+  restrict_oom_score_adj = true
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    discard_unpacked_layers = false
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        SystemdCgroup = false
+        Root = "{runc_root}"
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "{CNI_BIN_DIR}"
+    conf_dir = "{state / "cni"}"
+    max_conf_num = 1
+"""
+
+
+def containerd_socket() -> Path:
+    return RUN_DIR / "containerd" / "containerd.sock"
+
+
+def cni_conflist() -> str:
+    conf = {
+        "cniVersion": "1.0.0",
+        "name": CNI_NETWORK,
+        "plugins": [
+            {
+                "type": "bridge",
+                "bridge": BRIDGE,
+                "isGateway": True,
+                "ipMasq": True,
+                "hairpinMode": True,
+                "ipam": {
+                    "type": "host-local",
+                    "ranges": [[{"subnet": POD_SUBNET}]],
+                    "routes": [{"dst": "0.0.0.0/0"}],
+                    "dataDir": str(DATA_DIR / "cni-ipam"),
+                },
+            },
+            {"type": "portmap", "capabilities": {"portMappings": True}},
+            # Docker sets the FORWARD policy to DROP; bridged pod traffic passes FORWARD (br_netfilter):
+            # the firewall plugin accepts what goes to and from each pod's address (chain CNI-FORWARD)
+            {"type": "firewall", "backend": "iptables"},
+        ],
+    }
+    return json.dumps(conf, indent=2) + "\n"
+
+
+def kubelet_config(pki: Pki) -> dict[str, Any]:
+    return {
+        "apiVersion": "kubelet.config.k8s.io/v1beta1",
+        "kind": "KubeletConfiguration",
+        "address": NODE_IP,
+        "port": 10250,
+        "readOnlyPort": 0,
+        "healthzBindAddress": "127.0.0.1",
+        "healthzPort": 10248,
+        "authentication": {
+            "anonymous": {"enabled": False},
+            "webhook": {"enabled": True},
+            "x509": {"clientCAFile": str(pki.ca_crt)},
+        },
+        "authorization": {"mode": "Webhook"},
+        "containerRuntimeEndpoint": f"unix://{containerd_socket()}",
+        # cgroup v1 host without systemd
+        "cgroupDriver": "cgroupfs",
+        "failCgroupV1": False,
+        "cgroupsPerQOS": True,
+        "enforceNodeAllocatable": ["pods"],
+        "failSwapOn": False,
+        "protectKernelDefaults": False,
+        "clusterDNS": [DNS_IP],
+        "clusterDomain": CLUSTER_DOMAIN,
+        "resolvConf": "/etc/resolv.conf",
+        "podCIDR": POD_SUBNET,
+        "maxPods": 110,
+        "serializeImagePulls": False,
+        # no registry: an image GC would delete images that can never be pulled again
+        "imageGCHighThresholdPercent": 100,
+        "imageGCLowThresholdPercent": 99,
+        # a shared development disk: evict only when really full
+        "evictionHard": {
+            "memory.available": "100Mi",
+            "nodefs.available": "1%",
+            "nodefs.inodesFree": "1%",
+            "imagefs.available": "1%",
+        },
+        "rotateCertificates": False,
+        "serverTLSBootstrap": False,
+        "containerLogMaxSize": "10Mi",
+        "containerLogMaxFiles": 3,
+    }
+
+
+def kube_proxy_config(kubeconfig: Path) -> dict[str, Any]:
+    return {
+        "apiVersion": "kubeproxy.config.k8s.io/v1alpha1",
+        "kind": "KubeProxyConfiguration",
+        "clientConnection": {"kubeconfig": str(kubeconfig)},
+        "mode": "iptables",
+        "clusterCIDR": CLUSTER_CIDR,
+        "hostnameOverride": NODE_NAME,
+        "bindAddress": NODE_IP,
+        "healthzBindAddress": "127.0.0.1:10256",
+        "metricsBindAddress": "127.0.0.1:10249",
+        "nodePortAddresses": [f"{NODE_IP}/32"],
+        # leave nf_conntrack_max and its timeouts as the host has them
+        "conntrack": {"maxPerCore": 0, "min": 0, "tcpEstablishedTimeout": "0s", "tcpCloseWaitTimeout": "0s"},
+    }
+
+
+def corefile(kubeconfig: Path) -> str:
+    return f""".:53 {{
+    bind {NODE_IP}
+    errors
+    ready 127.0.0.1:18181
+    kubernetes {CLUSTER_DOMAIN} in-addr.arpa ip6.arpa {{
+        kubeconfig {kubeconfig} warden-test
+        pods insecure
+        fallthrough in-addr.arpa ip6.arpa
+        ttl 30
+    }}
+    forward . /etc/resolv.conf
+    cache 30
+    loop
+    loadbalance
+}}
+"""
+
+
+def dns_manifests() -> list[dict[str, Any]]:
+    """RBAC for CoreDNS (user warden:coredns) and the kube-dns Service pointing at it on the host."""
+    labels = {"k8s-app": "kube-dns", "kubernetes.io/name": "CoreDNS"}
+    ports = [
+        {"name": "dns", "port": 53, "protocol": "UDP"},
+        {"name": "dns-tcp", "port": 53, "protocol": "TCP"},
+    ]
+    return [
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": {"name": "warden:coredns"},
+            "rules": [
+                {"apiGroups": [""], "resources": ["services", "pods", "namespaces"], "verbs": ["list", "watch"]},
+                {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["list", "watch"]},
+            ],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": "warden:coredns"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "warden:coredns"},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "warden:coredns"}],
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": "kube-dns", "namespace": "kube-system", "labels": labels},
+            "spec": {"clusterIP": DNS_IP, "ports": ports},  # no selector: CoreDNS runs on the host
+        },
+        {
+            "apiVersion": "discovery.k8s.io/v1",
+            "kind": "EndpointSlice",
+            "metadata": {
+                "name": "kube-dns-host",
+                "namespace": "kube-system",
+                "labels": {
+                    "kubernetes.io/service-name": "kube-dns",
+                    "endpointslice.kubernetes.io/managed-by": "warden",
+                },
+            },
+            "addressType": "IPv4",
+            "endpoints": [{"addresses": [NODE_IP], "conditions": {"ready": True}, "nodeName": NODE_NAME}],
+            "ports": ports,
+        },
+    ]
+
+
+def provisioner_rbac() -> list[dict[str, Any]]:
+    return [
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": {"name": "warden:local-volumes"},
+            "rules": [
+                {"apiGroups": [""], "resources": ["persistentvolumes"], "verbs": ["list", "create", "delete"]},
+                {"apiGroups": [""], "resources": ["persistentvolumeclaims"], "verbs": ["list"]},
+                {"apiGroups": ["storage.k8s.io"], "resources": ["storageclasses"], "verbs": ["list"]},
+            ],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": "warden:local-volumes"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "warden:local-volumes"},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "warden:local-volumes"}],
+        },
+    ]
+
+
+# ---------------------------------------------------------------------------------------------------
+# host preparation and cleanup
+
+
+def preflight() -> None:
+    if os.geteuid() != 0:
+        raise LocalClusterError("the local cluster needs root (kubelet, containerd, iptables, mounts)")
+    missing = [b for b in ("containerd", "containerd-shim-runc-v2", "runc", "ctr", "iptables", "ip", "docker")
+               if shutil.which(b) is None]  # fmt: skip
+    missing += [f"{CNI_BIN_DIR}/{p}" for p in ("bridge", "host-local", "portmap", "firewall", "loopback")
+                if not (CNI_BIN_DIR / p).is_file()]  # fmt: skip
+    if missing:
+        raise LocalClusterError(f"missing: {', '.join(missing)} (hack/localcluster.sh deps installs them)")
+
+
+def write_sysctl(name: str, value: str) -> None:
+    path = Path("/proc/sys") / name.replace(".", "/")
+    try:
+        if path.read_text().strip() != value:
+            path.write_text(value)
+    except OSError as e:
+        raise LocalClusterError(f"cannot set {name}={value}: {e}") from e
+
+
+def prepare_host() -> None:
+    write_sysctl("net.ipv4.ip_forward", "1")
+    # bridged pod-to-pod traffic must pass iptables, or Service DNAT replies bypass conntrack
+    write_sysctl("net.bridge.bridge-nf-call-iptables", "1")
+    addrs = run(["ip", "-4", "-o", "addr", "show", "dev", "lo"]).stdout.decode()
+    if f" {NODE_IP}/" not in addrs:
+        run(["ip", "addr", "add", f"{NODE_IP}/32", "dev", "lo"])
+    seccomp = KUBELET_ROOT / "seccomp" / SECCOMP_PROFILE
+    seccomp.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(REPO_ROOT / "images" / "worker" / "seccomp.json", seccomp)
+    for d in (DATA_DIR, RUN_DIR / "containerd", DATA_DIR / "volumes"):
+        d.mkdir(parents=True, exist_ok=True)
+
+
+def _mounts_under(prefixes: Sequence[Path]) -> list[str]:
+    out = []
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        mnt = line.split()[4].replace("\\040", " ")
+        if any(mnt == str(p) or mnt.startswith(f"{p}/") for p in prefixes):
+            out.append(mnt)
+    return sorted(set(out), key=lambda m: m.count("/"), reverse=True)  # deepest first
+
+
+def unmount_all(prefixes: Sequence[Path]) -> None:
+    for _ in range(3):
+        mounts = _mounts_under(prefixes)
+        if not mounts:
+            return
+        for m in mounts:
+            if run(["umount", m], check=False, quiet=True).returncode != 0:
+                run(["umount", "-l", m], check=False, quiet=True)
+
+
+def _pids_with_cmdline(fragment: bytes) -> list[int]:
+    pids = []
+    for p in Path("/proc").iterdir():
+        if not p.name.isdigit():
+            continue
+        try:
+            if fragment in (p / "cmdline").read_bytes():
+                pids.append(int(p.name))
+        except OSError:
+            continue
+    return pids
+
+
+def kill_containers() -> None:
+    """Kill every container this cluster's containerd started (runc state under our own root), then
+    the shims serving our containerd socket."""
+    root = RUN_DIR / "runc" / "k8s.io"
+    if root.is_dir() and shutil.which("runc"):
+        listed = run(["runc", "--root", str(root), "list", "-q"], check=False, quiet=True).stdout.decode().split()
+        for cid in listed:
+            run(["runc", "--root", str(root), "kill", "--all", cid, "KILL"], check=False, quiet=True)
+        for cid in listed:
+            run(["runc", "--root", str(root), "delete", "--force", cid], check=False, quiet=True)
+    for pid in _pids_with_cmdline(f"-address\x00{containerd_socket()}\x00".encode()):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def cleanup_iptables(bin_dir: Path | None) -> None:
+    """Remove kube-proxy's rules (``kube-proxy --cleanup``), then every chain left whose name starts with
+    KUBE- (the kubelet's KUBE-FIREWALL, KUBE-KUBELET-CANARY) or CNI- (bridge masquerade, portmap), and
+    the jumps to them. Docker's chains (DOCKER*) are never touched."""
+    if bin_dir is not None and (bin_dir / "kube-proxy").is_file():
+        run([str(bin_dir / "kube-proxy"), "--cleanup"], check=False, quiet=True, timeout=60)
+    ours = ("KUBE-", "CNI-")
+    for tool in ("iptables", "ip6tables"):
+        if shutil.which(tool) is None:
+            continue
+        for table in ("nat", "filter", "mangle"):
+            rules = run([tool, "-w", "-t", table, "-S"], check=False, quiet=True).stdout.decode().splitlines()
+            chains = [r.split()[1] for r in rules if r.startswith("-N ") and r.split()[1].startswith(ours)]
+            for rule in rules:
+                parts = rule.split()
+                if parts[:1] != ["-A"] or parts[1].startswith(ours) or "-j" not in parts:
+                    continue
+                if parts[parts.index("-j") + 1].startswith(ours):
+                    run([tool, "-w", "-t", table, "-D", *parts[1:]], check=False, quiet=True)
+            for chain in chains:
+                run([tool, "-w", "-t", table, "-F", chain], check=False, quiet=True)
+            for chain in chains:
+                run([tool, "-w", "-t", table, "-X", chain], check=False, quiet=True)
+
+
+def cleanup_network() -> None:
+    netns_dir = Path("/var/run/netns")
+    if netns_dir.is_dir():
+        for ns in netns_dir.glob("cni-*"):  # containerd's pod network namespaces
+            run(["umount", str(ns)], check=False, quiet=True)
+            ns.unlink(missing_ok=True)
+    if Path(f"/sys/class/net/{BRIDGE}").exists():
+        run(["ip", "link", "delete", BRIDGE], check=False)
+    addrs = run(["ip", "-4", "-o", "addr", "show", "dev", "lo"], check=False).stdout.decode()
+    if f" {NODE_IP}/" in addrs:
+        run(["ip", "addr", "del", f"{NODE_IP}/32", "dev", "lo"], check=False)
+
+
+def cleanup_cgroups() -> None:
+    """Remove the kubelet's (now empty) cgroups: kubepods/... under every v1 controller."""
+    for ctrl in Path("/sys/fs/cgroup").iterdir():
+        top = ctrl / "kubepods"
+        if not top.is_dir():
+            continue
+        dirs = sorted((p for p in top.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True)
+        for d in [*dirs, top]:
+            with contextlib.suppress(OSError):
+                d.rmdir()
+
+
+# ---------------------------------------------------------------------------------------------------
+# the cluster
+
+
+@dataclass
+class LocalCluster:
+    state: Path = field(default_factory=state_dir)
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.state / "controlplane" / "admin.kubeconfig"
+
+    @property
+    def state_file(self) -> Path:
+        return self.state / "state.json"
+
+    def saved(self) -> dict[str, Any] | None:
+        if not self.state_file.is_file():
+            return None
+        data: dict[str, Any] = json.loads(self.state_file.read_text())
+        return data
+
+    def running(self) -> bool:
+        st = self.saved()
+        if st is None:
+            return False
+        for name, pid in st["pids"].items():
+            try:
+                os.kill(int(pid), 0)
+            except ProcessLookupError:
+                log(f"{name} (pid {pid}) is gone")
+                return False
+        return True
+
+    def bin_dir(self) -> Path:
+        out = subprocess.run(["bash", str(REPO_ROOT / "hack" / "build-k8s-bins.sh"), "--print-dir"],
+                             check=True, capture_output=True, text=True)  # fmt: skip
+        return Path(out.stdout.strip())
+
+    def kubectl(self, *args: str, input: str | None = None, check: bool = True, timeout: float = 120) -> str:
+        proc = subprocess.run(
+            [str(self.bin_dir() / "kubectl"), f"--kubeconfig={self.kubeconfig}", *args],
+            input=input, capture_output=True, text=True, timeout=timeout,
+        )  # fmt: skip
+        if check and proc.returncode != 0:
+            raise LocalClusterError(f"kubectl {' '.join(args)} failed: {proc.stderr.strip()}")
+        return proc.stdout
+
+    def apply(self, objs: Sequence[dict[str, Any]]) -> None:
+        doc = json.dumps({"apiVersion": "v1", "kind": "List", "items": list(objs)})
+        self.kubectl("apply", "--server-side", "--force-conflicts", "--field-manager=warden-localcluster",
+                     "-f", "-", input=doc)  # fmt: skip
+
+    # -- up -----------------------------------------------------------------------------------------
+    def up(self, timeout: float = 300) -> None:
+        if self.running():
+            log(f"already up ({self.state}); KUBECONFIG={self.kubeconfig}")
+            return
+        if self.state_file.is_file():
+            log("a previous cluster is half gone: cleaning it up first")
+            self.down()
+        t0 = time.monotonic()
+        preflight()
+        bins = self.bin_dir()
+        for b in ("kubelet", "kube-proxy", "coredns", "kubectl"):
+            if not (bins / b).is_file():
+                raise LocalClusterError(f"{bins / b} missing: run hack/build-k8s-bins.sh cluster")
+        prepare_host()
+        self.state.mkdir(parents=True, exist_ok=True)
+        for d in ("cni", "kubelet", "kube-proxy", "coredns"):
+            (self.state / d).mkdir(exist_ok=True)
+        (self.state / "cni" / "10-warden.conflist").write_text(cni_conflist())
+        (self.state / "containerd.toml").write_text(containerd_config(self.state))
+
+        cp = NodeControlPlane(bins, work_dir=self.state / "controlplane", detach=True)
+        try:
+            log("control plane: etcd, kube-apiserver, kube-controller-manager, kube-scheduler")
+            cp.start()
+            log(f"control plane up in {cp.startup_seconds:.1f}s")
+            self._certs(cp)
+            self.apply([*dns_manifests(), *provisioner_rbac(), storage_class_manifest()])
+
+            log("containerd")
+            cp.spawn("containerd", ["containerd", f"--config={self.state / 'containerd.toml'}"])
+            wait_for("containerd", self._containerd_ready, 30, on_fail=cp.failure_report)
+            self.import_images([PAUSE_IMAGE])
+
+            log("kubelet, kube-proxy, CoreDNS, local volume provisioner")
+            kcfg = self.state / "kubelet" / "config.yaml"
+            kcfg.write_text(json.dumps(kubelet_config(cp.pki), indent=2) + "\n")
+            cp.spawn("kubelet", [
+                str(bins / "kubelet"),
+                f"--config={kcfg}",
+                f"--kubeconfig={self.state / 'kubelet' / 'kubeconfig'}",
+                f"--root-dir={KUBELET_ROOT}",
+                f"--hostname-override={NODE_NAME}",
+                f"--node-ip={NODE_IP}",
+                f"--volume-plugin-dir={KUBELET_ROOT / 'volumeplugins'}",
+                f"--cert-dir={KUBELET_ROOT / 'pki'}",
+                "--v=1",
+            ])  # fmt: skip
+            pcfg = self.state / "kube-proxy" / "config.yaml"
+            pcfg.write_text(json.dumps(kube_proxy_config(self.state / "kube-proxy" / "kubeconfig"), indent=2) + "\n")
+            cp.spawn("kube-proxy", [str(bins / "kube-proxy"), f"--config={pcfg}", "--v=1"])
+            (self.state / "coredns" / "Corefile").write_text(corefile(self.state / "coredns" / "kubeconfig"))
+            cp.spawn("coredns", [str(bins / "coredns"), "-conf", str(self.state / "coredns" / "Corefile")])
+            cp.spawn("local-volumes", [
+                sys.executable, "-m", "tests.support.localvolumes",
+                f"--kubeconfig={self.state / 'local-volumes.kubeconfig'}",
+                f"--root={DATA_DIR / 'volumes'}",
+            ])  # fmt: skip
+            self._save(cp, bins)
+            deadline = time.monotonic() + timeout
+            wait_for(f"node {NODE_NAME} Ready", self._node_ready, deadline - time.monotonic(), interval=1,
+                     on_fail=cp.failure_report)  # fmt: skip
+            wait_for("CoreDNS ready", self._coredns_ready, deadline - time.monotonic(), interval=1,
+                     on_fail=cp.failure_report)  # fmt: skip
+            cp.check_alive()
+        except BaseException:
+            log("start failed: stopping what was started (logs stay in " + str(cp.log_dir) + ")")
+            for comp in reversed(cp.components):
+                if comp.proc is not None:
+                    _kill_group(comp.proc.pid, functools.partial(lambda p: p.poll() is not None, comp.proc))
+            self.down(keep_logs=True)
+            raise
+        log(f"cluster up in {time.monotonic() - t0:.0f}s; export KUBECONFIG={self.kubeconfig}")
+
+    def _certs(self, cp: NodeControlPlane) -> None:
+        pki = cp.pki
+        users = {
+            "kubelet": (f"/O=system:nodes/CN=system:node:{NODE_NAME}", self.state / "kubelet" / "kubeconfig"),
+            "kube-proxy": ("/CN=system:kube-proxy", self.state / "kube-proxy" / "kubeconfig"),
+            "coredns": ("/CN=warden:coredns", self.state / "coredns" / "kubeconfig"),
+            "local-volumes": ("/CN=warden:local-volumes", self.state / "local-volumes.kubeconfig"),
+        }
+        for name, (subj, kubeconfig) in users.items():
+            pki._leaf(name, subj, "clientAuth", None)
+            pki.key(name).chmod(0o600)
+            write_kubeconfig(kubeconfig, cp.server, pki.ca_crt, name, pki.crt(name), pki.key(name))
+
+    def _save(self, cp: NodeControlPlane, bins: Path) -> None:
+        state = {
+            "bin_dir": str(bins),
+            "kubeconfig": str(self.kubeconfig),
+            "server": cp.server,
+            "log_dir": str(cp.log_dir),
+            "node_ip": NODE_IP,
+            "pids": {c.name: c.proc.pid for c in cp.components if c.proc is not None},
+        }
+        self.state_file.write_text(json.dumps(state, indent=2) + "\n")
+
+    def _ctr(self, *args: str, input: bytes | None = None, timeout: float = 600) -> str:
+        return run(["ctr", f"--address={containerd_socket()}", "--namespace=k8s.io", *args],
+                   input=input, timeout=timeout).stdout.decode()  # fmt: skip
+
+    def _containerd_ready(self) -> bool:
+        return containerd_socket().exists() and "Server" in self._ctr("version", timeout=10)
+
+    def _node_ready(self) -> bool:
+        out = self.kubectl("get", "node", NODE_NAME, "-o",
+                           'jsonpath={.status.conditions[?(@.type=="Ready")].status}', check=False)  # fmt: skip
+        return out.strip() == "True"
+
+    def _coredns_ready(self) -> bool:
+        import urllib.request
+
+        with urllib.request.urlopen("http://127.0.0.1:18181/ready", timeout=2) as r:
+            return bool(r.status == 200)
+
+    # -- images ---------------------------------------------------------------------------------------
+    def ensure_pause_image(self) -> None:
+        if run(["docker", "image", "inspect", PAUSE_IMAGE], check=False, quiet=True).returncode == 0:
+            return
+        k8s = pinned_versions()["KUBERNETES_VERSION"]
+        gomodcache = cache_dir() / "go" / "mod"
+        src = gomodcache / f"k8s.io/kubernetes@{k8s}" / "build" / "pause" / "linux" / "pause.c"
+        if not src.is_file():
+            raise LocalClusterError(f"{src} missing: run hack/build-k8s-bins.sh (it downloads the module)")
+        work = cache_dir() / "pause"
+        shutil.rmtree(work, ignore_errors=True)
+        (work / "root").mkdir(parents=True)
+        run(["gcc", "-Os", "-Wall", "-Werror",  # upstream source, its own flags
+             "-static", f"-DVERSION=v{PAUSE_TAG}-warden",
+             "-o", str(work / "root" / "pause"), str(src)])  # fmt: skip
+        run(["strip", str(work / "root" / "pause")])
+        tar = run(["tar", "-C", str(work / "root"), "-c", "pause"]).stdout
+        run(["docker", "import", "--change", 'ENTRYPOINT ["/pause"]', "--change", "USER 65535:65535", "-",
+             PAUSE_IMAGE], input=tar)  # fmt: skip
+        log(f"built {PAUSE_IMAGE} from {src}")
+
+    def import_images(self, refs: Sequence[str]) -> None:
+        """Import Docker images into containerd's k8s.io namespace, skipping those already there
+        with the same image id."""
+        stamp_file = DATA_DIR / "imported.json"
+        stamps: dict[str, str] = json.loads(stamp_file.read_text()) if stamp_file.is_file() else {}
+        present = set(self._ctr("images", "ls", "-q").split())
+        todo = []
+        for ref in refs:
+            proc = run(["docker", "image", "inspect", "-f", "{{.Id}}", ref], check=False, quiet=True)
+            if proc.returncode != 0:
+                raise LocalClusterError(f"image {ref} is not in Docker: run make images")
+            image_id = proc.stdout.decode().strip()
+            if stamps.get(ref) == image_id and f"docker.io/{ref}" in present:
+                continue
+            todo.append((ref, image_id))
+        if not todo:
+            return
+        t0 = time.monotonic()
+        names = [r for r, _ in todo]
+        log(f"importing into containerd: {' '.join(names)}")
+        saver = subprocess.Popen(["docker", "save", *names], stdout=subprocess.PIPE)
+        importer = subprocess.run(
+            ["ctr", f"--address={containerd_socket()}", "--namespace=k8s.io", "images", "import", "-"],
+            stdin=saver.stdout, capture_output=True, timeout=1800,
+        )  # fmt: skip
+        if saver.wait() != 0:
+            raise LocalClusterError(f"docker save {' '.join(names)} failed")
+        if importer.returncode != 0:
+            raise LocalClusterError(f"ctr images import failed: {importer.stderr.decode(errors='replace')}")
+        for ref, image_id in todo:
+            stamps[ref] = image_id
+        stamp_file.write_text(json.dumps(stamps, indent=2) + "\n")
+        log(f"imported {len(todo)} image(s) in {time.monotonic() - t0:.0f}s")
+
+    # -- down ---------------------------------------------------------------------------------------
+    def down(self, keep_logs: bool = False) -> None:
+        st = self.saved() or {}
+        bins = Path(st["bin_dir"]) if "bin_dir" in st else None
+        for name, pid in reversed(list(st.get("pids", {}).items())):
+            try:
+                os.kill(int(pid), 0)
+            except ProcessLookupError:
+                continue
+            _kill_group(int(pid), functools.partial(_gone, int(pid)))
+            log(f"stopped {name} (pid {pid})")
+        # a containerd that outlived its state file (crash during up) is found by its socket
+        for pid in _pids_with_cmdline(f"--config={self.state / 'containerd.toml'}".encode()):
+            _kill_group(pid, functools.partial(_gone, pid))
+        kill_containers()
+        unmount_all([KUBELET_ROOT, RUN_DIR, DATA_DIR])
+        cleanup_network()
+        cleanup_iptables(bins or (self.bin_dir() if (REPO_ROOT / "hack").is_dir() else None))
+        cleanup_cgroups()
+        for d in (KUBELET_ROOT, RUN_DIR, DATA_DIR, *POD_LOG_DIRS):
+            shutil.rmtree(d, ignore_errors=True)
+        if keep_logs:
+            self.state_file.unlink(missing_ok=True)
+        else:
+            shutil.rmtree(self.state, ignore_errors=True)
+        log("down")
+
+
+def _gone(pid: int) -> bool:
+    """The process has exited (or is a zombie nobody reaps: we are not its parent)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+# ---------------------------------------------------------------------------------------------------
+# the demo: the three charts and a SlurmCluster you can SSH into
+
+
+def ensure_ssh_key() -> Path:
+    key = ssh_key()
+    if not key.is_file():
+        key.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "warden-local", "-f", str(key)])
+    return key
+
+
+def demo_values(pubkey: str, workers: int = 2) -> dict[str, Any]:
+    """slurm-cluster values that fit one small node (2 CPUs): small requests, a 5 GiB jail."""
+    return {
+        "nameOverride": DEMO_NAME,
+        "jail": {"size": "5Gi"},
+        "login": {"sshAuthorizedKeys": [pubkey], "service": {"type": "NodePort", "nodePort": DEMO_NODE_PORT}},
+        "workerGroups": [
+            {
+                "name": "cpu",
+                "replicas": workers,
+                "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"cpu": "1", "memory": "1Gi"}},
+            }
+        ],
+    }
+
+
+@dataclass
+class Helm:
+    cluster: LocalCluster
+    kubeconfig: Path
+
+    def __call__(self, *args: str, timeout: float = 300) -> str:
+        helm = self.cluster.bin_dir() / "helm"
+        proc = subprocess.run([str(helm), f"--kubeconfig={self.kubeconfig}", *args],
+                              capture_output=True, text=True, timeout=timeout)  # fmt: skip
+        if proc.returncode != 0:
+            raise LocalClusterError(f"helm {' '.join(args)} failed: {proc.stderr.strip()}")
+        return proc.stdout
+
+
+def install_charts(cluster: LocalCluster, kubeconfig: Path, operator_ns: str, cluster_ns: str,
+                   values: dict[str, Any], watch_namespaces: Sequence[str] = ()) -> None:  # fmt: skip
+    """helm upgrade --install the operator (with the CRD chart as its dependency) and slurm-cluster."""
+    helm = Helm(cluster, kubeconfig)
+    helm("dependency", "build", str(REPO_ROOT / "charts" / "slurm-operator"))
+    op_args = ["--set", "crds.enabled=true"]
+    for i, ns in enumerate(watch_namespaces):
+        op_args += ["--set", f"watchNamespaces[{i}]={ns}"]
+    helm("upgrade", "--install", "slurm-operator", str(REPO_ROOT / "charts" / "slurm-operator"),
+         "-n", operator_ns, "--create-namespace", *op_args, "--wait", "--timeout=5m")  # fmt: skip
+    vfile = cluster.state / f"values-{cluster_ns}.json"
+    vfile.write_text(json.dumps(values, indent=2) + "\n")
+    release = str(values.get("nameOverride") or "slurm-cluster")
+    chart = str(REPO_ROOT / "charts" / "slurm-cluster")
+    helm("upgrade", "--install", release, chart, "-n", cluster_ns, "--create-namespace", "-f", str(vfile))
+
+
+def wait_slurmcluster_ready(cluster: LocalCluster, namespace: str, name: str, timeout: float = 900) -> dict[str, Any]:
+    """Poll the SlurmCluster until status.phase is Ready, printing each change of phase/conditions."""
+    last = ""
+    deadline = time.monotonic() + timeout
+    t0 = time.monotonic()
+    while True:
+        out = cluster.kubectl("-n", namespace, "get", "slurmcluster", name, "-o", "json", check=False)
+        obj: dict[str, Any] = json.loads(out) if out.strip() else {}
+        status = obj.get("status", {})
+        conds = " ".join(f"{c['type']}={c['status']}" for c in status.get("conditions", []))
+        line = f"phase={status.get('phase', '-')} {conds}"
+        if line != last:
+            log(f"[{time.monotonic() - t0:4.0f}s] {namespace}/{name}: {line}")
+            last = line
+        if status.get("phase") == "Ready":
+            return obj
+        if time.monotonic() > deadline:
+            pods = cluster.kubectl("-n", namespace, "get", "pods", "-o", "wide", check=False)
+            events = cluster.kubectl("-n", namespace, "get", "events", "--sort-by=.lastTimestamp", check=False)
+            raise LocalClusterError(
+                f"SlurmCluster {namespace}/{name} not Ready after {timeout:.0f}s ({line})\n{pods}\n{events[-4000:]}"
+            )
+        time.sleep(3)
+
+
+def demo(cluster: LocalCluster) -> None:
+    key = ensure_ssh_key()
+    pub = key.with_suffix(".pub").read_text().strip()
+    version = project_version()
+    cluster.import_images([f"warden/{n}:{version}" for n in CHART_IMAGES])
+    log("installing charts: slurm-operator (+ slurm-operator-crds), slurm-cluster")
+    install_charts(cluster, cluster.kubeconfig, NAMESPACE_OPERATOR, NAMESPACE_DEMO, demo_values(pub))
+    wait_slurmcluster_ready(cluster, NAMESPACE_DEMO, DEMO_NAME)
+    print(
+        f"\nSlurmCluster {NAMESPACE_DEMO}/{DEMO_NAME} is Ready. Log in (chrooted into the jail):\n\n"
+        f"  ssh -i {key} -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -p {DEMO_NODE_PORT} "
+        f"root@{NODE_IP}\n\n"
+        f"  export KUBECONFIG={cluster.kubeconfig}\n"
+        f"  export PATH={cluster.bin_dir()}:$PATH\n"
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="hack/localcluster.sh", description=__doc__.split("\n\n")[0])
+    parser.add_argument("command", choices=["up", "down", "env", "status", "demo", "pause-image"])
+    args = parser.parse_args(argv)
+    cluster = LocalCluster()
+    try:
+        if args.command == "pause-image":
+            cluster.ensure_pause_image()
+        elif args.command == "up":
+            cluster.ensure_pause_image()
+            cluster.up()
+        elif args.command == "demo":
+            if not cluster.running():
+                raise LocalClusterError("no local cluster is up: hack/localcluster.sh up")
+            demo(cluster)
+        elif args.command == "down":
+            cluster.down()
+        elif args.command == "env":
+            if not cluster.running():
+                raise LocalClusterError("no local cluster is up: hack/localcluster.sh up")
+            print(f"export KUBECONFIG={cluster.kubeconfig}")
+            print(f"export PATH={cluster.bin_dir()}:$PATH")
+        elif args.command == "status":
+            up = cluster.running()
+            print("up" if up else "down")
+            return 0 if up else 1
+    except (LocalClusterError, ControlPlaneError) as e:
+        log(f"ERROR: {e}")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+
+
+__all__ = ["SERVICE_CIDR", "LocalCluster", "LocalClusterError"]

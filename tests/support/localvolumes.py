@@ -1,0 +1,148 @@
+"""A tiny dynamic volume provisioner for the local single-node cluster: hostPath directories.
+
+Every PersistentVolumeClaim of a StorageClass whose provisioner is ``PROVISIONER`` gets a PersistentVolume
+``pvc-<claim uid>`` backed by the host directory ``<root>/<namespace>-<claim>-<uid>`` (created 0755,
+root-owned), with the claim's access modes and size. On one node a host directory is genuinely shared,
+so ReadWriteMany (the jail) is honoured. When such a volume is Released and its reclaim policy is Delete,
+the directory and the PV are removed; with Retain both stay.
+
+It polls every ``--interval`` seconds (a handful of objects: cheaper and simpler than watches), and is
+started and stopped by tests/support/localcluster.py (``hack/localcluster.sh``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import shutil
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+PROVISIONER = "warden.dev/local-hostpath"
+STORAGE_CLASS = "warden-local"
+ANNOTATION_PROVISIONED_BY = "pv.kubernetes.io/provisioned-by"
+LOG = logging.getLogger("warden-local-volumes")
+
+
+def storage_class_manifest(default: bool = True) -> dict[str, Any]:
+    """The StorageClass served by this provisioner (the cluster's default class when ``default``)."""
+    annotations = {"storageclass.kubernetes.io/is-default-class": "true"} if default else {}
+    return {
+        "apiVersion": "storage.k8s.io/v1",
+        "kind": "StorageClass",
+        "metadata": {"name": STORAGE_CLASS, "annotations": annotations},
+        "provisioner": PROVISIONER,
+        "reclaimPolicy": "Delete",
+        "volumeBindingMode": "Immediate",
+        "allowVolumeExpansion": False,
+    }
+
+
+def volume_dir(root: Path, namespace: str, claim: str, uid: str) -> Path:
+    return root / f"{namespace}-{claim}-{uid}"
+
+
+def pv_manifest(pvc: Any, storage_class: Any, root: Path) -> dict[str, Any]:
+    """The PersistentVolume that satisfies ``pvc`` (a kubernetes client V1PersistentVolumeClaim)."""
+    meta = pvc.metadata
+    path = volume_dir(root, meta.namespace, meta.name, meta.uid)
+    request = (pvc.spec.resources.requests or {}).get("storage", "1Gi")
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolume",
+        "metadata": {
+            "name": f"pvc-{meta.uid}",
+            "annotations": {ANNOTATION_PROVISIONED_BY: PROVISIONER, "warden.dev/host-path": str(path)},
+        },
+        "spec": {
+            "capacity": {"storage": request},
+            "accessModes": list(pvc.spec.access_modes or ["ReadWriteOnce"]),
+            "persistentVolumeReclaimPolicy": storage_class.reclaim_policy or "Delete",
+            "storageClassName": storage_class.metadata.name,
+            "volumeMode": "Filesystem",
+            "hostPath": {"path": str(path), "type": "Directory"},
+            "claimRef": {
+                "apiVersion": "v1",
+                "kind": "PersistentVolumeClaim",
+                "namespace": meta.namespace,
+                "name": meta.name,
+                "uid": meta.uid,
+            },
+        },
+    }
+
+
+class Provisioner:
+    def __init__(self, api_client: Any, root: Path) -> None:
+        from kubernetes import client
+
+        self.core: Any = client.CoreV1Api(api_client)
+        self.storage: Any = client.StorageV1Api(api_client)
+        self.root = root
+
+    def once(self) -> None:
+        """One pass: provision pending claims, delete released volumes."""
+        from kubernetes.client.exceptions import ApiException
+
+        ours = {sc.metadata.name: sc for sc in self.storage.list_storage_class().items if sc.provisioner == PROVISIONER}
+        pvs = self.core.list_persistent_volume().items
+        claimed = {pv.spec.claim_ref.uid for pv in pvs if pv.spec.claim_ref is not None}
+        for pvc in self.core.list_persistent_volume_claim_for_all_namespaces().items:
+            sc = ours.get(pvc.spec.storage_class_name or "")
+            if sc is None or pvc.status.phase != "Pending" or pvc.spec.volume_name or pvc.metadata.uid in claimed:
+                continue
+            if pvc.metadata.deletion_timestamp is not None:
+                continue
+            body = pv_manifest(pvc, sc, self.root)
+            path = Path(body["metadata"]["annotations"]["warden.dev/host-path"])
+            path.mkdir(mode=0o755, parents=True, exist_ok=True)
+            try:
+                self.core.create_persistent_volume(body)
+            except ApiException as e:
+                if e.status != 409:
+                    raise
+            LOG.info("provisioned %s for %s/%s at %s", body["metadata"]["name"], pvc.metadata.namespace,
+                     pvc.metadata.name, path)  # fmt: skip
+        for pv in pvs:
+            ann = pv.metadata.annotations or {}
+            if ann.get(ANNOTATION_PROVISIONED_BY) != PROVISIONER:
+                continue
+            if pv.status.phase == "Released" and pv.spec.persistent_volume_reclaim_policy == "Delete":
+                path = Path(ann.get("warden.dev/host-path", ""))
+                if path.is_absolute() and path.parent == self.root:
+                    shutil.rmtree(path, ignore_errors=True)
+                try:
+                    self.core.delete_persistent_volume(pv.metadata.name)
+                except ApiException as e:
+                    if e.status != 404:
+                        raise
+                LOG.info("deleted %s and %s", pv.metadata.name, path)
+
+    def run(self, interval: float) -> None:
+        while True:
+            try:
+                self.once()
+            except Exception:  # the API server may be restarting: log, retry on the next pass
+                LOG.exception("provisioning pass failed")
+            time.sleep(interval)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--kubeconfig", required=True)
+    parser.add_argument("--root", type=Path, required=True, help="host directory holding the volumes")
+    parser.add_argument("--interval", type=float, default=1.0)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    from kubernetes import config
+
+    api = config.new_client_from_config(config_file=args.kubeconfig)  # type: ignore[no-untyped-call]
+    args.root.mkdir(parents=True, exist_ok=True)
+    Provisioner(api, args.root).run(args.interval)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
