@@ -271,5 +271,5 @@ def test_hung_test_is_timed_out_and_drained(hc: DockerCluster, nodes: tuple[str,
     # Slurm's time limit ended it, not the runner's own deadline (immediate + limit + 90 s grace)
     assert took < 5 + 5 + 90, took
     # and nothing of the hung program is left on the node
-    leftovers = hc.exec(hung, "pgrep -af all_reduce_perf || true").out
+    leftovers = hc.exec(hung, "pgrep -af '[a]ll_reduce_perf' || true").out  # [a]: not this shell itself
     assert not re.search(r"all_reduce_perf", leftovers), leftovers
