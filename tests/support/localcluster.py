@@ -25,6 +25,7 @@ import contextlib
 import functools
 import json
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -473,7 +474,7 @@ def cleanup_iptables(bin_dir: Path | None) -> None:
             rules = run([tool, "-w", "-t", table, "-S"], check=False, quiet=True).stdout.decode().splitlines()
             chains = [r.split()[1] for r in rules if r.startswith("-N ") and r.split()[1].startswith(ours)]
             for rule in rules:
-                parts = rule.split()
+                parts = shlex.split(rule)  # comments are quoted: "name: \"warden-pods\" id: ..."
                 if parts[:1] != ["-A"] or parts[1].startswith(ours) or "-j" not in parts:
                     continue
                 if parts[parts.index("-j") + 1].startswith(ours):
@@ -544,23 +545,16 @@ class LocalCluster:
         return True
 
     def bin_dir(self) -> Path:
-        out = subprocess.run(["bash", str(REPO_ROOT / "hack" / "build-k8s-bins.sh"), "--print-dir"],
-                             check=True, capture_output=True, text=True)  # fmt: skip
-        return Path(out.stdout.strip())
+        return pinned_bin_dir()
+
+    def kube(self) -> Kube:
+        return Kube(self.kubeconfig, self.bin_dir())
 
     def kubectl(self, *args: str, input: str | None = None, check: bool = True, timeout: float = 120) -> str:
-        proc = subprocess.run(
-            [str(self.bin_dir() / "kubectl"), f"--kubeconfig={self.kubeconfig}", *args],
-            input=input, capture_output=True, text=True, timeout=timeout,
-        )  # fmt: skip
-        if check and proc.returncode != 0:
-            raise LocalClusterError(f"kubectl {' '.join(args)} failed: {proc.stderr.strip()}")
-        return proc.stdout
+        return self.kube().kubectl(*args, input=input, check=check, timeout=timeout)
 
     def apply(self, objs: Sequence[dict[str, Any]]) -> None:
-        doc = json.dumps({"apiVersion": "v1", "kind": "List", "items": list(objs)})
-        self.kubectl("apply", "--server-side", "--force-conflicts", "--field-manager=warden-localcluster",
-                     "-f", "-", input=doc)  # fmt: skip
+        self.kube().apply(objs)
 
     # -- up -----------------------------------------------------------------------------------------
     def up(self, timeout: float = 300) -> None:
@@ -761,6 +755,14 @@ class LocalCluster:
         log("down")
 
 
+@functools.cache
+def pinned_bin_dir() -> Path:
+    """Where hack/build-k8s-bins.sh keeps the binaries of the pinned versions."""
+    out = subprocess.run(["bash", str(REPO_ROOT / "hack" / "build-k8s-bins.sh"), "--print-dir"],
+                         check=True, capture_output=True, text=True)  # fmt: skip
+    return Path(out.stdout.strip())
+
+
 def _gone(pid: int) -> bool:
     """The process has exited (or is a zombie nobody reaps: we are not its parent)."""
     try:
@@ -797,44 +799,71 @@ def demo_values(pubkey: str, workers: int = 2) -> dict[str, Any]:
     }
 
 
-@dataclass
-class Helm:
-    cluster: LocalCluster
-    kubeconfig: Path
+@dataclass(frozen=True)
+class Kube:
+    """kubectl and helm (the pinned builds) against one kubeconfig: the local cluster or any other."""
 
-    def __call__(self, *args: str, timeout: float = 300) -> str:
-        helm = self.cluster.bin_dir() / "helm"
-        proc = subprocess.run([str(helm), f"--kubeconfig={self.kubeconfig}", *args],
+    kubeconfig: Path
+    bins: Path
+
+    def _run(self, tool: str, args: Sequence[str], input: str | None, check: bool, timeout: float) -> str:
+        proc = subprocess.run([str(self.bins / tool), f"--kubeconfig={self.kubeconfig}", *args], input=input,
                               capture_output=True, text=True, timeout=timeout)  # fmt: skip
-        if proc.returncode != 0:
-            raise LocalClusterError(f"helm {' '.join(args)} failed: {proc.stderr.strip()}")
+        if check and proc.returncode != 0:
+            raise LocalClusterError(f"{tool} {' '.join(args)} failed ({proc.returncode}): {proc.stderr.strip()}")
         return proc.stdout
 
+    def kubectl(self, *args: str, input: str | None = None, check: bool = True, timeout: float = 120) -> str:
+        return self._run("kubectl", args, input, check, timeout)
 
-def install_charts(cluster: LocalCluster, kubeconfig: Path, operator_ns: str, cluster_ns: str,
-                   values: dict[str, Any], watch_namespaces: Sequence[str] = ()) -> None:  # fmt: skip
-    """helm upgrade --install the operator (with the CRD chart as its dependency) and slurm-cluster."""
-    helm = Helm(cluster, kubeconfig)
-    helm("dependency", "build", str(REPO_ROOT / "charts" / "slurm-operator"))
-    op_args = ["--set", "crds.enabled=true"]
-    for i, ns in enumerate(watch_namespaces):
-        op_args += ["--set", f"watchNamespaces[{i}]={ns}"]
-    helm("upgrade", "--install", "slurm-operator", str(REPO_ROOT / "charts" / "slurm-operator"),
-         "-n", operator_ns, "--create-namespace", *op_args, "--wait", "--timeout=5m")  # fmt: skip
-    vfile = cluster.state / f"values-{cluster_ns}.json"
-    vfile.write_text(json.dumps(values, indent=2) + "\n")
+    def helm(self, *args: str, check: bool = True, timeout: float = 600) -> str:
+        return self._run("helm", args, None, check, timeout)
+
+    def json(self, *args: str) -> dict[str, Any]:
+        data: dict[str, Any] = json.loads(self.kubectl(*args, "-o", "json"))
+        return data
+
+    def apply(self, objs: Sequence[dict[str, Any]]) -> None:
+        doc = json.dumps({"apiVersion": "v1", "kind": "List", "items": list(objs)})
+        self.kubectl("apply", "--server-side", "--force-conflicts", "--field-manager=warden-localcluster",
+                     "-f", "-", input=doc)  # fmt: skip
+
+
+def install_charts(
+    kube: Kube,
+    operator_ns: str,
+    cluster_ns: str,
+    values: dict[str, Any],
+    values_file: Path,
+    *,
+    operator_release: str = "slurm-operator",
+    crds: str = "subchart",
+) -> None:
+    """helm upgrade --install the charts: the operator watching only ``cluster_ns`` (so several
+    installations can share a cluster) and slurm-cluster with ``values``. ``crds``: "subchart" installs
+    the CRD through the operator chart (crds.enabled), "chart" as its own slurm-operator-crds release,
+    "none" relies on a CRD that is already there."""
+    charts = REPO_ROOT / "charts"
+    kube.apply([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": n}} for n in {operator_ns, cluster_ns}])
+    if crds == "chart":
+        kube.helm("upgrade", "--install", "slurm-operator-crds", str(charts / "slurm-operator-crds"), "-n", operator_ns)
+    kube.helm("dependency", "build", str(charts / "slurm-operator"))
+    kube.helm("upgrade", "--install", operator_release, str(charts / "slurm-operator"), "-n", operator_ns,
+              "--set", f"crds.enabled={'true' if crds == 'subchart' else 'false'}",
+              "--set", f"watchNamespaces[0]={cluster_ns}", "--wait", "--timeout=5m")  # fmt: skip
+    values_file.parent.mkdir(parents=True, exist_ok=True)
+    values_file.write_text(json.dumps(values, indent=2) + "\n")
     release = str(values.get("nameOverride") or "slurm-cluster")
-    chart = str(REPO_ROOT / "charts" / "slurm-cluster")
-    helm("upgrade", "--install", release, chart, "-n", cluster_ns, "--create-namespace", "-f", str(vfile))
+    kube.helm("upgrade", "--install", release, str(charts / "slurm-cluster"), "-n", cluster_ns, "-f", str(values_file))
 
 
-def wait_slurmcluster_ready(cluster: LocalCluster, namespace: str, name: str, timeout: float = 900) -> dict[str, Any]:
+def wait_slurmcluster_ready(kube: Kube, namespace: str, name: str, timeout: float = 900) -> dict[str, Any]:
     """Poll the SlurmCluster until status.phase is Ready, printing each change of phase/conditions."""
     last = ""
     deadline = time.monotonic() + timeout
     t0 = time.monotonic()
     while True:
-        out = cluster.kubectl("-n", namespace, "get", "slurmcluster", name, "-o", "json", check=False)
+        out = kube.kubectl("-n", namespace, "get", "slurmcluster", name, "-o", "json", check=False)
         obj: dict[str, Any] = json.loads(out) if out.strip() else {}
         status = obj.get("status", {})
         conds = " ".join(f"{c['type']}={c['status']}" for c in status.get("conditions", []))
@@ -845,22 +874,27 @@ def wait_slurmcluster_ready(cluster: LocalCluster, namespace: str, name: str, ti
         if status.get("phase") == "Ready":
             return obj
         if time.monotonic() > deadline:
-            pods = cluster.kubectl("-n", namespace, "get", "pods", "-o", "wide", check=False)
-            events = cluster.kubectl("-n", namespace, "get", "events", "--sort-by=.lastTimestamp", check=False)
+            pods = kube.kubectl("-n", namespace, "get", "pods", "-o", "wide", check=False)
+            events = kube.kubectl("-n", namespace, "get", "events", "--sort-by=.lastTimestamp", check=False)
             raise LocalClusterError(
                 f"SlurmCluster {namespace}/{name} not Ready after {timeout:.0f}s ({line})\n{pods}\n{events[-4000:]}"
             )
         time.sleep(3)
 
 
+def chart_images() -> list[str]:
+    version = project_version()
+    return [f"warden/{n}:{version}" for n in CHART_IMAGES]
+
+
 def demo(cluster: LocalCluster) -> None:
     key = ensure_ssh_key()
     pub = key.with_suffix(".pub").read_text().strip()
-    version = project_version()
-    cluster.import_images([f"warden/{n}:{version}" for n in CHART_IMAGES])
+    cluster.import_images(chart_images())
     log("installing charts: slurm-operator (+ slurm-operator-crds), slurm-cluster")
-    install_charts(cluster, cluster.kubeconfig, NAMESPACE_OPERATOR, NAMESPACE_DEMO, demo_values(pub))
-    wait_slurmcluster_ready(cluster, NAMESPACE_DEMO, DEMO_NAME)
+    kube = cluster.kube()
+    install_charts(kube, NAMESPACE_OPERATOR, NAMESPACE_DEMO, demo_values(pub), cluster.state / "demo-values.json")
+    wait_slurmcluster_ready(kube, NAMESPACE_DEMO, DEMO_NAME)
     print(
         f"\nSlurmCluster {NAMESPACE_DEMO}/{DEMO_NAME} is Ready. Log in (chrooted into the jail):\n\n"
         f"  ssh -i {key} -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -p {DEMO_NODE_PORT} "

@@ -1,0 +1,57 @@
+"""Fixtures for the e2e tier: a real Kubernetes cluster with real nodes (kubelet, container runtime,
+CNI, cluster DNS), where the charts are installed with helm and users SSH in and run jobs.
+
+With ``KUBECONFIG`` set, the tests use that cluster (kind, the local cluster, a real one): the project's
+images must be there already and no other Warden operator may watch the tests' namespace. Without it,
+the local single-node cluster of `make up` (tests/support/localcluster.py) is used: brought up when it is
+not running (and torn down at the end, unless WARDEN_E2E_KEEP=1), with the images imported from Docker.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support.controlplane import REPO_ROOT, sigterm_as_interrupt
+from tests.support.localcluster import Kube, LocalCluster, LocalClusterError, chart_images, pinned_bin_dir
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    here = Path(__file__).parent
+    for item in items:
+        if here in Path(str(item.fspath)).parents:
+            item.add_marker(pytest.mark.e2e)
+
+
+@pytest.fixture(scope="session")
+def kube() -> Iterator[Kube]:
+    """kubectl/helm against the cluster under test."""
+    build = subprocess.run(["bash", str(REPO_ROOT / "hack" / "build-k8s-bins.sh"), "kubectl", "helm"],
+                           capture_output=True, text=True)  # fmt: skip
+    if build.returncode != 0:
+        pytest.fail(f"kubectl/helm could not be built: {build.stderr[-2000:]}", pytrace=False)
+    kubeconfig = os.environ.get("KUBECONFIG")
+    if kubeconfig:
+        yield Kube(Path(kubeconfig), pinned_bin_dir())
+        return
+    cluster = LocalCluster()
+    started = False
+    if not cluster.running():
+        up = subprocess.run(["bash", str(REPO_ROOT / "hack" / "localcluster.sh"), "up"], stderr=sys.stderr)
+        if up.returncode != 0:
+            pytest.fail("the local cluster did not come up (hack/localcluster.sh up; logs above)", pytrace=False)
+        started = True
+    try:
+        with sigterm_as_interrupt():
+            cluster.import_images(chart_images())
+            yield cluster.kube()
+    except LocalClusterError as e:
+        pytest.fail(str(e), pytrace=False)
+    finally:
+        if started and os.environ.get("WARDEN_E2E_KEEP") != "1":
+            cluster.down()
