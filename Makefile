@@ -63,7 +63,11 @@ dataplane: venv ## dataplane tier: real Slurm daemons from the project's images 
 	@$(STAGE) images hack/images.sh
 	@$(STAGE) dataplane hack/pytest-tier.sh dataplane -q
 
-e2e: venv ## e2e tier: helm install on a real single-node Kubernetes
+e2e: venv ## e2e tier: helm install on a real single-node Kubernetes (local cluster, or $KUBECONFIG's)
+	@$(STAGE) docker hack/docker.sh ensure
+	@$(STAGE) base-image hack/base-image.sh
+	@$(STAGE) images hack/images.sh
+	@$(STAGE) k8s-bins-cluster hack/build-k8s-bins.sh cluster
 	@$(STAGE) e2e hack/pytest-tier.sh e2e -q
 
 test: ## every tier, each installing what it needs
@@ -85,12 +89,11 @@ images: base-image ## build every image (warden/<name>:<version>)
 
 # --- local cluster -----------------------------------------------------------------------------
 .PHONY: up down
-up: ## local Kubernetes + images + charts + a SlurmCluster you can SSH into
-	@echo "make up: the local single-node Kubernetes is not built yet (issue 7)." >&2
-	@echo "Until then: 'make controlplane-up' gives a real API server with fake (kwok) nodes." >&2
-	@exit 2
+up: venv ## local Kubernetes + images + charts + a SlurmCluster you can SSH into (docs/local-cluster.md)
+	hack/localcluster.sh all
 
-down: controlplane-down ## tear down what `make up` started
+down: controlplane-down ## tear down what `make up` started (idempotent)
+	hack/localcluster.sh down
 
 # --- Helm charts -------------------------------------------------------------------------------
 .PHONY: charts-lint
