@@ -28,19 +28,6 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-__attribute__((format(printf, 3, 4)))
-static int fail(char *err, size_t errlen, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (err && errlen > 0) {
-		va_start(ap, fmt);
-		(void)vsnprintf(err, errlen, fmt, ap);
-		va_end(ap);
-	}
-	return -1;
-}
-
 static void close_keep_errno(int fd)
 {
 	int saved = errno;
@@ -66,7 +53,7 @@ static int open_in_jail(int rootfd, const char *root, const char *rel,
 
 	dirfd = fcntl(rootfd, F_DUPFD_CLOEXEC, 3);
 	if (dirfd < 0)
-		return fail(err, errlen, "dup of jail root '%s': %s", root,
+		return jail_fail(err, errlen, "dup of jail root '%s': %s", root,
 			    strerror(errno));
 
 	while (*p == '/')
@@ -94,7 +81,7 @@ static int open_in_jail(int rootfd, const char *root, const char *rel,
 				if (mkdirat(dirfd, comp, 0755) < 0 &&
 				    errno != EEXIST) {
 					close_keep_errno(dirfd);
-					return fail(err, errlen,
+					return jail_fail(err, errlen,
 						    "mkdir '%s%.*s': %s", root,
 						    upto, rel,
 						    strerror(errno));
@@ -105,13 +92,13 @@ static int open_in_jail(int rootfd, const char *root, const char *rel,
 						 O_NOFOLLOW | O_CLOEXEC, 0644);
 				if (wfd < 0 && errno != EEXIST) {
 					close_keep_errno(dirfd);
-					return fail(err, errlen,
+					return jail_fail(err, errlen,
 						    "create '%s%s': %s", root,
 						    rel, strerror(errno));
 				}
 				if (wfd >= 0 && close(wfd) < 0) {
 					close_keep_errno(dirfd);
-					return fail(err, errlen,
+					return jail_fail(err, errlen,
 						    "close '%s%s': %s", root,
 						    rel, strerror(errno));
 				}
@@ -120,37 +107,37 @@ static int open_in_jail(int rootfd, const char *root, const char *rel,
 		}
 		if (fd < 0) {
 			close_keep_errno(dirfd);
-			return fail(err, errlen, "open '%s%.*s': %s", root,
+			return jail_fail(err, errlen, "open '%s%.*s': %s", root,
 				    upto, rel,
 				    strerror(errno));
 		}
 		if (close(dirfd) < 0) {
 			close_keep_errno(fd);
-			return fail(err, errlen, "close: %s", strerror(errno));
+			return jail_fail(err, errlen, "close: %s", strerror(errno));
 		}
 		dirfd = fd;
 		if (fstat(fd, &st) < 0) {
 			close_keep_errno(fd);
-			return fail(err, errlen, "stat '%s%.*s': %s", root,
+			return jail_fail(err, errlen, "stat '%s%.*s': %s", root,
 				    upto, rel,
 				    strerror(errno));
 		}
 		if (S_ISLNK(st.st_mode)) {
 			(void)close(fd);
-			return fail(err, errlen,
+			return jail_fail(err, errlen,
 				    "'%s%.*s' is a symlink inside the jail; "
 				    "refusing to mount through it", root,
 				    upto, rel);
 		}
 		if ((!last || want_dir) && !S_ISDIR(st.st_mode)) {
 			(void)close(fd);
-			return fail(err, errlen, "'%s%.*s' is not a directory",
+			return jail_fail(err, errlen, "'%s%.*s' is not a directory",
 				    root, upto,
 				    rel);
 		}
 		if (last && !want_dir && S_ISDIR(st.st_mode)) {
 			(void)close(fd);
-			return fail(err, errlen,
+			return jail_fail(err, errlen,
 				    "'%s%s' is a directory but the bind source "
 				    "is not", root, rel);
 		}
@@ -188,7 +175,7 @@ static int bind_one(int rootfd, const char *root, const struct jail_mount *m,
 	int tfd;
 
 	if (stat(m->src, &sst) < 0)
-		return fail(err, errlen, "bind source '%s': %s", m->src,
+		return jail_fail(err, errlen, "bind source '%s': %s", m->src,
 			    strerror(errno));
 	tfd = open_in_jail(rootfd, root, m->rel, true, S_ISDIR(sst.st_mode),
 			   err, errlen);
@@ -197,11 +184,11 @@ static int bind_one(int rootfd, const char *root, const struct jail_mount *m,
 	(void)snprintf(fdpath, sizeof(fdpath), "/proc/self/fd/%d", tfd);
 	if (mount(m->src, fdpath, NULL, MS_BIND | MS_REC, NULL) < 0) {
 		close_keep_errno(tfd);
-		return fail(err, errlen, "bind mount '%s' on '%s': %s", m->src,
+		return jail_fail(err, errlen, "bind mount '%s' on '%s': %s", m->src,
 			    m->target, strerror(errno));
 	}
 	if (close(tfd) < 0)
-		return fail(err, errlen, "close: %s", strerror(errno));
+		return jail_fail(err, errlen, "close: %s", strerror(errno));
 
 	/* Open the target again: the walk now ends on the new mount. */
 	tfd = open_in_jail(rootfd, root, m->rel, false, S_ISDIR(sst.st_mode),
@@ -210,12 +197,12 @@ static int bind_one(int rootfd, const char *root, const struct jail_mount *m,
 		return -1;
 	if (fstat(tfd, &tst) < 0) {
 		close_keep_errno(tfd);
-		return fail(err, errlen, "stat '%s': %s", m->target,
+		return jail_fail(err, errlen, "stat '%s': %s", m->target,
 			    strerror(errno));
 	}
 	if (tst.st_dev != sst.st_dev || tst.st_ino != sst.st_ino) {
 		(void)close(tfd);
-		return fail(err, errlen,
+		return jail_fail(err, errlen,
 			    "'%s' does not show '%s' after mounting it",
 			    m->target, m->src);
 	}
@@ -223,20 +210,20 @@ static int bind_one(int rootfd, const char *root, const struct jail_mount *m,
 		(void)snprintf(fdpath, sizeof(fdpath), "/proc/self/fd/%d", tfd);
 		if (fstatvfs(tfd, &sv) < 0) {
 			close_keep_errno(tfd);
-			return fail(err, errlen, "statvfs '%s': %s", m->target,
+			return jail_fail(err, errlen, "statvfs '%s': %s", m->target,
 				    strerror(errno));
 		}
 		if (mount(NULL, fdpath, NULL,
 			  MS_REMOUNT | MS_BIND | MS_RDONLY | kept_flags(&sv),
 			  NULL) < 0) {
 			close_keep_errno(tfd);
-			return fail(err, errlen,
+			return jail_fail(err, errlen,
 				    "remount '%s' read-only: %s", m->target,
 				    strerror(errno));
 		}
 	}
 	if (close(tfd) < 0)
-		return fail(err, errlen, "close: %s", strerror(errno));
+		return jail_fail(err, errlen, "close: %s", strerror(errno));
 	return 0;
 }
 
@@ -250,35 +237,35 @@ int jail_enter(const struct jail_config *cfg, const char *cwd,
 	if (note && notelen > 0)
 		note[0] = '\0';
 	if (!cfg || !cfg->root)
-		return fail(err, errlen, "no jail root configured");
+		return jail_fail(err, errlen, "no jail root configured");
 	root = cfg->root;
 
 	mounts = calloc(JAIL_MAX_MOUNTS, sizeof(*mounts));
 	if (!mounts)
-		return fail(err, errlen, "out of memory");
+		return jail_fail(err, errlen, "out of memory");
 	n = jail_build_mounts(cfg, mounts, JAIL_MAX_MOUNTS, err, errlen);
 	if (n < 1)
 		goto out;
 
 	if (unshare(CLONE_NEWNS) < 0) {
-		fail(err, errlen, "unshare(CLONE_NEWNS): %s", strerror(errno));
+		jail_fail(err, errlen, "unshare(CLONE_NEWNS): %s", strerror(errno));
 		goto out;
 	}
 	if (mount(NULL, "/", NULL, MS_REC | MS_SLAVE, NULL) < 0) {
-		fail(err, errlen, "make '/' a recursive slave mount: %s",
+		jail_fail(err, errlen, "make '/' a recursive slave mount: %s",
 		     strerror(errno));
 		goto out;
 	}
 	/* mounts[0] is the root bound onto itself. */
 	if (mount(root, root, NULL, MS_BIND | MS_REC, NULL) < 0) {
-		fail(err, errlen, "bind mount jail root '%s' onto itself: %s",
+		jail_fail(err, errlen, "bind mount jail root '%s' onto itself: %s",
 		     root, strerror(errno));
 		goto out;
 	}
 	/* Opened after the bind, so it names the new mount. */
 	rootfd = open(root, O_PATH | O_DIRECTORY | O_CLOEXEC);
 	if (rootfd < 0) {
-		fail(err, errlen, "open jail root '%s': %s", root,
+		jail_fail(err, errlen, "open jail root '%s': %s", root,
 		     strerror(errno));
 		goto out;
 	}
@@ -288,7 +275,7 @@ int jail_enter(const struct jail_config *cfg, const char *cwd,
 	}
 
 	if (fchdir(rootfd) < 0) {
-		fail(err, errlen, "chdir to jail root '%s': %s", root,
+		jail_fail(err, errlen, "chdir to jail root '%s': %s", root,
 		     strerror(errno));
 		goto out;
 	}
@@ -298,16 +285,16 @@ int jail_enter(const struct jail_config *cfg, const char *cwd,
 	 * (or left behind on) the shared jail file system.
 	 */
 	if (syscall(SYS_pivot_root, ".", ".") < 0) {
-		fail(err, errlen, "pivot_root into '%s': %s", root,
+		jail_fail(err, errlen, "pivot_root into '%s': %s", root,
 		     strerror(errno));
 		goto out;
 	}
 	if (umount2(".", MNT_DETACH) < 0) {
-		fail(err, errlen, "detach the old root: %s", strerror(errno));
+		jail_fail(err, errlen, "detach the old root: %s", strerror(errno));
 		goto out;
 	}
 	if (chdir("/") < 0) {
-		fail(err, errlen, "chdir to '/' in the jail: %s",
+		jail_fail(err, errlen, "chdir to '/' in the jail: %s",
 		     strerror(errno));
 		goto out;
 	}
@@ -318,7 +305,7 @@ int jail_enter(const struct jail_config *cfg, const char *cwd,
 				       "in the jail (%s); starting in '/'",
 				       cwd, strerror(errno));
 		if (chdir("/") < 0) {
-			fail(err, errlen, "chdir to '/' in the jail: %s",
+			jail_fail(err, errlen, "chdir to '/' in the jail: %s",
 			     strerror(errno));
 			goto out;
 		}
@@ -326,7 +313,7 @@ int jail_enter(const struct jail_config *cfg, const char *cwd,
 	rc = 0;
 out:
 	if (rootfd >= 0 && close(rootfd) < 0 && rc == 0)
-		rc = fail(err, errlen, "close: %s", strerror(errno));
+		rc = jail_fail(err, errlen, "close: %s", strerror(errno));
 	free(mounts);
 	return rc;
 }

@@ -10,7 +10,7 @@
 #include <string.h>
 
 __attribute__((format(printf, 3, 4)))
-static int fail(char *err, size_t errlen, const char *fmt, ...)
+int jail_fail(char *err, size_t errlen, const char *fmt, ...)
 {
 	va_list ap;
 
@@ -29,16 +29,16 @@ int jail_path_normalize(const char *in, char *out, size_t outlen,
 	const char *p;
 
 	if (!in || in[0] == '\0')
-		return fail(err, errlen, "path is empty");
+		return jail_fail(err, errlen, "path is empty");
 	if (in[0] != '/')
-		return fail(err, errlen, "'%.200s' is not an absolute path", in);
+		return jail_fail(err, errlen, "'%.200s' is not an absolute path", in);
 	for (p = in; *p; p++) {
 		if ((unsigned char)*p < 0x20 || *p == 0x7f)
-			return fail(err, errlen,
+			return jail_fail(err, errlen,
 				    "path contains a control character");
 	}
 	if (outlen < 2)
-		return fail(err, errlen, "'%.200s' is too long", in);
+		return jail_fail(err, errlen, "'%.200s' is too long", in);
 
 	p = in;
 	while (*p) {
@@ -56,11 +56,11 @@ int jail_path_normalize(const char *in, char *out, size_t outlen,
 		if (len == 1 && start[0] == '.')
 			continue;
 		if (len == 2 && start[0] == '.' && start[1] == '.')
-			return fail(err, errlen,
+			return jail_fail(err, errlen,
 				    "'%.200s' has a '..' component", in);
 		/* room for '/', the component and the final NUL */
 		if (o + 1 + len + 1 > outlen || o + 1 + len + 1 > JAIL_PATH_MAX)
-			return fail(err, errlen, "'%.200s' is too long", in);
+			return jail_fail(err, errlen, "'%.200s' is too long", in);
 		out[o++] = '/';
 		memcpy(out + o, start, len);
 		o += len;
@@ -80,9 +80,9 @@ int jail_path_join(const char *root, const char *path, char *out,
 	size_t rl, pl;
 
 	if (jail_path_normalize(root, nroot, sizeof(nroot), why, sizeof(why)))
-		return fail(err, errlen, "jail root: %s", why);
+		return jail_fail(err, errlen, "jail root: %s", why);
 	if (jail_path_normalize(path, npath, sizeof(npath), why, sizeof(why)))
-		return fail(err, errlen, "%s", why);
+		return jail_fail(err, errlen, "%s", why);
 
 	rl = strlen(nroot);
 	pl = strlen(npath);
@@ -91,7 +91,7 @@ int jail_path_join(const char *root, const char *path, char *out,
 	if (pl == 1 && rl > 0)  /* path "/" : the root itself */
 		pl = 0;
 	if (rl + pl + 1 > outlen || rl + pl + 1 > JAIL_PATH_MAX)
-		return fail(err, errlen, "'%.200s' joined onto '%.200s' is too long",
+		return jail_fail(err, errlen, "'%.200s' joined onto '%.200s' is too long",
 			    path, root);
 	memcpy(out, nroot, rl);
 	memcpy(out + rl, npath, pl);
@@ -132,11 +132,11 @@ static int dup_normalized(const char *arg, const char *what, const char *in,
 	char why[JAIL_ERR_MAX];
 
 	if (jail_path_normalize(in, buf, sizeof(buf), why, sizeof(why)))
-		return fail(err, errlen, "argument '%.200s': %s: %s",
+		return jail_fail(err, errlen, "argument '%.200s': %s: %s",
 			    arg, what, why);
 	*out = strdup(buf);
 	if (!*out)
-		return fail(err, errlen, "argument '%.200s': out of memory", arg);
+		return jail_fail(err, errlen, "argument '%.200s': out of memory", arg);
 	return 0;
 }
 
@@ -144,12 +144,12 @@ static int parse_root(struct jail_config *cfg, const char *arg,
 		      const char *val, char *err, size_t errlen)
 {
 	if (cfg->root)
-		return fail(err, errlen,
+		return jail_fail(err, errlen,
 			    "argument '%.200s': root= given more than once", arg);
 	if (dup_normalized(arg, "jail root", val, &cfg->root, err, errlen))
 		return -1;
 	if (strcmp(cfg->root, "/") == 0)
-		return fail(err, errlen,
+		return jail_fail(err, errlen,
 			    "argument '%.200s': jail root must not be '/'", arg);
 	return 0;
 }
@@ -164,16 +164,16 @@ static int parse_bind(struct jail_config *cfg, const char *arg,
 	int rc = -1;
 
 	if (cfg->nbinds >= JAIL_MAX_BINDS)
-		return fail(err, errlen, "argument '%.200s': more than %d bind=",
+		return jail_fail(err, errlen, "argument '%.200s': more than %d bind=",
 			    arg, JAIL_MAX_BINDS);
 
 	c1 = strchr(val, ':');
 	c2 = c1 ? strchr(c1 + 1, ':') : NULL;
 	if (c2 && strchr(c2 + 1, ':'))
-		return fail(err, errlen,
+		return jail_fail(err, errlen,
 			    "argument '%.200s': expected bind=SRC[:DST[:ro]]", arg);
 	if (c2 && strcmp(c2 + 1, "ro") != 0)
-		return fail(err, errlen,
+		return jail_fail(err, errlen,
 			    "argument '%.200s': unknown bind option '%.200s' (only 'ro')",
 			    arg, c2 + 1);
 
@@ -182,15 +182,15 @@ static int parse_bind(struct jail_config *cfg, const char *arg,
 		dst = c2 ? strndup(c1 + 1, (size_t)(c2 - c1 - 1))
 			 : strdup(c1 + 1);
 	if (!src || (c1 && !dst)) {
-		fail(err, errlen, "argument '%.200s': out of memory", arg);
+		jail_fail(err, errlen, "argument '%.200s': out of memory", arg);
 		goto out;
 	}
 	if (src[0] == '\0') {
-		fail(err, errlen, "argument '%.200s': bind source is empty", arg);
+		jail_fail(err, errlen, "argument '%.200s': bind source is empty", arg);
 		goto out;
 	}
 	if (dst && dst[0] == '\0') {
-		fail(err, errlen, "argument '%.200s': bind destination is empty",
+		jail_fail(err, errlen, "argument '%.200s': bind destination is empty",
 		     arg);
 		goto out;
 	}
@@ -200,13 +200,13 @@ static int parse_bind(struct jail_config *cfg, const char *arg,
 			   err, errlen))
 		goto out;
 	if (strcmp(b.dst, "/") == 0) {
-		fail(err, errlen,
+		jail_fail(err, errlen,
 		     "argument '%.200s': bind destination must not be '/'", arg);
 		goto out;
 	}
 	for (i = 0; i < cfg->nbinds; i++) {
 		if (strcmp(cfg->binds[i].dst, b.dst) == 0) {
-			fail(err, errlen,
+			jail_fail(err, errlen,
 			     "argument '%.200s': bind destination '%.200s' given more than once",
 			     arg, b.dst);
 			goto out;
@@ -230,13 +230,13 @@ int jail_config_parse(struct jail_config *cfg, int argc, char *const argv[],
 	int i;
 
 	if (!cfg || argc < 0 || (argc > 0 && !argv))
-		return fail(err, errlen, "invalid call");
+		return jail_fail(err, errlen, "invalid call");
 
 	for (i = 0; i < argc; i++) {
 		const char *arg = argv[i];
 
 		if (!arg)
-			return fail(err, errlen, "argument %d is missing", i + 1);
+			return jail_fail(err, errlen, "argument %d is missing", i + 1);
 		if (strncmp(arg, "root=", 5) == 0) {
 			if (parse_root(cfg, arg, arg + 5, err, errlen))
 				return -1;
@@ -246,13 +246,13 @@ int jail_config_parse(struct jail_config *cfg, int argc, char *const argv[],
 		} else if (strcmp(arg, "disabled") == 0) {
 			cfg->disabled = true;
 		} else {
-			return fail(err, errlen,
+			return jail_fail(err, errlen,
 				    "unknown argument '%.200s' (expected root=, bind= or disabled)",
 				    arg);
 		}
 	}
 	if (!cfg->root && !cfg->disabled)
-		return fail(err, errlen, "missing required argument root=");
+		return jail_fail(err, errlen, "missing required argument root=");
 	return 0;
 }
 
@@ -265,14 +265,14 @@ static int add_mount(struct jail_mount *out, size_t max, size_t *n,
 	char why[JAIL_ERR_MAX];
 
 	if (*n >= max)
-		return fail(err, errlen, "more than %zu mounts", max);
+		return jail_fail(err, errlen, "more than %zu mounts", max);
 	m = &out[*n];
 	memset(m, 0, sizeof(*m));
 	if (jail_path_join(root, rel, m->target, sizeof(m->target),
 			   why, sizeof(why)))
-		return fail(err, errlen, "mount of '%.200s': %s", src, why);
+		return jail_fail(err, errlen, "mount of '%.200s': %s", src, why);
 	if (jail_path_normalize(rel, m->rel, sizeof(m->rel), why, sizeof(why)))
-		return fail(err, errlen, "mount of '%.200s': %s", src, why);
+		return jail_fail(err, errlen, "mount of '%.200s': %s", src, why);
 	m->kind = kind;
 	m->src = src;
 	m->ro = ro;
@@ -286,7 +286,7 @@ int jail_build_mounts(const struct jail_config *cfg, struct jail_mount *out,
 	size_t n = 0, i;
 
 	if (!cfg || !cfg->root || (max > 0 && !out))
-		return fail(err, errlen, "no jail root configured");
+		return jail_fail(err, errlen, "no jail root configured");
 	if (add_mount(out, max, &n, cfg->root, JAIL_MOUNT_ROOT, cfg->root,
 		      "/", false, err, errlen) ||
 	    add_mount(out, max, &n, cfg->root, JAIL_MOUNT_PROC, "/proc",

@@ -97,4 +97,12 @@ int jail_path_join(const char *root, const char *path, char *out,
 int jail_build_mounts(const struct jail_config *cfg, struct jail_mount *out,
 		      size_t max, char *err, size_t errlen);
 
+/*
+ * Write a formatted message into err (when err is not NULL and errlen > 0)
+ * and return -1: the error convention of every function here and in
+ * jail_enter.c.
+ */
+__attribute__((format(printf, 3, 4)))
+int jail_fail(char *err, size_t errlen, const char *fmt, ...);
+
 #endif /* WARDEN_JAIL_HELPERS_H */
