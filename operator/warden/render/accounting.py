@@ -7,14 +7,17 @@ from warden.render.config import slurmdbd_conf
 from warden.render.context import Cluster
 from warden.render.pods import (
     Manifest,
+    claim_spec,
+    claim_template,
     config_map_volume,
     content_hash,
-    meta,
     mount,
     resources,
     secret_volume,
+    service,
     slurm_mounts,
     slurm_volumes,
+    statefulset,
     tcp_probe,
 )
 
@@ -22,18 +25,6 @@ COMPONENT = "accounting"
 DATABASE = "database"
 DB_NAME = "slurm_acct_db"
 DB_USER = "slurm"
-
-
-def _service(cluster: Cluster, name: str, component: str, port: int, port_name: str) -> Manifest:
-    return {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": meta(cluster, name, component),
-        "spec": {
-            "selector": cluster.names.selector(component),
-            "ports": [{"name": port_name, "port": port, "targetPort": port}],
-        },
-    }
 
 
 def password_secret(cluster: Cluster) -> tuple[str, str]:
@@ -69,40 +60,29 @@ def slurmdbd_statefulset(cluster: Cluster) -> Manifest:
         "livenessProbe": tcp_probe(naming.SLURMDBD_PORT, period=20, failures=6, initial_delay=60),
         "resources": resources(spec.accounting.resources),
     }
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "StatefulSet",
-        "metadata": meta(cluster, names.accounting, COMPONENT),
-        "spec": {
-            "replicas": 1,
-            "serviceName": names.accounting,
-            "selector": {"matchLabels": names.selector(COMPONENT)},
-            "template": {
-                "metadata": {
-                    "labels": names.labels(COMPONENT),
-                    "annotations": {naming.CONFIG_HASH_ANNOTATION: content_hash(slurmdbd_conf(cluster))},
-                },
-                "spec": {
-                    "enableServiceLinks": False,
-                    "containers": [container],
-                    "volumes": [
-                        *slurm_volumes(cluster),
-                        config_map_volume("slurmdbd-config", names.slurmdbd_config),
-                        _password_volume(cluster),
-                    ],
-                },
-            },
+    return statefulset(
+        cluster,
+        names.accounting,
+        labels=names.labels(COMPONENT),
+        selector=names.selector(COMPONENT),
+        service_name=names.accounting,
+        replicas=1,
+        annotations={naming.CONFIG_HASH_ANNOTATION: content_hash(slurmdbd_conf(cluster))},
+        pod_spec={
+            "containers": [container],
+            "volumes": [
+                *slurm_volumes(cluster),
+                config_map_volume("slurmdbd-config", names.slurmdbd_config),
+                _password_volume(cluster),
+            ],
         },
-    }
+    )
 
 
 def mariadb_statefulset(cluster: Cluster) -> Manifest:
     names = cluster.names
     spec = cluster.spec
     db = spec.accounting.in_cluster
-    claim: Manifest = {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": db.storage_size}}}
-    if db.storage_class_name:
-        claim["storageClassName"] = db.storage_class_name
     container: Manifest = {
         "name": "mariadb",
         "image": spec.images.mariadb,
@@ -112,25 +92,17 @@ def mariadb_statefulset(cluster: Cluster) -> Manifest:
         "volumeMounts": [mount("data", "/var/lib/mysql"), mount("db-password", naming.DB_PASSWORD_DIR, True)],
         "readinessProbe": tcp_probe(naming.MARIADB_PORT, period=5),
     }
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "StatefulSet",
-        "metadata": meta(cluster, names.mariadb, DATABASE),
-        "spec": {
-            "replicas": 1,
-            "serviceName": names.mariadb,
-            "selector": {"matchLabels": names.selector(DATABASE)},
-            "template": {
-                "metadata": {"labels": names.labels(DATABASE)},
-                "spec": {
-                    "enableServiceLinks": False,
-                    "containers": [container],
-                    "volumes": [_password_volume(cluster)],
-                },
-            },
-            "volumeClaimTemplates": [{"metadata": {"name": "data", "labels": names.labels(DATABASE)}, "spec": claim}],
-        },
-    }
+    labels = names.labels(DATABASE)
+    return statefulset(
+        cluster,
+        names.mariadb,
+        labels=labels,
+        selector=names.selector(DATABASE),
+        service_name=names.mariadb,
+        replicas=1,
+        pod_spec={"containers": [container], "volumes": [_password_volume(cluster)]},
+        claims=[claim_template("data", labels, claim_spec(db.storage_size, db.storage_class_name))],
+    )
 
 
 def render(cluster: Cluster) -> list[Manifest]:
@@ -139,12 +111,12 @@ def render(cluster: Cluster) -> list[Manifest]:
         return []
     names = cluster.names
     out = [
-        _service(cluster, names.accounting, COMPONENT, naming.SLURMDBD_PORT, "slurmdbd"),
+        service(cluster, names.accounting, COMPONENT, names.selector(COMPONENT), [("slurmdbd", naming.SLURMDBD_PORT)]),
         slurmdbd_statefulset(cluster),
     ]
     if mode == "InCluster":
         out += [
-            _service(cluster, names.mariadb, DATABASE, naming.MARIADB_PORT, "mysql"),
+            service(cluster, names.mariadb, DATABASE, names.selector(DATABASE), [("mysql", naming.MARIADB_PORT)]),
             mariadb_statefulset(cluster),
         ]
     return out

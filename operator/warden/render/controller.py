@@ -7,48 +7,33 @@ from warden.render import config
 from warden.render.context import Cluster
 from warden.render.pods import (
     Manifest,
+    claim_spec,
+    claim_template,
     content_hash,
     dns_config,
     jail_volume,
-    meta,
     mount,
     resources,
+    service,
     slurm_mounts,
     slurm_volumes,
+    statefulset,
     tcp_probe,
 )
 
 COMPONENT = "controller"
 
 
-def service(cluster: Cluster) -> Manifest:
+def controller_service(cluster: Cluster) -> Manifest:
     names = cluster.names
-    return {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": meta(cluster, names.controller, COMPONENT),
-        "spec": {
-            "clusterIP": "None",
-            "publishNotReadyAddresses": True,
-            "selector": names.selector(COMPONENT),
-            "ports": [{"name": "slurmctld", "port": naming.SLURMCTLD_PORT, "targetPort": naming.SLURMCTLD_PORT}],
-        },
-    }
+    ports = [("slurmctld", naming.SLURMCTLD_PORT)]
+    return service(cluster, names.controller, COMPONENT, names.selector(COMPONENT), ports, headless=True)
 
 
-def statefulset(cluster: Cluster) -> Manifest:
+def controller_statefulset(cluster: Cluster) -> Manifest:
     names = cluster.names
     spec = cluster.spec
     state = spec.controller.state_volume
-    claim_spec: Manifest = {
-        "accessModes": ["ReadWriteOnce"],
-        "resources": {"requests": {"storage": state.size}},
-    }
-    if state.storage_class_name:
-        claim_spec["storageClassName"] = state.storage_class_name
-    # slurmctld reads slurm.conf only at start: a changed file rolls the (single) controller pod.
-    # Its state is on the PVC, so the queue and running jobs survive the restart.
-    config_hash = content_hash(config.slurm_config_files(cluster))
     container: Manifest = {
         "name": "slurmctld",
         "image": spec.images.controller,
@@ -65,37 +50,27 @@ def statefulset(cluster: Cluster) -> Manifest:
         "livenessProbe": tcp_probe(naming.SLURMCTLD_PORT, period=20, failures=6, initial_delay=30),
         "resources": resources(spec.controller.resources),
     }
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "StatefulSet",
-        "metadata": meta(cluster, names.controller, COMPONENT),
-        "spec": {
-            "replicas": 1,
-            "serviceName": names.controller,
-            "podManagementPolicy": "Parallel",
-            "selector": {"matchLabels": names.selector(COMPONENT)},
-            "template": {
-                "metadata": {
-                    "labels": names.labels(COMPONENT),
-                    "annotations": {naming.CONFIG_HASH_ANNOTATION: config_hash},
-                },
-                "spec": {
-                    "dnsConfig": dns_config(cluster),
-                    "enableServiceLinks": False,
-                    "terminationGracePeriodSeconds": 30,
-                    "containers": [container],
-                    "volumes": [*slurm_volumes(cluster), jail_volume(cluster)],
-                },
-            },
-            "volumeClaimTemplates": [
-                {
-                    "metadata": {"name": "state", "labels": names.labels(COMPONENT)},
-                    "spec": claim_spec,
-                }
-            ],
+    labels = names.labels(COMPONENT)
+    return statefulset(
+        cluster,
+        names.controller,
+        labels=labels,
+        selector=names.selector(COMPONENT),
+        service_name=names.controller,
+        replicas=1,
+        parallel=True,
+        # slurmctld reads slurm.conf only at start: a changed file rolls the (single) controller pod.
+        # Its state is on the PVC, so the queue and running jobs survive the restart.
+        annotations={naming.CONFIG_HASH_ANNOTATION: content_hash(config.slurm_config_files(cluster))},
+        pod_spec={
+            "dnsConfig": dns_config(cluster),
+            "terminationGracePeriodSeconds": 30,
+            "containers": [container],
+            "volumes": [*slurm_volumes(cluster), jail_volume(cluster)],
         },
-    }
+        claims=[claim_template("state", labels, claim_spec(state.size, state.storage_class_name))],
+    )
 
 
 def render(cluster: Cluster) -> list[Manifest]:
-    return [service(cluster), statefulset(cluster)]
+    return [controller_service(cluster), controller_statefulset(cluster)]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from warden import naming
 from warden.render.context import Cluster
-from warden.render.pods import Manifest, content_hash, jail_volume, meta, mount
+from warden.render.pods import Manifest, claim_spec, content_hash, jail_volume, meta, mount
 
 COMPONENT = "jail"
 # The Job's pod template is immutable; this annotation tells the apply layer which inputs made it,
@@ -16,9 +16,7 @@ def pvc(cluster: Cluster) -> Manifest | None:
     jail = cluster.spec.jail
     if jail.existing_claim:
         return None
-    spec: Manifest = {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": jail.size}}}
-    if jail.storage_class_name:
-        spec["storageClassName"] = jail.storage_class_name
+    spec = claim_spec(jail.size, jail.storage_class_name, "ReadWriteMany")
     return {
         "apiVersion": "v1",
         "kind": "PersistentVolumeClaim",

@@ -16,8 +16,10 @@ from warden.render.pods import (
     mount,
     resources,
     secret_volume,
+    service,
     slurm_mounts,
     slurm_volumes,
+    statefulset,
     tcp_probe,
     tolerations,
     wait_for_jail_init,
@@ -30,20 +32,8 @@ LOGIN = "login"
 def nodes_service(cluster: Cluster) -> Manifest:
     """Headless Service giving every worker and login pod a DNS name (`<pod>.<cluster>-nodes`)."""
     names = cluster.names
-    return {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": meta(cluster, names.nodes_service, WORKER),
-        "spec": {
-            "clusterIP": "None",
-            "publishNotReadyAddresses": True,
-            "selector": {
-                "app.kubernetes.io/instance": cluster.name,
-                naming.SLURM_NODE_LABEL: "true",
-            },
-            "ports": [{"name": "slurmd", "port": naming.SLURMD_PORT, "targetPort": naming.SLURMD_PORT}],
-        },
-    }
+    selector = {"app.kubernetes.io/instance": cluster.name, naming.SLURM_NODE_LABEL: "true"}
+    return service(cluster, names.nodes_service, WORKER, selector, [("slurmd", naming.SLURMD_PORT)], headless=True)
 
 
 def _worker_security(cluster: Cluster) -> Manifest:
@@ -98,8 +88,8 @@ def worker_statefulset(cluster: Cluster, group: WorkerGroup) -> Manifest:
     }
     pod_spec: Manifest = {
         "dnsConfig": dns_config(cluster),
-        "enableServiceLinks": False,
-        # slurmd gets time to tell slurmctld the node is leaving before the pod dies.
+        # On SIGTERM the entrypoint drains the node, gives running jobs WARDEN_LEAVE_TIMEOUT (40 s),
+        # deletes the node from slurmctld, then stops slurmd: all within this grace period.
         "terminationGracePeriodSeconds": 60,
         "initContainers": [wait_for_jail_init(cluster, spec.images.worker)],
         "containers": [container],
@@ -115,19 +105,16 @@ def worker_statefulset(cluster: Cluster, group: WorkerGroup) -> Manifest:
         pod_spec["nodeSelector"] = dict(group.node_selector)
     if group.tolerations:
         pod_spec["tolerations"] = tolerations(group.tolerations)
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "StatefulSet",
-        "metadata": {**meta(cluster, name, WORKER), "labels": labels},
-        "spec": {
-            "replicas": group.replicas,
-            "serviceName": names.nodes_service,
-            # Nodes are independent: start and stop them all at once.
-            "podManagementPolicy": "Parallel",
-            "selector": {"matchLabels": names.worker_selector(group.name)},
-            "template": {"metadata": {"labels": labels}, "spec": pod_spec},
-        },
-    }
+    return statefulset(
+        cluster,
+        name,
+        labels=labels,
+        selector=names.worker_selector(group.name),
+        service_name=names.nodes_service,
+        replicas=group.replicas,
+        parallel=True,
+        pod_spec=pod_spec,
+    )
 
 
 def login_service(cluster: Cluster) -> Manifest:
@@ -170,33 +157,27 @@ def login_statefulset(cluster: Cluster) -> Manifest:
         "livenessProbe": tcp_probe(naming.SSH_PORT, period=20, failures=6, initial_delay=30),
         "resources": resources(spec.login.resources),
     }
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "StatefulSet",
-        "metadata": {**meta(cluster, names.login, LOGIN), "labels": labels},
-        "spec": {
-            "replicas": spec.login.replicas,
-            "serviceName": names.nodes_service,
-            "podManagementPolicy": "Parallel",
-            "selector": {"matchLabels": names.selector(LOGIN)},
-            "template": {
-                "metadata": {"labels": labels},
-                "spec": {
-                    "dnsConfig": dns_config(cluster),
-                    "enableServiceLinks": False,
-                    "initContainers": [wait_for_jail_init(cluster, spec.images.login)],
-                    "containers": [container],
-                    "volumes": [
-                        *slurm_volumes(cluster),
-                        jail_volume(cluster),
-                        config_map_volume("sshd-config", names.sshd_config),
-                        secret_volume("ssh-host-keys", names.ssh_host_keys, mode=0o400),
-                        empty_dir("run-slurm"),
-                    ],
-                },
-            },
+    return statefulset(
+        cluster,
+        names.login,
+        labels=labels,
+        selector=names.selector(LOGIN),
+        service_name=names.nodes_service,
+        replicas=spec.login.replicas,
+        parallel=True,
+        pod_spec={
+            "dnsConfig": dns_config(cluster),
+            "initContainers": [wait_for_jail_init(cluster, spec.images.login)],
+            "containers": [container],
+            "volumes": [
+                *slurm_volumes(cluster),
+                jail_volume(cluster),
+                config_map_volume("sshd-config", names.sshd_config),
+                secret_volume("ssh-host-keys", names.ssh_host_keys, mode=0o400),
+                empty_dir("run-slurm"),
+            ],
         },
-    }
+    )
 
 
 def render(cluster: Cluster) -> list[Manifest]:

@@ -120,3 +120,65 @@ def wait_for_jail_init(cluster: Cluster, image: str) -> Manifest:
         "command": ["/bin/sh", "-c", f'until [ -e "{marker}" ]; do echo "waiting for {marker}"; sleep 2; done'],
         "volumeMounts": [mount("jail", naming.JAIL_MOUNT, read_only=True)],
     }
+
+
+# --- workload scaffolding -----------------------------------------------------------------------
+
+
+def claim_spec(size: str, storage_class: str | None, access_mode: str = "ReadWriteOnce") -> Manifest:
+    spec: Manifest = {"accessModes": [access_mode], "resources": {"requests": {"storage": size}}}
+    if storage_class:
+        spec["storageClassName"] = storage_class
+    return spec
+
+
+def claim_template(name: str, labels: dict[str, str], spec: Manifest) -> Manifest:
+    return {"metadata": {"name": name, "labels": labels}, "spec": spec}
+
+
+def statefulset(
+    cluster: Cluster,
+    name: str,
+    *,
+    labels: dict[str, str],
+    selector: dict[str, str],
+    service_name: str,
+    replicas: int,
+    pod_spec: Manifest,
+    annotations: dict[str, str] | None = None,
+    claims: list[Manifest] | None = None,
+    parallel: bool = False,
+) -> Manifest:
+    """A StatefulSet whose object and pods carry `labels` (a superset of the immutable `selector`).
+
+    `parallel`: pods start and stop all at once (Slurm nodes are independent of each other)."""
+    spec: Manifest = {"replicas": replicas, "serviceName": service_name}
+    if parallel:
+        spec["podManagementPolicy"] = "Parallel"
+    spec["selector"] = {"matchLabels": selector}
+    template_meta: Manifest = {"labels": labels}
+    if annotations:
+        template_meta["annotations"] = annotations
+    spec["template"] = {"metadata": template_meta, "spec": {"enableServiceLinks": False, **pod_spec}}
+    if claims:
+        spec["volumeClaimTemplates"] = claims
+    metadata = {"name": name, "namespace": cluster.namespace, "labels": labels}
+    return {"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": metadata, "spec": spec}
+
+
+def service(
+    cluster: Cluster,
+    name: str,
+    component: str,
+    selector: dict[str, str],
+    ports: list[tuple[str, int]],
+    *,
+    headless: bool = False,
+) -> Manifest:
+    """A Service; `headless` ones publish not-ready pods too, so Slurm names resolve during start."""
+    spec: Manifest = {}
+    if headless:
+        spec = {"clusterIP": "None", "publishNotReadyAddresses": True}
+    spec["selector"] = selector
+    spec["ports"] = [{"name": port_name, "port": port, "targetPort": port} for port_name, port in ports]
+    return {"apiVersion": "v1", "kind": "Service", "metadata": meta(cluster, name, component), "spec": spec}
