@@ -26,8 +26,8 @@ venv: $(VENV)/.installed ## Python virtualenv with the operator and test tools
 # --- quick loop --------------------------------------------------------------------------------
 .PHONY: lint
 lint: venv ## ruff + mypy --strict
-	$(VENV)/bin/ruff check operator tests
-	$(VENV)/bin/ruff format --check operator tests
+	$(VENV)/bin/ruff check operator tests bench hack
+	$(VENV)/bin/ruff format --check operator tests bench hack
 	$(VENV)/bin/mypy
 
 .PHONY: crd

@@ -84,7 +84,9 @@ def main() -> int:
             "spec": {"workerGroups": [{"name": "cpu", "replicas": workers}], "login": {"replicas": 1}},
         }
         start = time.monotonic()
-        client.CustomObjectsApi(api).create_namespaced_custom_object("slurm.warden.dev", "v1alpha1", ns, "slurmclusters", body)
+        client.CustomObjectsApi(api).create_namespaced_custom_object(
+            "slurm.warden.dev", "v1alpha1", ns, "slurmclusters", body
+        )
         deadline = start + 1800
         status: dict[str, Any] = {}
         while time.monotonic() < deadline:

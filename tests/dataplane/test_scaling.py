@@ -4,24 +4,12 @@ of lingering as a DOWN node."""
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
-
-from tests.support.dockercluster import DockerCluster, docker
+from tests.support.dockercluster import DockerCluster, docker, wait_for
 
 
 def sinfo_state(cluster: DockerCluster, node: str) -> str:
     r = cluster.exec(cluster.names.controller_pod, f"sinfo -h -N -n {node} -o %T", check=False)
     return r.out.strip()
-
-
-def wait_for(what: str, check: Callable[[], bool], timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(1)
-    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
 
 
 def test_new_worker_pod_joins_and_terminated_one_leaves(cluster: DockerCluster) -> None:

@@ -86,7 +86,8 @@ def crd_installed(api_client: Any) -> None:
     """The generated CRD, applied the way the chart would, and Established."""
     from kubernetes import client
 
-    from tests.support.operator import crd_body, wait_until
+    from tests.support.controlplane import wait_for
+    from tests.support.operator import crd_body
 
     ext = client.ApiextensionsV1Api(api_client)
     body = crd_body()
@@ -96,7 +97,7 @@ def crd_installed(api_client: Any) -> None:
         crd = ext.read_custom_resource_definition(body["metadata"]["name"])
         return any(c.type == "Established" and c.status == "True" for c in crd.status.conditions or [])
 
-    wait_until("the SlurmCluster CRD Established", established, 30)
+    wait_for("the SlurmCluster CRD Established", established, 30)
 
 
 @pytest.fixture(scope="session")

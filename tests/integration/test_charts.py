@@ -24,8 +24,8 @@ import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from tests.support.controlplane import ControlPlane
-from tests.support.operator import OperatorProcess, get_cluster, owned_objects, wait_ready, wait_until
+from tests.support.controlplane import ControlPlane, wait_for
+from tests.support.operator import OperatorProcess, get_cluster, owned_objects, wait_ready
 
 ROOT = Path(__file__).resolve().parents[2]
 CHARTS = ROOT / "charts"
@@ -406,7 +406,7 @@ def test_chart_rbac_is_enough_for_the_real_operator(
         events = client.CoreV1Api(api_client).list_namespaced_event(cluster_namespace).items
         return any(e.reason == "Reconciled" and e.involved_object.name == "demo" for e in events)
 
-    wait_until("a Reconciled Event", reconciled_event, 30, op.log_tail)
+    wait_for("a Reconciled Event", reconciled_event, 30, on_fail=op.log_tail)
     events = client.CoreV1Api(api_client).list_namespaced_event(cluster_namespace).items
     failures = [e.message for e in events if e.reason == "ApplyFailed"]
     assert failures == [], failures

@@ -14,8 +14,8 @@ from tests.support.operator import (
     get_cluster,
     load_example,
     owned_objects,
+    wait_for,
     wait_ready,
-    wait_until,
 )
 from warden.naming import Names
 
@@ -34,7 +34,7 @@ def test_cluster_converges_to_ready_with_owned_labelled_children(
     def first_status() -> Any:
         return get_cluster(api_client, cluster_namespace, "cpu").get("status")
 
-    first = wait_until("a first status", first_status, 60, operator.log_tail)
+    first = wait_for("a first status", first_status, 60, on_fail=operator.log_tail)
     assert first["phase"] in ("Pending", "Provisioning", "Ready")
 
     obj = wait_ready(api_client, cluster_namespace, "cpu", operator)
@@ -110,7 +110,7 @@ def test_spec_changes_converge_and_removed_group_is_pruned(
     def big_gone() -> bool:
         return not [s for s in apps.list_namespaced_stateful_set(ns).items if s.metadata.name == "cpu-worker-big"]
 
-    wait_until("cpu-worker-big pruned", big_gone, 60, operator.log_tail)
+    wait_for("cpu-worker-big pruned", big_gone, 60, on_fail=operator.log_tail)
     obj = wait_ready(api_client, ns, "cpu", operator)
     assert obj["status"]["workers"] == "3/3"
     assert [g["name"] for g in obj["status"]["workerGroups"]] == ["cpu"]
@@ -127,7 +127,9 @@ def test_deleting_the_cluster_garbage_collects_everything(
     wait_ready(api_client, ns, "cpu", operator)
     assert owned_objects(api_client, ns, uid)
     client.CustomObjectsApi(api_client).delete_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, "cpu")
-    wait_until("every child garbage-collected", lambda: not owned_objects(api_client, ns, uid), 90, operator.log_tail)
+    wait_for(
+        "every child garbage-collected", lambda: not owned_objects(api_client, ns, uid), 90, on_fail=operator.log_tail
+    )
 
 
 def test_immutable_statefulset_change_recreates_it_without_killing_pods(
@@ -152,7 +154,7 @@ def test_immutable_statefulset_change_recreates_it_without_killing_pods(
         size = sts.spec.volume_claim_templates[0].spec.resources.requests["storage"]
         return bool(sts.metadata.uid != sts_uid and size == "2Gi")
 
-    wait_until("controller StatefulSet re-created with the new template", recreated, 60, operator.log_tail)
+    wait_for("controller StatefulSet re-created with the new template", recreated, 60, on_fail=operator.log_tail)
     wait_ready(api_client, ns, "cpu", operator)
     assert core.read_namespaced_pod("cpu-controller-0", ns).metadata.uid == pod_uid, "the pod was not restarted"
     events = core.list_namespaced_event(ns).items
@@ -166,7 +168,7 @@ def test_operator_liveness_endpoint_answers(operator: OperatorProcess) -> None:
         with urllib.request.urlopen(operator.liveness_url, timeout=2) as resp:
             return bool(resp.status == 200)
 
-    assert wait_until("the operator's /healthz", healthy, 30, operator.log_tail)
+    assert wait_for("the operator's /healthz", healthy, 30, on_fail=operator.log_tail)
 
 
 def test_json_logs_on_request(controlplane: Any, cluster_namespace: str, tmp_path: Any) -> None:

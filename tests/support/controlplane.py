@@ -756,7 +756,7 @@ def sigterm_as_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -774,7 +774,7 @@ def _sweep_stale_work_dirs() -> None:
             owner = int((d / OWNER_FILE).read_text().strip())
         except (OSError, ValueError):
             continue  # not ours to judge
-        if not _pid_alive(owner):
+        if not pid_alive(owner):
             shutil.rmtree(d, ignore_errors=True)
 
 

@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tests.support.controlplane import pid_alive
 from warden import naming
 from warden.model import parse_spec
 from warden.render import cluster as render_cluster
@@ -132,14 +133,6 @@ def wait_for(what: str, check: Callable[[], bool], timeout: float, interval: flo
             raise DockerError(f"timed out after {timeout:g}s waiting for {what}")
         time.sleep(interval)
 
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
     return True
 
 
@@ -157,7 +150,7 @@ def sweep_stale() -> list[str]:
                 continue
             labels = (info[0].get("Config", {}) or {}).get("Labels") or info[0].get("Labels") or {}
             run, pid, host = labels.get(LABEL_RUN), labels.get(LABEL_PID, "0"), labels.get(LABEL_HOST)
-            if run and host == me and pid.isdigit() and not _pid_alive(int(pid)):
+            if run and host == me and pid.isdigit() and not pid_alive(int(pid)):
                 stale.add(run)
     for run in sorted(stale):
         remove_run(run)

@@ -7,14 +7,13 @@ import signal
 import socket
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import yaml
 from kubernetes import client
 
+from tests.support.controlplane import wait_for
 from warden.model import API_GROUP, API_VERSION, PLURAL
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -75,23 +74,6 @@ class OperatorProcess:
             return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
         except OSError:
             return "(no operator log)"
-
-
-def wait_until(what: str, check: Callable[[], Any], timeout: float, on_fail: Callable[[], str] | None = None) -> Any:
-    """Poll `check` until it returns something truthy; fail with `what` (and diagnostics) after timeout."""
-    deadline = time.monotonic() + timeout
-    last_error: Exception | None = None
-    while time.monotonic() < deadline:
-        try:
-            value = check()
-            if value:
-                return value
-        except Exception as e:  # the API may briefly refuse while objects appear
-            last_error = e
-        time.sleep(0.5)
-    detail = f" (last error: {last_error})" if last_error else ""
-    extra = f"\n{on_fail()}" if on_fail else ""
-    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}{detail}{extra}")
 
 
 def load_example(name: str, namespace: str) -> dict[str, Any]:
@@ -174,4 +156,4 @@ def wait_ready(api: Any, ns: str, name: str, operator: OperatorProcess, timeout:
             return obj
         return None
 
-    return dict(wait_until(f"SlurmCluster {ns}/{name} Ready", ready, timeout, on_fail=operator.log_tail))
+    return dict(wait_for(f"SlurmCluster {ns}/{name} Ready", ready, timeout, on_fail=operator.log_tail))
