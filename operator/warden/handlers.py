@@ -17,7 +17,8 @@ import kopf
 from kubernetes import client, config
 
 from warden.apply import Applier, ApplyResult
-from warden.model import API_GROUP, API_VERSION, PLURAL, SlurmClusterStatus, parse_spec
+from warden.model import API_GROUP, API_VERSION, PLURAL, parse_spec
+from warden.observe import health_report
 from warden.reconcile import previous_status, reconcile, refresh_status
 from warden.render.context import Cluster
 
@@ -110,18 +111,18 @@ def _refresh(namespace: str, name: str) -> None:
     generation = int(body["metadata"].get("generation", 0))
     if previous is not None and previous.observed_generation is not None:
         generation = previous.observed_generation  # only the reconcile handler moves it forward
-    status = refresh_status(api, cluster, generation, previous)
-    _announce_health(kopf.Body(body), previous, status)  # type: ignore[arg-type]
+    refresh_status(api, cluster, generation, previous)
 
 
-def _announce_health(body: kopf.Body, before: SlurmClusterStatus | None, after: SlurmClusterStatus) -> None:
-    """One Warning Event per node the NCCL check newly drained, one Normal Event per node it resumed."""
-    had = {d.node for d in before.health_check.drained} if before else set()
-    has = {d.node: d.reason for d in after.health_check.drained}
-    for node, reason in sorted(has.items()):
-        if node not in had:
-            kopf.warn(body, reason="NodeDrained", message=f"{node}: {reason}")
-    for node in sorted(had - set(has)):
+def _announce_health(cluster: dict[str, Any], report: dict[str, Any]) -> None:
+    """One Warning Event per node a check run drained, one Normal Event per node it resumed.
+
+    Called once per change of the report ConfigMap (kopf handles one object's events in order), so
+    a run is announced once, however many status refreshes happen around it."""
+    body = kopf.Body(cluster)  # type: ignore[arg-type]
+    for d in report.get("drained", []):
+        kopf.warn(body, reason="NodeDrained", message=f"{d['node']}: {d['reason']}")
+    for node in report.get("resumed", []):
         kopf.info(body, reason="NodeResumed", message=f"{node} passed the NCCL check again")
 
 
@@ -151,5 +152,12 @@ def job_changed(type: str | None, meta: kopf.Meta, namespace: str | None, **_: A
 
 
 @kopf.on.event("", "v1", "configmaps", labels={**MANAGED, "app.kubernetes.io/component": "health-check"})
-def health_report_changed(type: str | None, meta: kopf.Meta, namespace: str | None, **_: Any) -> None:
+def health_report_changed(type: str | None, body: kopf.Body, meta: kopf.Meta, namespace: str | None, **_: Any) -> None:
     _on_child_event(type, meta, namespace)
+    owner = _owner_name(meta.get("ownerReferences"))
+    if type != "MODIFIED" or namespace is None or owner is None:
+        return
+    report = health_report(dict(body))
+    cluster = applier().get(f"{API_GROUP}/{API_VERSION}", "SlurmCluster", namespace, owner)
+    if report is not None and cluster is not None:
+        _announce_health(cluster, report)
