@@ -295,7 +295,7 @@ def test_helm_install_both_charts(helm: Helm, controlplane: ControlPlane, releas
     notes = out.stdout
     assert f"kubectl -n {ns} get slurmcluster demo -w" in notes
     assert f"kubectl -n {ns} get service demo-login -o jsonpath='{{.spec.ports[?(@.name==\"ssh\")].nodePort}}'" in notes
-    assert 'sinfo -R -o "%50E %9u %19H %N"' in notes
+    assert 'sinfo -R -o "%100E %9u %19H %N"' in notes
     assert "nobody can log in" not in notes
     sc = get_cluster(controlplane.api_client(), ns, "demo")
     assert sc["spec"]["login"]["sshAuthorizedKeys"] == [key]
