@@ -1,6 +1,7 @@
 """A user's path through Warden on a real cluster: the three charts installed with helm, the
 SlurmCluster Ready, SSH through the login Service into the jail, a two-node batch job whose output lands
-in the jail, workers scaled up joining Slurm, and `helm uninstall` keeping the jail when asked to.
+in the jail, workers scaled up joining Slurm, the controller pod deleted with jobs queued (the queue survives
+and they complete), and `helm uninstall` keeping the jail when asked to.
 
 The tests share one installation (module fixture) and run in file order: each builds on the last.
 """
@@ -153,6 +154,64 @@ def test_scaled_up_workers_join_slurm(installed: Installed) -> None:
     out = installed.ssh("srun -N3 hostname")
     assert out.returncode == 0, out.stderr
     assert set(out.stdout.split()) == want
+
+
+def _job_states(installed: Installed) -> dict[str, str]:
+    """Every job slurmctld knows, finished ones included (kept MinJobAge, 300 s), by id."""
+    out = installed.ssh("squeue -h -t all -o '%i %T'")
+    return dict(line.split() for line in out.stdout.splitlines()) if out.returncode == 0 else {}
+
+
+def test_controller_pod_deleted_keeps_the_queue_and_jobs_complete(installed: Installed) -> None:
+    """slurmctld's pod deleted with jobs running and queued: the StatefulSet makes a new one, whose
+    slurmctld reads its saved state (StateSaveLocation on its PVC) and has the same jobs; all complete."""
+    kube, ns = installed.kube, installed.namespace
+    jobs = []
+    for _ in range(5):  # three one-CPU workers: three run, two wait
+        out = installed.ssh("sbatch --parsable -o /root/requeue-%j.out --wrap 'sleep 20; echo done'")
+        assert out.returncode == 0, out.stderr
+        jobs.append(out.stdout.strip().split(";")[0])
+    deadline = time.monotonic() + 60
+    states: dict[str, str] = {}
+    while time.monotonic() < deadline:
+        out = installed.ssh(f"squeue -h -o '%i %T' -j {','.join(jobs)}")
+        states = dict(line.split() for line in out.stdout.splitlines())
+        if "RUNNING" in states.values():
+            break
+        time.sleep(1)
+    assert set(states) == set(jobs) and "RUNNING" in states.values() and "PENDING" in states.values(), states
+
+    pod = f"{NAME}-controller-0"
+    old_uid = kube.json("-n", ns, "get", "pod", pod)["metadata"]["uid"]
+    kube.kubectl("-n", ns, "delete", "pod", pod, "--wait=false")
+    deadline = time.monotonic() + 180
+    ready = False
+    while time.monotonic() < deadline and not ready:
+        obj = json.loads(kube.kubectl("-n", ns, "get", "pod", pod, "-o", "json", "--ignore-not-found") or "{}")
+        conds = {c["type"]: c["status"] for c in obj.get("status", {}).get("conditions", [])}
+        ready = obj.get("metadata", {}).get("uid", old_uid) != old_uid and conds.get("Ready") == "True"
+        if not ready:
+            time.sleep(1)
+    assert ready, f"{pod} not regenerated and Ready within 180s"
+
+    # the new slurmctld answers with the same jobs (from its saved state: none lost, none under a new id)
+    deadline = time.monotonic() + 60
+    known: dict[str, str] = {}
+    while time.monotonic() < deadline and not known:
+        known = _job_states(installed)
+        time.sleep(1)
+    assert set(jobs) <= set(known), known
+
+    deadline = time.monotonic() + 240
+    final: dict[str, str] = {}
+    while time.monotonic() < deadline:
+        final = {j: s for j, s in _job_states(installed).items() if j in jobs}
+        if set(final) == set(jobs) and all(s not in ("PENDING", "RUNNING", "CONFIGURING") for s in final.values()):
+            break
+        time.sleep(3)
+    assert final == dict.fromkeys(jobs, "COMPLETED")
+    out = installed.ssh(" ".join(f"cat /root/requeue-{j}.out;" for j in jobs))
+    assert out.stdout.split() == ["done"] * len(jobs), out.stderr
 
 
 def test_helm_uninstall_keeps_only_the_jail_claim(installed: Installed) -> None:
