@@ -838,11 +838,12 @@ def install_charts(
     *,
     operator_release: str = "slurm-operator",
     crds: str = "subchart",
+    cluster: bool = True,
 ) -> None:
     """helm upgrade --install the charts: the operator watching only ``cluster_ns`` (so several
     installations can share a cluster) and slurm-cluster with ``values``. ``crds``: "subchart" installs
     the CRD through the operator chart (crds.enabled), "chart" as its own slurm-operator-crds release,
-    "none" relies on a CRD that is already there."""
+    "none" relies on a CRD that is already there. ``cluster=False`` stops after the operator."""
     charts = REPO_ROOT / "charts"
     kube.apply([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": n}} for n in {operator_ns, cluster_ns}])
     if crds == "chart":
@@ -851,6 +852,8 @@ def install_charts(
     kube.helm("upgrade", "--install", operator_release, str(charts / "slurm-operator"), "-n", operator_ns,
               "--set", f"crds.enabled={'true' if crds == 'subchart' else 'false'}",
               "--set", f"watchNamespaces[0]={cluster_ns}", "--wait", "--timeout=5m")  # fmt: skip
+    if not cluster:
+        return
     values_file.parent.mkdir(parents=True, exist_ok=True)
     values_file.write_text(json.dumps(values, indent=2) + "\n")
     release = str(values.get("nameOverride") or "slurm-cluster")
