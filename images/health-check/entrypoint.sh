@@ -11,17 +11,6 @@ case "${1:-}" in
     *) exec "$@" ;;
 esac
 warden_slurm_config
-# Slurm 24.11 clients (scontrol, srun) authenticate through a SACK socket, never with slurm.key
-# directly: sackd (as SlurmUser, like on the login node) serves /run/slurm/sack.socket. It stops
-# with the container when the runner exits.
-install -d -o slurm -g slurm -m 0755 /run/slurm
-# shellcheck disable=SC2086
-setpriv --reuid slurm --regid slurm --init-groups sackd -D ${WARDEN_SACKD_ARGS:-} &
-sackd_pid=$!
-for _ in $(seq 1 50); do
-    [ -S /run/slurm/sack.socket ] && break
-    kill -0 "$sackd_pid" 2>/dev/null || warden_die "sackd exited"
-    sleep 0.1
-done
-[ -S /run/slurm/sack.socket ] || warden_die "sackd did not create /run/slurm/sack.socket"
+# scontrol/srun authenticate through sackd's socket; sackd stops with the container when the runner exits.
+warden_start_sackd
 exec python3 -m "${WARDEN_HEALTH_MODULE:-warden.health.main}" "$@"

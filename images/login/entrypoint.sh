@@ -41,18 +41,8 @@ fi
 install -d -m 0755 /run/sshd
 /usr/sbin/sshd -t
 
-# sackd (-D: foreground; its 24.11 usage text omits the flag) runs as SlurmUser and creates
-# /run/slurm/sack.socket; the jail sees it through the bind below
-install -d -o slurm -g slurm -m 0755 /run/slurm
-# shellcheck disable=SC2086
-setpriv --reuid slurm --regid slurm --init-groups sackd -D ${WARDEN_SACKD_ARGS:-} &
-sackd_pid=$!
-for _ in $(seq 1 50); do
-    [ -S /run/slurm/sack.socket ] && break
-    kill -0 "$sackd_pid" 2>/dev/null || warden_die "sackd exited"
-    sleep 0.1
-done
-[ -S /run/slurm/sack.socket ] || warden_die "sackd did not create /run/slurm/sack.socket"
+# sackd (its 24.11 usage text omits -D) serves /run/slurm/sack.socket; the jail sees it through the bind below
+warden_start_sackd
 warden_jail_binds
 # SSH sessions are chrooted, not moved by the SPANK plugin: give them the pod's /proc (ps, top, htop,
 # bash's /dev/fd -> /proc/self/fd) and /dev (ptys for interactive sessions) the way the plugin gives

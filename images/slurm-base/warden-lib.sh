@@ -64,6 +64,22 @@ warden_jail_users() {
 #   /etc/resolv.conf, /etc/hosts, /etc/hostname    this pod's name resolution and identity
 #   extra "src:dst" pairs from $1... (e.g. the slurmd spool dir for batch scripts)
 # Job steps and chrooted SSH sessions entering the jail inherit these mounts.
+# Slurm 24.11 clients (scontrol, srun, sbatch) on a node without slurmd authenticate through a SACK
+# socket, never with slurm.key directly: start sackd as SlurmUser in the background and wait for
+# /run/slurm/sack.socket. Sets sackd_pid.
+warden_start_sackd() {
+    install -d -o slurm -g slurm -m 0755 /run/slurm
+    # shellcheck disable=SC2086
+    setpriv --reuid slurm --regid slurm --init-groups sackd -D ${WARDEN_SACKD_ARGS:-} &
+    sackd_pid=$!
+    for _ in $(seq 1 50); do
+        [ -S /run/slurm/sack.socket ] && return 0
+        kill -0 "$sackd_pid" 2>/dev/null || warden_die "sackd exited"
+        sleep 0.1
+    done
+    warden_die "sackd did not create /run/slurm/sack.socket"
+}
+
 warden_jail_binds() {
     local client=/run/warden/slurm-client pair src dst
     [ -d "$WARDEN_JAIL" ] || { warden_log "jail: $WARDEN_JAIL missing; no bind mounts"; return 0; }
