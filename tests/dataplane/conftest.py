@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -18,13 +17,6 @@ from tests.support.controlplane import sigterm_as_interrupt
 from tests.support.dockercluster import DockerCluster, DockerError, docker_available, missing_images, sweep_stale
 
 _failed: list[str] = []
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    here = Path(__file__).parent
-    for item in items:
-        if here in Path(str(item.fspath)).parents:
-            item.add_marker(pytest.mark.dataplane)
 
 
 @pytest.hookimpl(wrapper=True)

@@ -21,13 +21,6 @@ from tests.support.controlplane import REPO_ROOT, sigterm_as_interrupt
 from tests.support.localcluster import Kube, LocalCluster, LocalClusterError, chart_images, pinned_bin_dir
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    here = Path(__file__).parent
-    for item in items:
-        if here in Path(str(item.fspath)).parents:
-            item.add_marker(pytest.mark.e2e)
-
-
 @pytest.fixture(scope="session")
 def kube() -> Iterator[Kube]:
     """kubectl/helm against the cluster under test."""

@@ -12,7 +12,6 @@ import os
 import sys
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,13 +20,6 @@ from tests.support.controlplane import ControlPlane, ControlPlaneError, ensure_b
 
 #: fake nodes every session starts with (tests may add their own with controlplane.add_fake_nodes)
 DEFAULT_NODES = 2
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    here = Path(__file__).parent
-    for item in items:
-        if here in Path(str(item.fspath)).parents:
-            item.add_marker(pytest.mark.integration)
 
 
 @pytest.fixture(scope="session")
