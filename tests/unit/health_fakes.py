@@ -36,10 +36,12 @@ class FakeNode:
     reason: str = ""
     gres: str = "gpu:h100:8(S:0-1)"
     reservation: str | None = None
+    partitions: list[str] = field(default_factory=lambda: ["main"])  # the capture's
 
     def to_json(self) -> dict[str, Any]:
         raw = copy.deepcopy(_NODE_TEMPLATE)
-        raw.update(name=self.name, hostname=self.name, state=list(self.state), reason=self.reason, gres=self.gres)
+        raw.update(name=self.name, hostname=self.name, state=list(self.state), reason=self.reason, gres=self.gres,
+                   partitions=list(self.partitions))  # fmt: skip
         return raw
 
 
@@ -56,6 +58,7 @@ def hangs() -> Behaviour:
 
 
 BUSY = "srun: error: Unable to allocate resources: Requested nodes are busy\n"
+NOT_IN_PARTITION = "srun: error: Unable to allocate resources: Requested node configuration is not available\n"
 
 
 class FakeSlurm:
@@ -63,6 +66,7 @@ class FakeSlurm:
 
     def __init__(self, nodes: Sequence[FakeNode], step_seconds: float = 0.0) -> None:
         self.nodes = {n.name: n for n in nodes}
+        self.default_partition = "main"  # where srun without --partition asks for the node
         self.behaviour: dict[str, Behaviour] = {}
         self.calls: list[tuple[str, ...]] = []
         self.reservations: dict[str, str] = {}
@@ -132,6 +136,9 @@ class FakeSlurm:
         name = opts["nodelist"]
         with self._lock:
             node = self.nodes[name]
+            asked = opts.get("partition", self.default_partition).split(",")
+            if not set(asked) & set(node.partitions):
+                return CommandResult(args, 1, "", NOT_IN_PARTITION)
             blocked = (
                 "DRAIN" in node.state
                 or node.state[0] in ("ALLOCATED", "MIXED", "DOWN")

@@ -196,6 +196,21 @@ def test_only_gpu_nodes_are_picked_unless_named() -> None:
     assert outcome(summary, "nope")["detail"] == "not a Slurm node"
 
 
+def test_gpu_node_outside_the_default_partition_is_tested_in_its_own() -> None:
+    """The usual layout: CPU nodes in the default partition, GPU nodes only in `gpu`. srun without
+    --partition asks the default partition, where Slurm refuses the node."""
+    fake = FakeSlurm([FakeNode("gpu-0", partitions=["gpu"]), FakeNode("gpu-1", partitions=["gpu", "all"])])
+    fake.behaviour["gpu-0"] = prints("h100_8gpu_slow.txt")
+    summary = run(fake)
+    assert summary["drained"] == [{"node": "gpu-0", "reason": SLOW_REASON}] and summary["passed"] == ["gpu-1"]
+    assert "--partition=gpu" in fake.sruns("gpu-0")[0] and "--partition=gpu,all" in fake.sruns("gpu-1")[0]
+    # an explicit --partition wins (and Slurm refuses a node that is not in it: not the node's fault)
+    fake2 = FakeSlurm([FakeNode("gpu-0", partitions=["gpu"])])
+    summary = run(fake2, CheckConfig(partition="debug"))
+    assert "--partition=debug" in fake2.sruns("gpu-0")[0]
+    assert fake2.updates("gpu-0") == [] and summary["drained"] == []
+
+
 def test_single_gpu_node_passes_on_correctness_alone() -> None:
     fake = FakeSlurm([FakeNode("gpu-0", gres="gpu:l4:1")])
     fake.behaviour["gpu-0"] = prints("single_gpu.txt")

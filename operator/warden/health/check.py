@@ -3,7 +3,7 @@
 Per node (in parallel, at most ``concurrency`` at once)::
 
     srun --nodelist=NODE --nodes=1 --ntasks=1 --exclusive --immediate=S --time=M:SS \\
-         --gpus-per-node=G all_reduce_perf -b MIN -e MAX -f 2 -g G
+         --gpus-per-node=G --partition=NODE'S PARTITIONS all_reduce_perf -b MIN -e MAX -f 2 -g G
 
 Which nodes are tested:
 
@@ -248,7 +248,8 @@ def check_node(slurm: Slurm, node: Node, cfg: CheckConfig, errors: list[str]) ->
             timeout=cfg.step_timeout_s,
             immediate_s=cfg.immediate_s,
             reservation=reservation,
-            partition=cfg.partition,
+            # a GPU node is often only in its own partition, not the default one
+            partition=cfg.partition or ",".join(node.partitions) or None,
         )
     finally:
         if reservation is not None:

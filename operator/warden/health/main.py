@@ -13,7 +13,7 @@ option                     environment                         default
 ``--immediate``            ``WARDEN_HEALTH_IMMEDIATE_S``       60
 ``--concurrency``          ``WARDEN_HEALTH_CONCURRENCY``       4
 ``--nodes``                ``WARDEN_HEALTH_NODES``             every node with GPUs
-``--partition``            ``WARDEN_HEALTH_PARTITION``         the default partition
+``--partition``            ``WARDEN_HEALTH_PARTITION``         each node's own partitions
 ``--binary``               ``WARDEN_HEALTH_BINARY``            all_reduce_perf
 ``--extra-args``           ``WARDEN_HEALTH_EXTRA_ARGS``        (none; split like a shell would)
 ``--dry-run``              ``WARDEN_HEALTH_DRY_RUN=1``         off
