@@ -12,6 +12,9 @@ pods can reach the API server; this module adds the node:
 * CoreDNS, built from its Go module, as a host process behind the Service ``kube-system/kube-dns``;
 * a StorageClass ``warden-local`` (the default) served by tests/support/localvolumes.py (hostPath
   directories; ReadWriteMany works because there is one node);
+* STAND-IN GPUs: hack/fakegpu (a kubelet device plugin built from its Go module) advertises
+  ``FAKE_GPUS`` ``nvidia.com/gpu`` devices, each a bind of /dev/null at /dev/nvidiaN in the container (no
+  GPU exists here; ``WARDEN_LOCAL_FAKE_GPUS=0`` turns it off);
 * the project's images, imported from Docker into containerd's ``k8s.io`` namespace (no registry).
 
 The node is ``warden-node`` with the address ``NODE_IP`` (put on ``lo``), pods get ``POD_SUBNET`` on the
@@ -70,6 +73,9 @@ NAMESPACE_DEMO = "slurm"
 DEMO_NAME = "demo"
 DEMO_NODE_PORT = 30022
 #: images the charts run (warden/<name>:<version>); build-only images (slurm-base, spank, jail) stay out
+#: stand-in GPUs the node advertises (hack/fakegpu); WARDEN_LOCAL_FAKE_GPUS overrides, 0 turns them off
+FAKE_GPUS = 4
+FAKE_GPU_RESOURCE = "nvidia.com/gpu"
 CHART_IMAGES = ("operator", "controller", "worker", "login", "populate-jail", "accounting", "mariadb", "health-check")
 
 
@@ -379,6 +385,32 @@ def provisioner_rbac() -> list[dict[str, Any]]:
 # host preparation and cleanup
 
 
+def fake_gpu_count() -> int:
+    value = os.environ.get("WARDEN_LOCAL_FAKE_GPUS", str(FAKE_GPUS))
+    if not value.isdigit() or int(value) > 64:
+        raise LocalClusterError(f"WARDEN_LOCAL_FAKE_GPUS must be a number of GPUs from 0 to 64, got {value!r}")
+    return int(value)
+
+
+def build_fake_gpu_plugin() -> Path:
+    """go build hack/fakegpu (the stand-in device plugin) into the cache; Go's build cache makes a
+    rebuild of unchanged sources take about a second."""
+    out = cache_dir() / "bin" / "warden-fake-gpu-plugin"
+    env = {
+        **os.environ,
+        "GOMODCACHE": str(cache_dir() / "go" / "mod"),
+        "GOCACHE": str(cache_dir() / "go" / "build"),
+        "GOTOOLCHAIN": "local",
+        "GOFLAGS": "-mod=readonly -buildvcs=false",
+        "CGO_ENABLED": "0",
+    }
+    proc = subprocess.run(["go", "build", "-trimpath", "-ldflags=-s -w", "-o", str(out), "."],
+                          cwd=REPO_ROOT / "hack" / "fakegpu", env=env, capture_output=True, text=True)  # fmt: skip
+    if proc.returncode != 0:
+        raise LocalClusterError(f"building hack/fakegpu failed: {proc.stderr.strip()}")
+    return out
+
+
 def preflight() -> None:
     if os.geteuid() != 0:
         raise LocalClusterError("the local cluster needs root (kubelet, containerd, iptables, mounts)")
@@ -614,10 +646,17 @@ class LocalCluster:
                 f"--kubeconfig={self.state / 'local-volumes.kubeconfig'}",
                 f"--root={DATA_DIR / 'volumes'}",
             ])  # fmt: skip
+            gpus = fake_gpu_count()
+            if gpus:
+                cp.spawn("fake-gpu-plugin", [str(build_fake_gpu_plugin()), f"-count={gpus}",
+                                             f"-resource={FAKE_GPU_RESOURCE}"])  # fmt: skip
             self._save(cp, bins)
             deadline = time.monotonic() + timeout
             wait_for(f"node {NODE_NAME} Ready", self._node_ready, deadline - time.monotonic(), interval=1,
                      on_fail=cp.failure_report)  # fmt: skip
+            if gpus:
+                wait_for(f"{gpus} stand-in {FAKE_GPU_RESOURCE} allocatable", lambda: self._gpus() == gpus,
+                         deadline - time.monotonic(), interval=1, on_fail=cp.failure_report)  # fmt: skip
             wait_for("CoreDNS ready", self._coredns_ready, deadline - time.monotonic(), interval=1,
                      on_fail=cp.failure_report)  # fmt: skip
             cp.check_alive()
@@ -665,6 +704,12 @@ class LocalCluster:
         out = self.kubectl("get", "node", NODE_NAME, "-o",
                            'jsonpath={.status.conditions[?(@.type=="Ready")].status}', check=False)  # fmt: skip
         return out.strip() == "True"
+
+    def _gpus(self) -> int:
+        """The node's allocatable stand-in GPUs (0 until the device plugin registered)."""
+        out = self.kubectl("get", "node", NODE_NAME, "-o", "json", check=False)
+        alloc = json.loads(out).get("status", {}).get("allocatable", {}) if out.strip() else {}
+        return int(alloc.get(FAKE_GPU_RESOURCE, "0"))
 
     def _coredns_ready(self) -> bool:
         import urllib.request

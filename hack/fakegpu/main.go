@@ -1,0 +1,223 @@
+// Command warden-fake-gpu-plugin is a STAND-IN for a GPU vendor's Kubernetes device plugin, for the local
+// single-node cluster of `make up` and the e2e tests only: the machines that run them have no GPU.
+//
+// It speaks the kubelet's device-plugin API (k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1, built from its
+// Go module): it registers with the kubelet, advertises -count devices of the extended resource -resource
+// (nvidia.com/gpu by default), and gives every container that is allocated k of them the device files
+// <prefix>0 .. <prefix>k-1 (/dev/nvidia0 ...), each a bind of -host-device (/dev/null). That is what the
+// dataplane tier does with `docker --device /dev/null:/dev/nvidia0`. Numbering restarts at 0 in every
+// container, as on a node whose GPUs all belong to one worker pod (how Warden's worker groups are meant
+// to be sized on a real cluster); a real plugin keeps the host's numbering. Nothing here touches a GPU.
+//
+// The kubelet removes every socket in the device-plugin directory when it starts, so the plugin watches
+// its own socket and serves and registers again when it is gone. SIGTERM/SIGINT stop it cleanly.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log"
+	"net"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	api "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+)
+
+type config struct {
+	resource        string
+	count           int
+	pluginDir       string
+	socketName      string
+	hostDevice      string
+	containerPrefix string
+}
+
+// plugin serves the DevicePlugin service for one resource.
+type plugin struct {
+	api.UnimplementedDevicePluginServer
+	cfg  config
+	stop chan struct{} // closed when the server it belongs to stops: ends ListAndWatch streams
+}
+
+func deviceID(i int) string { return fmt.Sprintf("fake-gpu-%d", i) }
+
+func (p *plugin) devices() []*api.Device {
+	out := make([]*api.Device, p.cfg.count)
+	for i := range out {
+		out[i] = &api.Device{ID: deviceID(i), Health: api.Healthy}
+	}
+	return out
+}
+
+func (p *plugin) GetDevicePluginOptions(context.Context, *api.Empty) (*api.DevicePluginOptions, error) {
+	return &api.DevicePluginOptions{}, nil
+}
+
+// ListAndWatch sends the (fixed) device list once and holds the stream open: fake devices never fail.
+func (p *plugin) ListAndWatch(_ *api.Empty, stream grpc.ServerStreamingServer[api.ListAndWatchResponse]) error {
+	if err := stream.Send(&api.ListAndWatchResponse{Devices: p.devices()}); err != nil {
+		return err
+	}
+	select {
+	case <-stream.Context().Done():
+	case <-p.stop:
+	}
+	return nil
+}
+
+func (p *plugin) Allocate(_ context.Context, req *api.AllocateRequest) (*api.AllocateResponse, error) {
+	known := map[string]bool{}
+	for _, d := range p.devices() {
+		known[d.ID] = true
+	}
+	resp := &api.AllocateResponse{}
+	for _, creq := range req.ContainerRequests {
+		c := &api.ContainerAllocateResponse{Envs: map[string]string{"WARDEN_FAKE_GPUS": strings.Join(creq.DevicesIds, ",")}}
+		for i, id := range creq.DevicesIds {
+			if !known[id] {
+				return nil, fmt.Errorf("unknown device %q", id)
+			}
+			c.Devices = append(c.Devices, &api.DeviceSpec{
+				ContainerPath: fmt.Sprintf("%s%d", p.cfg.containerPrefix, i),
+				HostPath:      p.cfg.hostDevice,
+				Permissions:   "rw",
+			})
+		}
+		log.Printf("allocate %v -> %s0..%d (bound to %s)", creq.DevicesIds, p.cfg.containerPrefix, len(creq.DevicesIds)-1, p.cfg.hostDevice)
+		resp.ContainerResponses = append(resp.ContainerResponses, c)
+	}
+	return resp, nil
+}
+
+func (p *plugin) PreStartContainer(context.Context, *api.PreStartContainerRequest) (*api.PreStartContainerResponse, error) {
+	return &api.PreStartContainerResponse{}, nil
+}
+
+// serve starts a gRPC server on the plugin socket; stopServing stops it and removes the socket.
+func serve(cfg config) (stopServing func(), err error) {
+	sock := filepath.Join(cfg.pluginDir, cfg.socketName)
+	if err := os.Remove(sock); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("remove stale socket %s: %w", sock, err)
+	}
+	lis, err := net.Listen("unix", sock)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", sock, err)
+	}
+	srv := grpc.NewServer()
+	p := &plugin{cfg: cfg, stop: make(chan struct{})}
+	api.RegisterDevicePluginServer(srv, p)
+	go func() {
+		if err := srv.Serve(lis); err != nil {
+			log.Printf("server on %s ended: %v", sock, err)
+		}
+	}()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			close(p.stop)
+			srv.Stop()
+			if err := os.Remove(sock); err != nil && !errors.Is(err, os.ErrNotExist) {
+				log.Printf("remove %s: %v", sock, err)
+			}
+		})
+	}, nil
+}
+
+func register(ctx context.Context, cfg config) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	conn, err := grpc.NewClient("unix://"+filepath.Join(cfg.pluginDir, filepath.Base(api.KubeletSocket)),
+		grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return fmt.Errorf("connect to the kubelet: %w", err)
+	}
+	defer func() { _ = conn.Close() }()
+	_, err = api.NewRegistrationClient(conn).Register(ctx, &api.RegisterRequest{
+		Version:      api.Version,
+		Endpoint:     cfg.socketName,
+		ResourceName: cfg.resource,
+		Options:      &api.DevicePluginOptions{},
+	})
+	if err != nil {
+		return fmt.Errorf("register %s with the kubelet: %w", cfg.resource, err)
+	}
+	return nil
+}
+
+// run serves and registers, again whenever the kubelet wiped the socket, until ctx ends.
+func run(ctx context.Context, cfg config) error {
+	sock := filepath.Join(cfg.pluginDir, cfg.socketName)
+	var stopServing func()
+	defer func() {
+		if stopServing != nil {
+			stopServing()
+		}
+	}()
+	registered := false
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		if _, err := os.Stat(sock); stopServing != nil && err != nil {
+			log.Printf("%s is gone (kubelet restarted?): serving and registering again", sock)
+			stopServing()
+			stopServing, registered = nil, false
+		}
+		if stopServing == nil {
+			s, err := serve(cfg)
+			if err != nil {
+				return err
+			}
+			stopServing = s
+		}
+		if !registered {
+			if err := register(ctx, cfg); err != nil {
+				log.Printf("%v (retrying)", err)
+			} else {
+				registered = true
+				log.Printf("registered %d x %s with the kubelet (socket %s)", cfg.count, cfg.resource, sock)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+	}
+}
+
+func main() {
+	cfg := config{}
+	flag.StringVar(&cfg.resource, "resource", "nvidia.com/gpu", "extended resource name to advertise")
+	flag.IntVar(&cfg.count, "count", 4, "number of fake devices")
+	flag.StringVar(&cfg.pluginDir, "plugin-dir", api.DevicePluginPath, "the kubelet's device-plugin directory")
+	flag.StringVar(&cfg.socketName, "socket", "warden-fake-gpu.sock", "socket file name in -plugin-dir")
+	flag.StringVar(&cfg.hostDevice, "host-device", "/dev/null", "host device file behind every fake device")
+	flag.StringVar(&cfg.containerPrefix, "container-prefix", "/dev/nvidia", "device path prefix in containers")
+	flag.Parse()
+	log.SetFlags(log.LstdFlags | log.Lmicroseconds)
+	if cfg.count < 1 || cfg.count > 64 {
+		log.Fatalf("-count must be 1..64, got %d", cfg.count)
+	}
+	if !strings.Contains(cfg.resource, "/") {
+		log.Fatalf("-resource must be a domain-qualified extended resource like nvidia.com/gpu, got %q", cfg.resource)
+	}
+	if st, err := os.Stat(cfg.hostDevice); err != nil || st.Mode()&os.ModeDevice == 0 {
+		log.Fatalf("-host-device %s must be a device file (err %v)", cfg.hostDevice, err)
+	}
+	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer cancel()
+	if err := run(ctx, cfg); err != nil {
+		log.Fatal(err)
+	}
+	log.Print("stopped")
+}
