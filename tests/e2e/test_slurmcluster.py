@@ -1,7 +1,14 @@
 """A user's path through Warden on a real cluster: the three charts installed with helm, the
 SlurmCluster Ready, SSH through the login Service into the jail, a two-node batch job whose output lands
-in the jail, workers scaled up joining Slurm, the controller pod deleted with jobs queued (the queue survives
+in the jail, a `--gpus` job on the GPU group, the NCCL health check run from its CronJob draining the slow
+GPU node, workers scaled up joining Slurm, the controller pod deleted with jobs queued (the queue survives
 and they complete), and `helm uninstall` keeping the jail when asked to.
+
+GPUs: the local cluster has none. Its kubelet gets STAND-IN ``nvidia.com/gpu`` devices from hack/fakegpu
+(a device plugin binding /dev/null at /dev/nvidiaN), and ``all_reduce_perf`` in the jail is the stand-in
+tests/support/nccl_standin.py, which prints the bandwidth the test chose for each node. Everything else
+(the scheduling of GPU pods, Slurm's gres, the CronJob's Job, drains, status) is real. On a cluster given
+by ``KUBECONFIG`` that offers no ``nvidia.com/gpu``, the GPU group is left out and its tests skip.
 
 The tests share one installation (module fixture) and run in file order: each builds on the last.
 """
@@ -9,6 +16,7 @@ The tests share one installation (module fixture) and run in file order: each bu
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import time
 import uuid
@@ -19,9 +27,14 @@ from typing import Any
 
 import pytest
 
-from tests.support.localcluster import Kube, install_charts, wait_slurmcluster_ready
+from tests.support.localcluster import FAKE_GPU_RESOURCE, Kube, install_charts, wait_slurmcluster_ready
 
 NAME = "e2e"
+STANDIN = Path(__file__).resolve().parents[1] / "support" / "nccl_standin.py"
+STANDIN_DIR = "/var/lib/warden-nccl-standin"  # in the jail: the stand-in's per-node settings
+GPU_NODES = 2  # two, so one can be slow while the other stays in service
+GPUS_PER_NODE = 2  # the check compares bus bandwidth only on nodes with at least two GPUs
+MIN_BUSBW = 100.0
 CONDITIONS = ("Ready", "JailPopulated", "ControllerReady", "LoginReady", "WorkersReady", "AccountingReady")
 INSTANCE = f"app.kubernetes.io/instance={NAME}"
 
@@ -34,8 +47,9 @@ class Installed:
     values_file: Path
     key: Path
     status: dict[str, Any]
+    gpus: bool
 
-    def ssh(self, command: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    def ssh(self, command: str, timeout: float = 60, input: str | None = None) -> subprocess.CompletedProcess[str]:
         """Run ``command`` as root over SSH through the login Service (NodePort on the node's address)."""
         svc = self.kube.json("-n", self.namespace, "get", "service", f"{NAME}-login")
         port = next(p["nodePort"] for p in svc["spec"]["ports"] if p["name"] == "ssh")
@@ -45,7 +59,7 @@ class Installed:
             ["ssh", "-i", str(self.key), "-p", str(port), "-o", "BatchMode=yes", "-o", "ConnectTimeout=10",
              "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR",
              f"root@{ip}", command],
-            capture_output=True, text=True, timeout=timeout,
+            capture_output=True, text=True, timeout=timeout, input=input,
         )  # fmt: skip
 
     def helm_upgrade(self) -> None:
@@ -54,19 +68,38 @@ class Installed:
                        "-f", str(self.values_file))  # fmt: skip
 
 
-def _values(pubkey: str, workers: int) -> dict[str, Any]:
-    return {
+RESOURCES = {"requests": {"cpu": "50m", "memory": "128Mi"}, "limits": {"cpu": "1", "memory": "1Gi"}}
+
+
+def _values(pubkey: str, workers: int, gpus: bool) -> dict[str, Any]:
+    values: dict[str, Any] = {
         "nameOverride": NAME,
         "jail": {"size": "2Gi", "retainOnDelete": True},
         "login": {"sshAuthorizedKeys": [pubkey], "service": {"type": "NodePort"}},
-        "workerGroups": [
-            {
-                "name": "cpu",
-                "replicas": workers,
-                "resources": {"requests": {"cpu": "50m", "memory": "128Mi"}, "limits": {"cpu": "1", "memory": "1Gi"}},
-            }
-        ],
+        "workerGroups": [{"name": "cpu", "replicas": workers, "resources": RESOURCES}],
     }
+    if gpus:
+        values["workerGroups"].append({"name": "gpu", "replicas": GPU_NODES, "resources": RESOURCES,
+                                       "gpus": {"count": GPUS_PER_NODE, "type": "fake"}})  # fmt: skip
+        # the usual layout: CPU jobs by default, GPU nodes in their own partition
+        values["partitions"] = [{"name": "cpu", "workerGroups": ["cpu"], "default": True},
+                                {"name": "gpu", "workerGroups": ["gpu"]}]  # fmt: skip
+        values["healthChecks"] = {
+            "nccl": {
+                "enabled": True,
+                "schedule": "0 0 1 1 *",  # yearly: the test runs it by hand (kubectl create job --from)
+                "minBusBandwidthGbps": MIN_BUSBW,
+                "minBytes": "1M",
+                "maxBytes": "8M",
+                "timeLimitMinutes": 1,
+            }
+        }
+    return values
+
+
+def _allocatable_gpus(kube: Kube) -> int:
+    nodes = kube.json("get", "nodes")["items"]
+    return sum(int(n["status"].get("allocatable", {}).get(FAKE_GPU_RESOURCE, "0")) for n in nodes)
 
 
 @pytest.fixture(scope="module")
@@ -79,13 +112,16 @@ def installed(kube: Kube, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     operator = f"op-{suffix}"  # its cluster-wide objects are named after the release: unique per run
     crd = kube.kubectl("get", "crd", "slurmclusters.slurm.warden.dev", "--ignore-not-found", "-o", "name")
     crds = "none" if crd.strip() else "chart"  # the CRD is cluster-wide: another installation may have made it
-    values = _values(key.with_suffix(".pub").read_text().strip(), workers=2)
+    gpus = _allocatable_gpus(kube) >= GPU_NODES * GPUS_PER_NODE
+    if not gpus and not os.environ.get("KUBECONFIG"):
+        pytest.fail(f"the local cluster offers no stand-in {FAKE_GPU_RESOURCE} (hack/fakegpu did not register?)")
+    values = _values(key.with_suffix(".pub").read_text().strip(), workers=2, gpus=gpus)
     t0 = time.monotonic()
     try:
         install_charts(kube, namespace, namespace, values, tmp / "values.json", operator_release=operator, crds=crds)
         status = wait_slurmcluster_ready(kube, namespace, NAME, timeout=600)
         print(f"\nSlurmCluster {namespace}/{NAME} Ready {time.monotonic() - t0:.0f}s after helm install")
-        yield Installed(kube, namespace, values, tmp / "values.json", key, status)
+        yield Installed(kube, namespace, values, tmp / "values.json", key, status, gpus)
     finally:
         for release in (NAME, operator, "slurm-operator-crds"):
             kube.helm("uninstall", release, "-n", namespace, "--ignore-not-found", "--wait", check=False)
@@ -98,8 +134,14 @@ def test_helm_install_makes_a_ready_slurmcluster(installed: Installed) -> None:
     assert {t: conditions.get(t) for t in CONDITIONS} == dict.fromkeys(CONDITIONS, "True")
     assert status["observedGeneration"] == installed.status["metadata"]["generation"]
     groups = {g["name"]: (g["readyReplicas"], g["replicas"]) for g in status["workerGroups"]}
-    assert groups == {"cpu": (2, 2)}
-    assert (status["workers"], status["login"], status["jailPopulated"]) == ("2/2", "1/1", True)
+    workers = 2 + (GPU_NODES if installed.gpus else 0)
+    assert groups == {"cpu": (2, 2), **({"gpu": (GPU_NODES, GPU_NODES)} if installed.gpus else {})}
+    assert (status["workers"], status["login"], status["jailPopulated"]) == (f"{workers}/{workers}", "1/1", True)
+    # what `kubectl get slurmclusters` shows (the CRD's printer columns)
+    table = installed.kube.kubectl("-n", installed.namespace, "get", "slurmclusters")
+    header, row = table.splitlines()
+    assert header.split() == ["NAME", "PHASE", "WORKERS", "LOGIN", "JAIL", "AGE"]
+    assert row.split()[:5] == [NAME, "Ready", f"{workers}/{workers}", "1/1", "true"]
 
 
 def test_ssh_through_login_service_lands_in_the_jail(installed: Installed) -> None:
@@ -138,6 +180,68 @@ def test_sbatch_on_two_nodes_writes_its_output_into_the_jail(installed: Installe
     assert sorted(text.split()) == [f"{NAME}-worker-cpu-0", f"{NAME}-worker-cpu-1"]
 
 
+def _needs_gpus(installed: Installed) -> None:
+    if not installed.gpus:
+        pytest.skip(f"the cluster under test (KUBECONFIG) offers no {FAKE_GPU_RESOURCE}")
+
+
+def test_gpus_job_on_the_gpu_group_completes(installed: Installed) -> None:
+    """`--gpus=1` in the GPU partition: Slurm gives the step one of the node's gres GPUs (device files
+    the kubelet's device plugin put into the worker pod, visible inside the jail)."""
+    _needs_gpus(installed)
+    script = "#!/bin/sh\nsrun sh -c 'echo CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES; ls /dev/nvidia*'\n"
+    out = installed.ssh("sbatch --parsable -p gpu --gpus=1 -o /root/gpu-%j.out", input=script)
+    assert out.returncode == 0, out.stderr
+    job = out.stdout.strip().split(";")[0]
+    assert _wait_job(installed, job) == "COMPLETED"
+    text = installed.ssh(f"cat /root/gpu-{job}.out").stdout.split()
+    assert text[0] == "CUDA_VISIBLE_DEVICES=0"
+    assert text[1:] == [f"/dev/nvidia{i}" for i in range(GPUS_PER_NODE)]  # the pod's GPUs; the step uses one
+    fields = dict(f.split("=", 1) for f in installed.ssh(f"scontrol show job -o {job}").stdout.split() if "=" in f)
+    assert fields["Partition"] == "gpu" and fields["NodeList"].startswith(f"{NAME}-worker-gpu-")
+
+
+def test_health_check_job_drains_the_slow_gpu_node(installed: Installed) -> None:
+    """A Job made from the CronJob runs all_reduce_perf (stand-in) on both GPU nodes: the slow one is
+    drained with Warden's reason in `sinfo -R`, the fast one stays, and the SlurmCluster's status lists
+    the drained node."""
+    _needs_gpus(installed)
+    kube, ns = installed.kube, installed.namespace
+    fast, slow = f"{NAME}-worker-gpu-0", f"{NAME}-worker-gpu-1"
+    setup = (f"install -m 0755 /dev/stdin /usr/local/bin/all_reduce_perf && mkdir -p {STANDIN_DIR} && "
+             f"echo 180 > {STANDIN_DIR}/{fast} && echo 20 > {STANDIN_DIR}/{slow}")  # fmt: skip
+    out = installed.ssh(setup, input=STANDIN.read_text())
+    assert out.returncode == 0, out.stderr
+
+    job = "nccl-check-now"
+    kube.kubectl("-n", ns, "create", "job", job, f"--from=cronjob/{NAME}-nccl-check")
+    done = kube.kubectl("-n", ns, "wait", f"job/{job}", "--for=condition=Complete", "--timeout=400s",
+                        check=False, timeout=420)  # fmt: skip
+    log = kube.kubectl("-n", ns, "logs", f"job/{job}", check=False)
+    assert "condition met" in done, log[-3000:]
+
+    # what an admin reads (%100E: Warden's reasons run to 100 characters, the default width cuts them)
+    sinfo = installed.ssh("sinfo -R -N -h -o '%N|%100E'").stdout
+    reasons = dict((part.strip() for part in line.split("|", 1)) for line in sinfo.splitlines())
+    want = f"warden-health: nccl all_reduce_perf busbw 20.0 GB/s < {MIN_BUSBW:.1f} GB/s"
+    assert reasons == {slow: want}, log[-3000:]
+    calls = [json.loads(c) for c in installed.ssh(f"cat {STANDIN_DIR}/calls.jsonl").stdout.splitlines()]
+    assert sorted(c["host"] for c in calls) == [fast, slow]
+    assert all(c["in_jail"] and c["cuda_visible_devices"] == "0,1" for c in calls), calls
+
+    deadline = time.monotonic() + 60
+    health: dict[str, Any] = {}
+    while time.monotonic() < deadline:
+        health = kube.json("-n", ns, "get", "slurmcluster", NAME)["status"].get("healthCheck", {})
+        if health.get("drained"):
+            break
+        time.sleep(2)
+    assert health.get("drained") == [{"node": slow, "reason": want}], health
+    assert (health["nodesChecked"], health["nodesPassed"]) == (2, 1)
+    events = kube.json("-n", ns, "get", "events", "--field-selector", "reason=NodeDrained")["items"]
+    assert any(e["message"] == f"{slow}: {want}" for e in events), [e["message"] for e in events]
+
+
 def test_scaled_up_workers_join_slurm(installed: Installed) -> None:
     installed.values["workerGroups"][0]["replicas"] = 3
     installed.helm_upgrade()
@@ -145,7 +249,7 @@ def test_scaled_up_workers_join_slurm(installed: Installed) -> None:
     deadline = time.monotonic() + 300
     idle: set[str] = set()
     while time.monotonic() < deadline:
-        out = installed.ssh("sinfo -h -N -o '%N %t'")
+        out = installed.ssh("sinfo -h -N -p cpu -o '%N %t'" if installed.gpus else "sinfo -h -N -o '%N %t'")
         idle = {line.split()[0] for line in out.stdout.splitlines() if line.split()[1:] == ["idle"]}
         if idle == want:
             break

@@ -74,7 +74,7 @@ DEMO_NAME = "demo"
 DEMO_NODE_PORT = 30022
 #: images the charts run (warden/<name>:<version>); build-only images (slurm-base, spank, jail) stay out
 #: stand-in GPUs the node advertises (hack/fakegpu); WARDEN_LOCAL_FAKE_GPUS overrides, 0 turns them off
-FAKE_GPUS = 4
+FAKE_GPUS = 8
 FAKE_GPU_RESOURCE = "nvidia.com/gpu"
 CHART_IMAGES = ("operator", "controller", "worker", "login", "populate-jail", "accounting", "mariadb", "health-check")
 
