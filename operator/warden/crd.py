@@ -16,7 +16,7 @@ import yaml
 from warden.model import API_GROUP, API_VERSION, KIND, PLURAL, SlurmClusterSpec, SlurmClusterStatus
 
 CRD_PATH = Path("charts/slurm-operator-crds/templates/slurmclusters.yaml")
-SHORT_NAMES = ["slurm", "sc"]
+SHORT_NAMES = ["slurm"]  # not `sc`: kubectl resolves that to StorageClass
 CATEGORIES = ["warden", "all-slurm"]
 # metadata.name ends up inside child object names and Slurm node names (<name>-worker-<group>-<i>),
 # which must stay valid 63-character DNS labels.

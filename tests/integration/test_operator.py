@@ -71,7 +71,7 @@ def test_cluster_converges_to_ready_with_owned_labelled_children(
         assert labels.get("app.kubernetes.io/managed-by") == "warden", key
         (ref,) = item["metadata"]["ownerReferences"]
         assert ref["kind"] == "SlurmCluster" and ref["controller"] is True, key
-    # Printer columns, as `kubectl get sc` shows them.
+    # Printer columns, as `kubectl get slurm` shows them.
     events = client.CoreV1Api(api_client).list_namespaced_event(cluster_namespace)
     reasons = {e.reason for e in events.items if e.involved_object.name == "cpu"}
     assert {"SecretCreated", "Reconciled"} <= reasons, reasons

@@ -56,7 +56,8 @@ def test_names_scope_and_categories() -> None:
     doc = crd()
     assert doc["metadata"]["name"] == "slurmclusters.slurm.warden.dev"
     assert doc["spec"]["scope"] == "Namespaced"
-    assert "sc" in doc["spec"]["names"]["shortNames"]
+    # `kubectl get slurm`; not `sc`, which kubectl resolves to the built-in StorageClass first
+    assert doc["spec"]["names"]["shortNames"] == ["slurm"]
     assert "warden" in doc["spec"]["names"]["categories"]
     rules = doc["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["x-kubernetes-validations"]
     assert any(str(MAX_NAME_LENGTH) in r["rule"] for r in rules)
