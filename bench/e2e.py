@@ -76,7 +76,6 @@ def measure(kube: Kube, tmp: Path) -> tuple[float, float]:
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "warden-bench", "-f", str(key)], check=True)
     suffix = uuid.uuid4().hex[:6]
     ns, operator = f"warden-bench-{suffix}", f"op-{suffix}"
-    crd = kube.kubectl("get", "crd", "slurmclusters.slurm.warden.dev", "--ignore-not-found", "-o", "name")
     values = {
         "nameOverride": NAME,
         "jail": {"size": "2Gi"},
@@ -92,8 +91,8 @@ def measure(kube: Kube, tmp: Path) -> tuple[float, float]:
     try:
         # the operator (and the CRD) first, untimed: install_charts with no cluster values would
         # install slurm-cluster too, so the cluster release goes in below, on the clock
-        install_charts(kube, ns, ns, values, tmp / "values.json", operator_release=operator,
-                       crds="none" if crd.strip() else "chart", cluster=False)  # fmt: skip
+        install_charts(kube, ns, ns, values, tmp / "values.json", operator_release=operator, crds="chart",
+                       cluster=False)  # fmt: skip
         (tmp / "values.json").write_text(json.dumps(values, indent=2) + "\n")
         t0 = time.monotonic()
         kube.helm("install", NAME, str(ROOT / "charts" / "slurm-cluster"), "-n", ns, "-f", str(tmp / "values.json"))

@@ -110,15 +110,13 @@ def installed(kube: Kube, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     suffix = uuid.uuid4().hex[:6]
     namespace = f"warden-e2e-{suffix}"
     operator = f"op-{suffix}"  # its cluster-wide objects are named after the release: unique per run
-    crd = kube.kubectl("get", "crd", "slurmclusters.slurm.warden.dev", "--ignore-not-found", "-o", "name")
-    crds = "none" if crd.strip() else "chart"  # the CRD is cluster-wide: another installation may have made it
     gpus = _allocatable_gpus(kube) >= GPU_NODES * GPUS_PER_NODE
     if not gpus and not os.environ.get("KUBECONFIG"):
         pytest.fail(f"the local cluster offers no stand-in {FAKE_GPU_RESOURCE} (hack/fakegpu did not register?)")
     values = _values(key.with_suffix(".pub").read_text().strip(), workers=2, gpus=gpus)
     t0 = time.monotonic()
     try:
-        install_charts(kube, namespace, namespace, values, tmp / "values.json", operator_release=operator, crds=crds)
+        install_charts(kube, namespace, namespace, values, tmp / "values.json", operator_release=operator, crds="chart")
         status = wait_slurmcluster_ready(kube, namespace, NAME, timeout=600)
         print(f"\nSlurmCluster {namespace}/{NAME} Ready {time.monotonic() - t0:.0f}s after helm install")
         yield Installed(kube, namespace, values, tmp / "values.json", key, status, gpus)

@@ -874,6 +874,35 @@ class Kube:
                      "-f", "-", input=doc)  # fmt: skip
 
 
+CRD_NAME = "slurmclusters.slurm.warden.dev"
+
+
+def claim_crd(kube: Kube, release: str, namespace: str) -> bool:
+    """Make the SlurmCluster CRD installable by the Helm ``release`` in ``namespace``.
+
+    The CRD carries ``helm.sh/resource-policy: keep``: ``helm uninstall`` leaves it behind, still
+    annotated with the release that is gone, and Helm refuses to install it under any other release.
+    True when ``release`` may install it: it is absent, already that release's, or its release no longer
+    exists (the ownership annotations are then handed over, the way Helm adopts an object). False when
+    another live release owns it: that release keeps it and the caller must not install it."""
+    out = kube.kubectl("get", "crd", CRD_NAME, "--ignore-not-found", "-o", "json")
+    if not out.strip():
+        return True
+    annotations = json.loads(out)["metadata"].get("annotations", {})
+    owner = (annotations.get("meta.helm.sh/release-name"), annotations.get("meta.helm.sh/release-namespace"))
+    if owner == (release, namespace):
+        return True
+    if owner[0] and owner[1]:
+        status = kube.helm("status", owner[0], "-n", owner[1], check=False)
+        if status.strip():
+            return False  # a live installation owns it
+    kube.kubectl("annotate", "--overwrite", "crd", CRD_NAME,
+                 f"meta.helm.sh/release-name={release}", f"meta.helm.sh/release-namespace={namespace}")  # fmt: skip
+    kube.kubectl("label", "--overwrite", "crd", CRD_NAME, "app.kubernetes.io/managed-by=Helm")
+    log(f"CRD {CRD_NAME} left behind by release {owner[1]}/{owner[0]}: adopted by {namespace}/{release}")
+    return True
+
+
 def install_charts(
     kube: Kube,
     operator_ns: str,
@@ -887,10 +916,14 @@ def install_charts(
 ) -> None:
     """helm upgrade --install the charts: the operator watching only ``cluster_ns`` (so several
     installations can share a cluster) and slurm-cluster with ``values``. ``crds``: "subchart" installs
-    the CRD through the operator chart (crds.enabled), "chart" as its own slurm-operator-crds release,
-    "none" relies on a CRD that is already there. ``cluster=False`` stops after the operator."""
+    the CRD through the operator chart (crds.enabled), "chart" as its own slurm-operator-crds release;
+    either way a CRD that a live release of another installation owns is left to it (``claim_crd``).
+    ``cluster=False`` stops after the operator."""
     charts = REPO_ROOT / "charts"
     kube.apply([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": n}} for n in {operator_ns, cluster_ns}])
+    crd_release = operator_release if crds == "subchart" else "slurm-operator-crds"
+    if not claim_crd(kube, crd_release, operator_ns):
+        crds = "none"
     if crds == "chart":
         kube.helm("upgrade", "--install", "slurm-operator-crds", str(charts / "slurm-operator-crds"), "-n", operator_ns)
     kube.helm("dependency", "build", str(charts / "slurm-operator"))
