@@ -13,6 +13,10 @@ Immutable fields, handled deliberately rather than by a failing retry loop:
 - PersistentVolumeClaim: created once, never patched. Resizing or moving the jail is an operator's
   (person's) decision, see docs/operations.md.
 - Secrets the operator generates: created once with generated values, never regenerated.
+
+An object still terminating (a SlurmCluster deleted and made again under the same name: the old
+jail claim waits for its pods to go, kept by its `pvc-protection` finalizer) is not counted as there:
+the step waits (`RetryLater`) and the retry creates it afresh once it is gone.
 """
 
 from __future__ import annotations
@@ -189,7 +193,7 @@ class Applier:
         if kind == "Job":
             self._replace_job_if_changed(obj, result)
         try:
-            self.server_side_apply(obj)
+            applied = self.server_side_apply(obj)
         except ApiException as e:
             if kind == "StatefulSet" and e.status == 422:
                 log.info("StatefulSet %s: immutable field changed, re-creating (pods orphaned)", meta["name"])
@@ -199,9 +203,10 @@ class Applier:
                 # apply would patch the old, terminating object and fail the same way.
                 if not self._wait_gone(obj, ORPHAN_WAIT_SECONDS):
                     raise RetryLater(f"StatefulSet {meta['name']} is still being deleted") from e
-                self.server_side_apply(obj)
+                applied = self.server_side_apply(obj)
             else:
                 raise
+        _not_terminating(applied)
         result.applied.append(describe(obj))
 
     def _wait_gone(self, obj: Manifest, timeout: float) -> bool:
@@ -215,7 +220,9 @@ class Applier:
 
     def _create_if_absent(self, obj: Manifest, result: ApplyResult) -> bool:
         meta = obj["metadata"]
-        if self.get(obj["apiVersion"], obj["kind"], meta["namespace"], meta["name"]) is not None:
+        current = self.get(obj["apiVersion"], obj["kind"], meta["namespace"], meta["name"])
+        if current is not None:
+            _not_terminating(current)
             return False
         try:
             self._call("POST", self._path(obj["apiVersion"], obj["kind"], meta["namespace"]), body=obj)
@@ -245,7 +252,9 @@ class Applier:
         """Create the Secret with freshly generated values if, and only if, it does not exist."""
         obj = with_owner(spec.manifest, owner)
         meta = obj["metadata"]
-        if self.get("v1", "Secret", meta["namespace"], meta["name"]) is not None:
+        current = self.get("v1", "Secret", meta["namespace"], meta["name"])
+        if current is not None:
+            _not_terminating(current)
             return
         body = {**obj, "stringData": spec.generate()}
         try:
@@ -270,6 +279,17 @@ class Applier:
 
 class RetryLater(Exception):
     """A step must wait for the API to catch up (e.g. an object still being deleted)."""
+
+
+def _not_terminating(current: Manifest) -> None:
+    """Raise RetryLater when the object is being deleted: it will be gone, not kept."""
+    meta = current.get("metadata", {})
+    if meta.get("deletionTimestamp"):
+        finalizers = ", ".join(meta.get("finalizers", [])) or "none"
+        raise RetryLater(
+            f"{current.get('kind', 'object')} {meta.get('name')} is still being deleted (finalizers: {finalizers});"
+            " it is made again once it is gone"
+        )
 
 
 def with_owner(obj: Manifest, owner: Owner | None) -> Manifest:

@@ -92,7 +92,7 @@ def reconcile(applier: Applier, body: Manifest) -> Outcome:
         steps.append((f"{obj['kind']}/{obj['metadata']['name']}", partial(applier.apply, obj, obj_owner, result)))
     steps.append(("prune", partial(applier.prune, owner, cluster.names.instance_selector(), rendered.objects, result)))
     run_steps(steps, result)
-    status = refresh_status(applier, cluster, generation, previous, list(result.errors))
+    status = refresh_status(applier, cluster, generation, previous, list(result.errors), list(result.waiting))
     return Outcome(status=status, result=result)
 
 
@@ -102,9 +102,10 @@ def refresh_status(
     generation: int,
     previous: SlurmClusterStatus | None,
     errors: list[str] | None = None,
+    waiting: list[str] | None = None,
 ) -> SlurmClusterStatus:
     observed = observe(applier, cluster)
-    status = fold(cluster.spec, generation, observed, previous, now(), errors)
+    status = fold(cluster.spec, generation, observed, previous, now(), errors, waiting)
     if previous is None or status != previous:
         applier.patch_status(cluster.name, cluster.namespace, status.model_dump(by_alias=True, exclude_none=True))
     return status

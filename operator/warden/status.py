@@ -60,6 +60,9 @@ def _ratio(w: Workload) -> str:
     return f"{w.ready}/{w.desired}"
 
 
+WAITING = "waiting: "
+
+
 def fold(
     spec: SlurmClusterSpec,
     generation: int,
@@ -67,13 +70,17 @@ def fold(
     previous: SlurmClusterStatus | None,
     now: str,
     errors: list[str] | None = None,
+    waiting: list[str] | None = None,
 ) -> SlurmClusterStatus:
+    """``errors``/``waiting``: what the reconcile that just ran could not do, or must wait for (an object
+    still being deleted); None when no reconcile ran (a child changed): the last reconcile's then still
+    stand until the next one, which passes its own (possibly empty) lists."""
     prev = {c.type: c for c in (previous.conditions if previous else [])}
+    last = prev.get("Ready")
     if errors is None:
-        # Not a reconcile (a child changed): the last reconcile's failures still stand until the
-        # next reconcile, which passes its own (possibly empty) list.
-        failed = prev.get("Ready")
-        errors = [failed.message] if failed is not None and failed.reason == "ReconcileFailed" else []
+        errors = [last.message] if last is not None and last.reason == "ReconcileFailed" else []
+    if waiting is None:
+        waiting = [last.message.removeprefix(WAITING)] if last is not None and last.reason == "Waiting" else []
 
     def cond(type_: str, ok: bool, reason: str, message: str) -> Condition:
         return _condition(type_, ok, reason, message, prev, now, generation)
@@ -141,6 +148,8 @@ def fold(
     failing = [p.type for p in parts if p.status != "True"]
     if errors:
         ready = cond("Ready", False, "ReconcileFailed", "; ".join(errors)[:1024])
+    elif waiting:
+        ready = cond("Ready", False, "Waiting", (WAITING + "; ".join(waiting))[:1024])
     elif failing:
         ready = cond("Ready", False, "ComponentsNotReady", "not ready: " + ", ".join(failing))
     else:

@@ -132,6 +132,41 @@ def test_deleting_the_cluster_garbage_collects_everything(
     )
 
 
+def test_cluster_made_again_while_its_old_jail_claim_terminates_gets_a_new_one(
+    api_client: Any, cluster_namespace: str, operator: OperatorProcess
+) -> None:
+    """`helm uninstall` then `helm install` at once: the old jail claim is still terminating (its
+    `pvc-protection` finalizer waits for the old pods; a finalizer of the test's own holds it here). The
+    new SlurmCluster must not take that claim for its own: it waits, says so, and makes a new claim once
+    the old one is gone, then becomes Ready."""
+    ns = cluster_namespace
+    core = client.CoreV1Api(api_client)
+    custom = client.CustomObjectsApi(api_client)
+    apply_cluster(api_client, load_example("cpu-only", ns))
+    wait_ready(api_client, ns, "cpu", operator)
+    hold = "test.warden.dev/hold"
+    old = core.patch_namespaced_persistent_volume_claim("cpu-jail", ns, {"metadata": {"finalizers": [hold]}})
+    custom.delete_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, "cpu")
+    gone = lambda: not custom.list_namespaced_custom_object(GROUP, VERSION, ns, PLURAL)["items"]  # noqa: E731
+    wait_for("the old cluster gone", gone, 60, on_fail=operator.log_tail)
+    wait_for("the old jail claim terminating",
+             lambda: core.read_namespaced_persistent_volume_claim("cpu-jail", ns).metadata.deletion_timestamp, 60,
+             on_fail=operator.log_tail)  # fmt: skip
+
+    apply_cluster(api_client, load_example("cpu-only", ns))
+
+    def waiting_said() -> bool:
+        cond = {c["type"]: c for c in get_cluster(api_client, ns, "cpu").get("status", {}).get("conditions", [])}
+        return "cpu-jail is still being deleted" in cond.get("Ready", {}).get("message", "")
+
+    wait_for("the new cluster saying it waits for the old claim", waiting_said, 60, on_fail=operator.log_tail)
+    core.patch_namespaced_persistent_volume_claim("cpu-jail", ns, {"metadata": {"finalizers": None}})
+    obj = wait_ready(api_client, ns, "cpu", operator)
+    claim = core.read_namespaced_persistent_volume_claim("cpu-jail", ns)
+    assert claim.metadata.uid != old.metadata.uid and claim.metadata.deletion_timestamp is None
+    assert claim.metadata.owner_references[0].uid == obj["metadata"]["uid"]
+
+
 def test_immutable_statefulset_change_recreates_it_without_killing_pods(
     api_client: Any, cluster_namespace: str, operator: OperatorProcess
 ) -> None:

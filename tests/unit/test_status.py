@@ -97,6 +97,21 @@ def test_apply_errors_surface_in_ready() -> None:
     assert status.phase == "Degraded"
 
 
+def test_waiting_for_a_terminating_object_says_so_until_the_next_reconcile() -> None:
+    observed = Observed(**{**ready_cluster().__dict__, "jail_populated": False})
+    why = "PersistentVolumeClaim/x-jail: PersistentVolumeClaim x-jail is still being deleted"
+    waiting = fold(SPEC, 1, observed, None, T0, errors=[], waiting=[why])
+    ready = next(c for c in waiting.conditions if c.type == "Ready")
+    assert (ready.status, ready.reason, ready.message) == ("False", "Waiting", f"waiting: {why}")
+    assert waiting.phase == "Provisioning", "waiting is not a failure"
+    # a child's change refreshes status without a reconcile: the wait still stands
+    again = fold(SPEC, 1, observed, waiting, T1)
+    assert next(c for c in again.conditions if c.type == "Ready").message == f"waiting: {why}"
+    # the next reconcile waits for nothing: the components decide again
+    done = fold(SPEC, 1, ready_cluster(), again, T1, errors=[], waiting=[])
+    assert done.phase == "Ready"
+
+
 def test_accounting_disabled_is_ready() -> None:
     spec = SlurmClusterSpec.model_validate({"workerGroups": [{"name": "a", "replicas": 0}], "login": {"replicas": 0}})
     observed = Observed(controller=Workload(True, 1, 1), workers={"a": Workload(True, 0, 0)}, jail_populated=True)
