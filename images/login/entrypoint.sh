@@ -5,6 +5,8 @@
 #   /etc/warden/ssh/authorized_keys    optional; root's keys
 #   /etc/warden/ssh-host-keys/ssh_host_ed25519_key{,.pub}   host key (generated, with a warning, if absent)
 #   WARDEN_SACKD_ARGS                  extra sackd flags
+#   WARDEN_CONFIG_POLL                 seconds between looks at the mounted Slurm and SSH config
+#                                      (default 10); changes are copied in and sshd is HUPed
 set -euo pipefail
 WARDEN_COMPONENT=login
 . /usr/lib/warden/warden-lib.sh
@@ -13,18 +15,24 @@ warden_passthrough /usr/sbin/sshd "$@"
 ssh_in="${WARDEN_SSH_DIR:-/etc/warden/ssh}"
 hostkeys="${WARDEN_SSH_HOST_KEYS:-/etc/warden/ssh-host-keys}"
 
+config_hash="$(warden_dirs_hash "$WARDEN_CONFIG_DIR" "$ssh_in")"
 warden_slurm_config
 warden_jail_users
 
-if [ -f "$ssh_in/sshd_config" ]; then
-    install -m 0644 "$ssh_in/sshd_config" /etc/ssh/sshd_config
-else
-    install -m 0644 /usr/share/warden/sshd_config /etc/ssh/sshd_config
-fi
-install -d -m 0755 /etc/ssh/warden_authorized_keys
-if [ -f "$ssh_in/authorized_keys" ]; then
-    install -m 0644 "$ssh_in/authorized_keys" /etc/ssh/warden_authorized_keys/root
-fi
+ssh_files() {
+    if [ -f "$ssh_in/sshd_config" ]; then
+        install -m 0644 "$ssh_in/sshd_config" /etc/ssh/sshd_config
+    else
+        install -m 0644 /usr/share/warden/sshd_config /etc/ssh/sshd_config
+    fi
+    install -d -m 0755 /etc/ssh/warden_authorized_keys
+    if [ -f "$ssh_in/authorized_keys" ]; then
+        install -m 0644 "$ssh_in/authorized_keys" /etc/ssh/warden_authorized_keys/root
+    else
+        rm -f /etc/ssh/warden_authorized_keys/root
+    fi
+}
+ssh_files
 if [ -f "$hostkeys/ssh_host_ed25519_key" ]; then
     install -m 0600 "$hostkeys/ssh_host_ed25519_key" /etc/ssh/ssh_host_ed25519_key
     [ -f "$hostkeys/ssh_host_ed25519_key.pub" ] && install -m 0644 "$hostkeys/ssh_host_ed25519_key.pub" /etc/ssh/
@@ -56,11 +64,18 @@ done
 /usr/sbin/sshd -D -e "$@" &
 sshd_pid=$!
 warden_log "sshd ($sshd_pid) and sackd ($sackd_pid) running"
-trap 'kill -TERM "$sshd_pid" "$sackd_pid" 2>/dev/null' TERM INT
+
+# A changed ConfigMap: Slurm clients in the jail read the new files at their next command; sshd reads
+# authorized keys at every login and sshd_config when HUPed (open sessions stay).
+reload() {
+    warden_slurm_config && warden_client_config && ssh_files && /usr/sbin/sshd -t && kill -HUP "$sshd_pid"
+}
+warden_follow "$config_hash" reload "$WARDEN_CONFIG_DIR" "$ssh_in"
+trap 'kill -TERM "$sshd_pid" "$sackd_pid" "$follow_pid" 2>/dev/null' TERM INT
 set +e
 wait -n "$sshd_pid" "$sackd_pid"
 rc=$?
 warden_log "a daemon exited (status $rc); stopping"
-kill -TERM "$sshd_pid" "$sackd_pid" 2>/dev/null
+kill -TERM "$sshd_pid" "$sackd_pid" "$follow_pid" 2>/dev/null
 wait
 exit "$rc"

@@ -80,14 +80,22 @@ warden_start_sackd() {
     warden_die "sackd did not create /run/slurm/sack.socket"
 }
 
+WARDEN_CLIENT_CONFIG=/run/warden/slurm-client
+
+# The client configuration the jail sees at /etc/slurm: $SLURM_ETC without its secrets.
+warden_client_config() {
+    install -d -m 0755 "$WARDEN_CLIENT_CONFIG"
+    find "$SLURM_ETC" -maxdepth 1 -type f ! -name 'slurm.key' ! -name 'slurm.jwks' ! -name 'slurmdbd.conf' \
+        -exec cp -p {} "$WARDEN_CLIENT_CONFIG/" \;
+}
+
 warden_jail_binds() {
-    local client=/run/warden/slurm-client pair src dst
+    local client="$WARDEN_CLIENT_CONFIG" pair src dst
     [ -d "$WARDEN_JAIL" ] || { warden_log "jail: $WARDEN_JAIL missing; no bind mounts"; return 0; }
     [ -f "$WARDEN_JAIL/etc/warden-jail-release" ] || warden_log "jail: warning: $WARDEN_JAIL is not populated yet"
-    install -d -m 0755 "$client" /run/slurm
+    install -d -m 0755 /run/slurm
     chown slurm:slurm /run/slurm
-    find "$SLURM_ETC" -maxdepth 1 -type f ! -name 'slurm.key' ! -name 'slurm.jwks' ! -name 'slurmdbd.conf' \
-        -exec cp -p {} "$client/" \;
+    warden_client_config
     # the pod's name resolution (cluster DNS, search domains, /etc/hosts) applies inside the jail too
     for pair in "$client:/etc/slurm:ro" "/run/slurm:/run/slurm:rw" \
         "/etc/resolv.conf:/etc/resolv.conf:ro" "/etc/hosts:/etc/hosts:ro" "/etc/hostname:/etc/hostname:ro" "$@"; do
@@ -109,6 +117,37 @@ warden_jail_binds() {
             warden_log "jail: warning: cannot bind $src at $WARDEN_JAIL$dst (needs CAP_SYS_ADMIN); Slurm commands inside the jail will not work"
         fi
     done
+}
+
+# A hash of the regular files in the given directories (ConfigMap and Secret volumes: the kubelet swaps
+# their ..data link atomically, so one read sees one version).
+warden_dirs_hash() {
+    local d
+    for d in "$@"; do
+        if [ -d "$d" ]; then find -L "$d" -maxdepth 1 -type f ! -name '..*' -print0 | sort -z | xargs -0r cat; fi
+    done | sha256sum | cut -d' ' -f1
+}
+
+# Follow edits of mounted ConfigMaps/Secrets without restarting the pod. The operator rewrites them on
+# spec changes (a new partition or worker group, extraLines, login keys) and the kubelet updates such
+# volumes in place within about a minute. In the background, every WARDEN_CONFIG_POLL seconds
+# (default 10), hash DIR...; when the hash differs from HASH (taken before the files were first
+# copied), run HOOK; a failing HOOK is retried at the next poll. Sets follow_pid.
+#   warden_follow HASH HOOK DIR...
+warden_follow() {
+    local last="$1" hook="$2"
+    shift 2
+    (
+        trap - TERM INT
+        set +e
+        while sleep "${WARDEN_CONFIG_POLL:-10}"; do
+            now="$(warden_dirs_hash "$@")"
+            [ "$now" = "$last" ] && continue
+            warden_log "config: $* changed; reloading"
+            if "$hook"; then last="$now"; else warden_log "config: reload failed; retrying"; fi
+        done
+    ) &
+    follow_pid=$!
 }
 
 # Print the daemon's version/help and exit when the container is run with such an argument, so

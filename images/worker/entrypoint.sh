@@ -11,6 +11,8 @@
 #   WARDEN_WORKER_GROUP  worker group: plugstack.<group>.conf (its node-local mounts) becomes plugstack.conf
 #   WARDEN_LEAVE_TIMEOUT seconds a terminating pod waits for its jobs after draining (default 40; keep it
 #                        under the pod's terminationGracePeriodSeconds)
+#   WARDEN_CONFIG_POLL   seconds between looks at the mounted config (default 10): when the operator
+#                        changed it, the files are copied again and slurmd reloads them (SIGHUP)
 #
 # On SIGTERM (pod deleted, StatefulSet scaled in) the node leaves Slurm cleanly: it is drained (no new
 # jobs), its running jobs get up to WARDEN_LEAVE_TIMEOUT seconds, the dynamic node is deleted from
@@ -21,11 +23,15 @@ WARDEN_COMPONENT=worker
 warden_passthrough slurmd "$@"
 
 [ -n "${WARDEN_SLURMD_CONF:-}" ] || warden_die "WARDEN_SLURMD_CONF is empty (the node line for slurmd -Z --conf)"
+config_hash="$(warden_dirs_hash "$WARDEN_CONFIG_DIR")"
+group_plugstack() {
+    if [ -n "${WARDEN_WORKER_GROUP:-}" ] && [ -f "$SLURM_ETC/plugstack.$WARDEN_WORKER_GROUP.conf" ]; then
+        install -m 0644 "$SLURM_ETC/plugstack.$WARDEN_WORKER_GROUP.conf" "$SLURM_ETC/plugstack.conf"
+        warden_log "plugstack: worker group $WARDEN_WORKER_GROUP"
+    fi
+}
 warden_slurm_config
-if [ -n "${WARDEN_WORKER_GROUP:-}" ] && [ -f "$SLURM_ETC/plugstack.$WARDEN_WORKER_GROUP.conf" ]; then
-    install -m 0644 "$SLURM_ETC/plugstack.$WARDEN_WORKER_GROUP.conf" "$SLURM_ETC/plugstack.conf"
-    warden_log "plugstack: worker group $WARDEN_WORKER_GROUP"
-fi
+group_plugstack
 warden_jail_users
 spool="${WARDEN_SPOOL_DIR:-/var/spool/slurmd}"
 install -d -o root -g root -m 0755 "$spool"
@@ -65,6 +71,38 @@ warden_log "starting slurmd $(slurmd -V | awk '{print $2}') as dynamic node $nod
 slurmd -D -Z "${node_args[@]}" --conf "$WARDEN_SLURMD_CONF" ${WARDEN_SLURMD_ARGS:-} "$@" &
 slurmd_pid=$!
 
+# A changed ConfigMap (new partition, gres, extraLines): new files here and in the jail, then SIGHUP,
+# on which slurmd re-reads them in place (as `scontrol reconfigure` makes it); running jobs go on.
+reload() {
+    warden_slurm_config && group_plugstack && warden_client_config && kill -HUP "$slurmd_pid"
+}
+warden_follow "$config_hash" reload "$WARDEN_CONFIG_DIR"
+
+# A dynamic node's gres are fixed when it first registers, and a slurmctld whose slurm.conf lacks the
+# gres type drops them: the node would stay Gres=(null) for good. That happens when a GPU group is
+# added to a running cluster: its pods start while slurmctld still restarts with the new GresTypes.
+# So, until the registered node carries every gres type of its node line, and once slurmctld knows
+# those types: delete the node, then SIGHUP slurmd, which registers it afresh. Sets gres_pid.
+gres_names() { tr ',' '\n' | cut -d: -f1 | { grep -v -e '^$' -e '^(null)$' || true; } | sort -u; }
+want_gres="$(sed -n 's/.*Gres=\([^ ]*\).*/\1/p' <<<"$WARDEN_SLURMD_CONF" | gres_names)"
+gres_pid=""
+if [ -n "$want_gres" ]; then
+    (
+        trap - TERM INT
+        set +e
+        while sleep 5; do
+            have="$(scontrol show node -o "$node" 2>/dev/null | grep -o 'Gres=[^ ]*' | cut -d= -f2 | gres_names)"
+            [ -n "$have" ] || [ -n "$(scontrol show node -o "$node" 2>/dev/null)" ] || continue  # not registered yet
+            [ -z "$(comm -23 <(echo "$want_gres") <(echo "$have"))" ] && exit 0
+            types="$(scontrol show config 2>/dev/null | sed -n 's/^GresTypes *= *//p' | gres_names)"
+            [ -z "$(comm -23 <(echo "$want_gres") <(echo "$types"))" ] || continue  # slurmctld not there yet
+            warden_log "registered without its gres ($(echo "$want_gres" | paste -sd,)): registering again"
+            scontrol delete nodename="$node" && kill -HUP "$slurmd_pid"
+        done
+    ) &
+    gres_pid=$!
+fi
+
 leave() {
     local deadline
     warden_log "leaving: draining $node"
@@ -80,7 +118,7 @@ leave() {
     else
         warden_log "leaving: could not delete $node from Slurm; it stays listed as DOWN"
     fi
-    kill -TERM "$slurmd_pid" 2>/dev/null
+    kill -TERM "$slurmd_pid" "$follow_pid" $gres_pid 2>/dev/null
     wait "$slurmd_pid"
     exit 0
 }

@@ -22,7 +22,8 @@ import json
 import re
 import signal
 import subprocess
-from collections.abc import Iterable, Sequence
+import time
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -54,6 +55,11 @@ _NOT_ALLOCATED = ("Unable to allocate resources", "Immediate execution impossibl
 # A failing srun without any of them never left the machine it runs on: its own plugins, config or
 # credentials failed (seen for real: plugstack.conf naming a plugin missing from the pod).
 _STEP_REACHED_NODE = re.compile(r"\btask \d+|\blaunch failed\b|slurmstepd|StepId=|\bSTEP \d|TIME LIMIT", re.I)
+# slurmctld busy or restarting: the same command may well work a moment later.
+_TRANSIENT = ("Socket timed out on send/recv operation", "Unable to contact slurm controller",
+              "Zero Bytes were transmitted or received", "Connection refused")  # fmt: skip
+#: waits between attempts of a command that is safe to repeat (reads, drains)
+RETRY_DELAYS_S = (2.0, 5.0)
 
 
 @dataclass(frozen=True)
@@ -227,15 +233,25 @@ class Slurm:
         scontrol: str = "scontrol",
         srun: str = "srun",
         timeout: float = 30.0,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.runner = runner
         self.scontrol = scontrol
         self.srun_path = srun
         self.timeout = timeout
+        self.sleep = sleep
 
-    def _run(self, argv: Sequence[str], timeout: float | None = None) -> CommandResult:
+    def _run(self, argv: Sequence[str], timeout: float | None = None, *, repeatable: bool = False) -> CommandResult:
+        """Run one command. ``repeatable`` (reads, drains: the same outcome however often they run):
+        when slurmctld did not answer (busy, restarting), try again after RETRY_DELAYS_S."""
         limit = self.timeout if timeout is None else timeout
-        result = self.runner(argv, limit)
+        delays = list(RETRY_DELAYS_S) if repeatable else []
+        while True:
+            result = self.runner(argv, limit)
+            transient = result.returncode != 0 and any(t in result.stderr for t in _TRANSIENT)
+            if not (transient and delays):
+                break
+            self.sleep(delays.pop(0))
         if result.timed_out:
             raise SlurmTimeout(result, limit)
         if result.returncode != 0:
@@ -243,10 +259,10 @@ class Slurm:
         return result
 
     def list_nodes(self) -> list[Node]:
-        return parse_nodes_json(self._run([self.scontrol, "show", "node", "--json"]).stdout)
+        return parse_nodes_json(self._run([self.scontrol, "show", "node", "--json"], repeatable=True).stdout)
 
     def get_node(self, name: str) -> Node:
-        nodes = parse_nodes_json(self._run([self.scontrol, "show", "node", name, "--json"]).stdout)
+        nodes = parse_nodes_json(self._run([self.scontrol, "show", "node", name, "--json"], repeatable=True).stdout)
         for node in nodes:
             if node.name == name:
                 return node
@@ -255,7 +271,7 @@ class Slurm:
     def drain(self, node: str, reason: str) -> None:
         if not reason.strip():
             raise ValueError("Slurm requires a reason to drain a node")
-        self._run([self.scontrol, "update", f"NodeName={node}", "State=DRAIN", f"Reason={reason}"])
+        self._run([self.scontrol, "update", f"NodeName={node}", "State=DRAIN", f"Reason={reason}"], repeatable=True)
 
     def resume(self, node: str) -> None:
         self._run([self.scontrol, "update", f"NodeName={node}", "State=RESUME"])

@@ -268,8 +268,10 @@ def test_cli_fails_when_slurm_cannot_list_nodes(capsys: pytest.CaptureFixture[st
     def broken(argv: Sequence[str], timeout: float) -> CommandResult:
         return CommandResult(tuple(argv), 1, "", "slurm_load_node error: Unable to contact slurm controller\n")
 
-    assert main([], slurm=Slurm(broken)) == 1
+    waits: list[float] = []
+    assert main([], slurm=Slurm(broken, sleep=waits.append)) == 1
     assert "Unable to contact slurm controller" in capsys.readouterr().err
+    assert len(waits) == 2, "tried again twice before giving up"
 
 
 def test_srun_failing_before_the_step_reaches_the_node_drains_nothing() -> None:

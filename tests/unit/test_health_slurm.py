@@ -113,6 +113,45 @@ def test_failed_command_names_command_and_stderr() -> None:
     )  # the runner's argv is what is named
 
 
+BUSY_CTLD = "slurm_load_node error: Socket timed out on send/recv operation\n"  # seen with a busy slurmctld
+
+
+class Flaky(Recorder):
+    """Answers ``failures`` times with slurmctld not answering, then succeeds."""
+
+    def __init__(self, failures: int) -> None:
+        super().__init__()
+        self.failures = failures
+
+    def __call__(self, argv: Sequence[str], timeout: float) -> CommandResult:
+        self.calls.append((tuple(argv), timeout))
+        if len(self.calls) <= self.failures:
+            return CommandResult(tuple(argv), 1, "", BUSY_CTLD)
+        return CommandResult(tuple(argv), 0, (CAPTURES / "scontrol_show_node_drained.json").read_text(), "")
+
+
+def test_reads_and_drains_are_repeated_while_slurmctld_does_not_answer() -> None:
+    slept: list[float] = []
+    rec = Flaky(failures=2)
+    assert Slurm(rec, sleep=slept.append).get_node("node1").name == "node1"
+    assert len(rec.calls) == 3 and slept == [2.0, 5.0]
+    rec = Flaky(failures=1)
+    Slurm(rec, sleep=slept.append).drain("node1", "warden-health: x")
+    assert len(rec.calls) == 2
+    # three strikes: the error is the command's, naming slurmctld's failure
+    with pytest.raises(SlurmCommandError, match="Socket timed out"):
+        Slurm(Flaky(failures=3), sleep=slept.append).list_nodes()
+
+
+def test_commands_that_must_not_run_twice_are_not_repeated() -> None:
+    """A RESUME or a reservation that did reach slurmctld would fail a second time for another reason."""
+    for call in (lambda s: s.resume("node1"), lambda s: s.create_reservation("r", ["node1"], "root", 5)):
+        rec = Flaky(failures=1)
+        with pytest.raises(SlurmCommandError):
+            call(Slurm(rec, sleep=lambda _: None))
+        assert len(rec.calls) == 1
+
+
 def test_timeout_is_its_own_error() -> None:
     rec = Recorder(CommandResult(("scontrol", "show", "node", "--json"), -15, "", "", timed_out=True))
     with pytest.raises(SlurmTimeout, match=r"timed out after 30s"):
