@@ -1,8 +1,9 @@
 """A user's path through Warden on a real cluster: the three charts installed with helm, the
 SlurmCluster Ready, SSH through the login Service into the jail, a two-node batch job whose output lands
-in the jail, a `--gpus` job on the GPU group, the NCCL health check run from its CronJob draining the slow
-GPU node, workers scaled up joining Slurm, the controller pod deleted with jobs queued (the queue survives
-and they complete), and `helm uninstall` keeping the jail when asked to.
+in the jail, a GPU group added by `helm upgrade` (its workers join with their GPUs; the login pod, not
+restarted, follows the new slurm.conf), a `--gpus` job on it, the NCCL health check run from its
+CronJob draining the slow GPU node, workers scaled up joining Slurm, the controller pod deleted with
+jobs queued (the queue survives and they complete), and `helm uninstall` keeping the jail when asked.
 
 GPUs: the local cluster has none. Its kubelet gets STAND-IN ``nvidia.com/gpu`` devices from hack/fakegpu
 (a device plugin binding /dev/null at /dev/nvidiaN), and ``all_reduce_perf`` in the jail is the stand-in
@@ -71,30 +72,32 @@ class Installed:
 RESOURCES = {"requests": {"cpu": "50m", "memory": "128Mi"}, "limits": {"cpu": "1", "memory": "1Gi"}}
 
 
-def _values(pubkey: str, workers: int, gpus: bool) -> dict[str, Any]:
-    values: dict[str, Any] = {
+def _values(pubkey: str, workers: int) -> dict[str, Any]:
+    return {
         "nameOverride": NAME,
         "jail": {"size": "2Gi", "retainOnDelete": True},
         "login": {"sshAuthorizedKeys": [pubkey], "service": {"type": "NodePort"}},
         "workerGroups": [{"name": "cpu", "replicas": workers, "resources": RESOURCES}],
     }
-    if gpus:
-        values["workerGroups"].append({"name": "gpu", "replicas": GPU_NODES, "resources": RESOURCES,
-                                       "gpus": {"count": GPUS_PER_NODE, "type": "fake"}})  # fmt: skip
-        # the usual layout: CPU jobs by default, GPU nodes in their own partition
-        values["partitions"] = [{"name": "cpu", "workerGroups": ["cpu"], "default": True},
-                                {"name": "gpu", "workerGroups": ["gpu"]}]  # fmt: skip
-        values["healthChecks"] = {
-            "nccl": {
-                "enabled": True,
-                "schedule": "0 0 1 1 *",  # yearly: the test runs it by hand (kubectl create job --from)
-                "minBusBandwidthGbps": MIN_BUSBW,
-                "minBytes": "1M",
-                "maxBytes": "8M",
-                "timeLimitMinutes": 1,
-            }
+
+
+def _add_gpu_group(values: dict[str, Any]) -> None:
+    """What a user adds to a running cluster's values: a GPU group in its own partition (CPU jobs stay
+    in the default one) and the NCCL check."""
+    values["workerGroups"].append({"name": "gpu", "replicas": GPU_NODES, "resources": RESOURCES,
+                                   "gpus": {"count": GPUS_PER_NODE, "type": "fake"}})  # fmt: skip
+    values["partitions"] = [{"name": "cpu", "workerGroups": ["cpu"], "default": True},
+                            {"name": "gpu", "workerGroups": ["gpu"]}]  # fmt: skip
+    values["healthChecks"] = {
+        "nccl": {
+            "enabled": True,
+            "schedule": "0 0 1 1 *",  # yearly: the test runs it by hand (kubectl create job --from)
+            "minBusBandwidthGbps": MIN_BUSBW,
+            "minBytes": "1M",
+            "maxBytes": "8M",
+            "timeLimitMinutes": 1,
         }
-    return values
+    }
 
 
 def _allocatable_gpus(kube: Kube) -> int:
@@ -113,7 +116,7 @@ def installed(kube: Kube, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     gpus = _allocatable_gpus(kube) >= GPU_NODES * GPUS_PER_NODE
     if not gpus and not os.environ.get("KUBECONFIG"):
         pytest.fail(f"the local cluster offers no stand-in {FAKE_GPU_RESOURCE} (hack/fakegpu did not register?)")
-    values = _values(key.with_suffix(".pub").read_text().strip(), workers=2, gpus=gpus)
+    values = _values(key.with_suffix(".pub").read_text().strip(), workers=2)
     t0 = time.monotonic()
     try:
         install_charts(kube, namespace, namespace, values, tmp / "values.json", operator_release=operator, crds="chart")
@@ -132,14 +135,13 @@ def test_helm_install_makes_a_ready_slurmcluster(installed: Installed) -> None:
     assert {t: conditions.get(t) for t in CONDITIONS} == dict.fromkeys(CONDITIONS, "True")
     assert status["observedGeneration"] == installed.status["metadata"]["generation"]
     groups = {g["name"]: (g["readyReplicas"], g["replicas"]) for g in status["workerGroups"]}
-    workers = 2 + (GPU_NODES if installed.gpus else 0)
-    assert groups == {"cpu": (2, 2), **({"gpu": (GPU_NODES, GPU_NODES)} if installed.gpus else {})}
-    assert (status["workers"], status["login"], status["jailPopulated"]) == (f"{workers}/{workers}", "1/1", True)
-    # what `kubectl get slurmclusters` shows (the CRD's printer columns)
-    table = installed.kube.kubectl("-n", installed.namespace, "get", "slurmclusters")
+    assert groups == {"cpu": (2, 2)}
+    assert (status["workers"], status["login"], status["jailPopulated"]) == ("2/2", "1/1", True)
+    # what `kubectl get slurm` shows (the CRD's printer columns)
+    table = installed.kube.kubectl("-n", installed.namespace, "get", "slurm")
     header, row = table.splitlines()
     assert header.split() == ["NAME", "PHASE", "WORKERS", "LOGIN", "JAIL", "AGE"]
-    assert row.split()[:5] == [NAME, "Ready", f"{workers}/{workers}", "1/1", "true"]
+    assert row.split()[:5] == [NAME, "Ready", "2/2", "1/1", "true"]
 
 
 def test_ssh_through_login_service_lands_in_the_jail(installed: Installed) -> None:
@@ -181,6 +183,43 @@ def test_sbatch_on_two_nodes_writes_its_output_into_the_jail(installed: Installe
 def _needs_gpus(installed: Installed) -> None:
     if not installed.gpus:
         pytest.skip(f"the cluster under test (KUBECONFIG) offers no {FAKE_GPU_RESOURCE}")
+
+
+def test_gpu_group_added_by_helm_upgrade_is_usable_from_the_same_login(installed: Installed) -> None:
+    """A GPU group, its partition and the NCCL check added to the running cluster: the new workers join
+    Slurm with their GPUs (gres), and the login pod, not restarted, follows the new slurm.conf (its
+    clients then know the `gpu` partition and gres type) while slurmctld restarts with it."""
+    _needs_gpus(installed)
+    kube, ns = installed.kube, installed.namespace
+    login_uid = kube.json("-n", ns, "get", "pod", f"{NAME}-login-0")["metadata"]["uid"]
+    _add_gpu_group(installed.values)
+    installed.helm_upgrade()
+    workers = 2 + GPU_NODES
+    deadline = time.monotonic() + 300
+    status: dict[str, Any] = {}
+    while time.monotonic() < deadline:
+        obj = kube.json("-n", ns, "get", "slurmcluster", NAME)
+        status = obj.get("status", {})
+        current = status.get("observedGeneration") == obj["metadata"]["generation"]
+        if current and status.get("phase") == "Ready" and status.get("workers") == f"{workers}/{workers}":
+            break
+        time.sleep(3)
+    assert (status.get("phase"), status.get("workers")) == ("Ready", f"{workers}/{workers}"), status
+
+    want = {f"{NAME}-worker-gpu-{i}": f"gpu:fake:{GPUS_PER_NODE}" for i in range(GPU_NODES)}
+    deadline = time.monotonic() + 240  # the kubelet refreshes ConfigMap volumes about once a minute
+    nodes: dict[str, str] = {}
+    config = ""
+    while time.monotonic() < deadline:
+        config = installed.ssh("cat /etc/slurm/slurm.conf").stdout
+        out = installed.ssh("sinfo -h -N -p gpu -o '%N %G %t'").stdout
+        nodes = {f[0]: f[1].split("(")[0] for f in map(str.split, out.splitlines()) if f[2:] == ["idle"]}
+        if "PartitionName=gpu" in config and nodes == want:
+            break
+        time.sleep(5)
+    assert nodes == want, "the GPU workers did not join with their gres"
+    assert "GresTypes=gpu" in config and "PartitionName=gpu" in config, config
+    assert kube.json("-n", ns, "get", "pod", f"{NAME}-login-0")["metadata"]["uid"] == login_uid
 
 
 def test_gpus_job_on_the_gpu_group_completes(installed: Installed) -> None:
