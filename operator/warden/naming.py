@@ -27,6 +27,8 @@ STATE_SAVE_LOCATION = "/var/spool/slurmctld"
 SLURMD_SPOOL_DIR = "/var/spool/slurmd"
 SLURM_RUN_DIR = "/run/slurm"
 SPANK_PLUGIN = "/usr/lib/warden/spank_jail.so"
+#: readiness check of the Slurm daemons and sshd (images/slurm-base/warden-listening): connects to nothing
+LISTENING_CHECK = "/usr/lib/warden/warden-listening"
 QUICKCHECK_PROGRAM = "/usr/local/bin/warden-quickcheck"
 JAIL_MARKER = "/etc/warden-jail-release"
 # Written by populate-jail at the root of the jail volume once the copy is complete.

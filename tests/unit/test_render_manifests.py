@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from tests.support.examples import EXAMPLES, load
+from warden import naming
 from warden.apply import KINDS, Owner, with_owner
 from warden.model import parse_spec
 from warden.render.cluster import render
@@ -70,6 +71,25 @@ def test_statefulset_selectors_use_only_immutable_labels(example: str) -> None:
             "app.kubernetes.io/component",
             "slurm.warden.dev/worker-group",
         }, key
+
+
+@pytest.mark.parametrize("example", EXAMPLES)
+def test_daemon_probes_never_connect_to_slurm_or_sshd(example: str) -> None:
+    """slurmd logs every bare TCP connect as an error and sshd as a [preauth] disconnect: a tcpSocket
+    probe every 5 s fills every node's log. Slurm daemons and sshd are probed by warden-listening."""
+    ports = {"slurmctld": 6817, "slurmd": 6818, "slurmdbd": 6819, "sshd": 22}
+    seen = set()
+    for key, obj in objects(load(example)).items():
+        if obj["kind"] != "StatefulSet":
+            continue
+        for c in containers(obj):
+            if c["name"] not in ports:
+                continue
+            seen.add(c["name"])
+            for probe in ("readinessProbe", "livenessProbe"):
+                if probe in c:
+                    assert c[probe]["exec"]["command"] == [naming.LISTENING_CHECK, str(ports[c["name"]])], key
+    assert {"slurmctld", "slurmd", "sshd"} <= seen
 
 
 def test_workers_get_exactly_the_capabilities_the_jail_needs() -> None:

@@ -11,6 +11,7 @@ from warden.render.pods import (
     claim_template,
     config_map_volume,
     content_hash,
+    listening_probe,
     mount,
     resources,
     secret_volume,
@@ -56,8 +57,8 @@ def slurmdbd_statefulset(cluster: Cluster) -> Manifest:
             mount("slurmdbd-config", naming.SLURMDBD_CONFIG_DIR, read_only=True),
             mount("db-password", naming.DB_PASSWORD_DIR, read_only=True),
         ],
-        "readinessProbe": tcp_probe(naming.SLURMDBD_PORT, period=5),
-        "livenessProbe": tcp_probe(naming.SLURMDBD_PORT, period=20, failures=6, initial_delay=60),
+        "readinessProbe": listening_probe(naming.SLURMDBD_PORT, period=5),
+        "livenessProbe": listening_probe(naming.SLURMDBD_PORT, period=20, failures=6, initial_delay=60),
         "resources": resources(spec.accounting.resources),
     }
     return statefulset(

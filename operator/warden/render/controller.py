@@ -12,13 +12,13 @@ from warden.render.pods import (
     content_hash,
     dns_config,
     jail_volume,
+    listening_probe,
     mount,
     resources,
     service,
     slurm_mounts,
     slurm_volumes,
     statefulset,
-    tcp_probe,
 )
 
 COMPONENT = "controller"
@@ -46,8 +46,8 @@ def controller_statefulset(cluster: Cluster) -> Manifest:
             mount("state", naming.STATE_SAVE_LOCATION),
             mount("jail", naming.JAIL_MOUNT, read_only=True),
         ],
-        "readinessProbe": tcp_probe(naming.SLURMCTLD_PORT, period=5),
-        "livenessProbe": tcp_probe(naming.SLURMCTLD_PORT, period=20, failures=6, initial_delay=30),
+        "readinessProbe": listening_probe(naming.SLURMCTLD_PORT, period=5),
+        "livenessProbe": listening_probe(naming.SLURMCTLD_PORT, period=20, failures=6, initial_delay=30),
         "resources": resources(spec.controller.resources),
     }
     labels = names.labels(COMPONENT)

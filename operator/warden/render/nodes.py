@@ -12,6 +12,7 @@ from warden.render.pods import (
     dns_config,
     empty_dir,
     jail_volume,
+    listening_probe,
     meta,
     mount,
     resources,
@@ -20,7 +21,6 @@ from warden.render.pods import (
     slurm_mounts,
     slurm_volumes,
     statefulset,
-    tcp_probe,
     tolerations,
     wait_for_jail_init,
 )
@@ -83,7 +83,7 @@ def worker_statefulset(cluster: Cluster, group: WorkerGroup) -> Manifest:
             mount("run-slurm", naming.SLURM_RUN_DIR),
             *local_mounts,
         ],
-        "readinessProbe": tcp_probe(naming.SLURMD_PORT, period=5),
+        "readinessProbe": listening_probe(naming.SLURMD_PORT, period=5),
         "resources": resources(group.resources, gpu_limits),
     }
     pod_spec: Manifest = {
@@ -153,8 +153,8 @@ def login_statefulset(cluster: Cluster) -> Manifest:
         # Sessions are chrooted into the jail; the entrypoint binds Slurm's client config (without
         # the key), the auth socket of sackd and the pod's DNS files into it, in this pod only.
         "securityContext": {"capabilities": {"add": ["SYS_ADMIN"]}},
-        "readinessProbe": tcp_probe(naming.SSH_PORT, period=5),
-        "livenessProbe": tcp_probe(naming.SSH_PORT, period=20, failures=6, initial_delay=30),
+        "readinessProbe": listening_probe(naming.SSH_PORT, period=5),
+        "livenessProbe": listening_probe(naming.SSH_PORT, period=20, failures=6, initial_delay=30),
         "resources": resources(spec.login.resources),
     }
     return statefulset(

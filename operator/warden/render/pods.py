@@ -99,6 +99,18 @@ def tcp_probe(port: int, period: int = 10, failures: int = 3, initial_delay: int
     }
 
 
+def listening_probe(port: int, period: int = 10, failures: int = 3, initial_delay: int = 0) -> Manifest:
+    """Like tcp_probe (ready once the daemon listens), without connecting: slurmd and sshd log every
+    bare TCP connect as a broken connection, every `period` seconds on every node."""
+    return {
+        "exec": {"command": [naming.LISTENING_CHECK, str(port)]},
+        "periodSeconds": period,
+        "failureThreshold": failures,
+        "initialDelaySeconds": initial_delay,
+        "timeoutSeconds": 5,
+    }
+
+
 def dns_config(cluster: Cluster) -> Manifest:
     """Short Slurm node names and the controller resolve from every pod of the cluster."""
     ns = cluster.namespace
