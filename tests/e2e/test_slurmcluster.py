@@ -259,7 +259,7 @@ def test_health_check_job_drains_the_slow_gpu_node(installed: Installed) -> None
 
     # what an admin reads (%100E: Warden's reasons run to 100 characters, the default width cuts them)
     sinfo = installed.ssh("sinfo -R -N -h -o '%N|%100E'").stdout
-    reasons = dict((part.strip() for part in line.split("|", 1)) for line in sinfo.splitlines())
+    reasons = {node.strip(): reason.strip() for node, reason in (line.split("|", 1) for line in sinfo.splitlines())}
     want = f"warden-health: nccl all_reduce_perf busbw 20.0 GB/s < {MIN_BUSBW:.1f} GB/s"
     assert reasons == {slow: want}, log[-3000:]
     calls = [json.loads(c) for c in installed.ssh(f"cat {STANDIN_DIR}/calls.jsonl").stdout.splitlines()]
@@ -353,6 +353,30 @@ def test_controller_pod_deleted_keeps_the_queue_and_jobs_complete(installed: Ins
     assert final == dict.fromkeys(jobs, "COMPLETED")
     out = installed.ssh(" ".join(f"cat /root/requeue-{j}.out;" for j in jobs))
     assert out.stdout.split() == ["done"] * len(jobs), out.stderr
+
+
+def test_scaled_down_workers_leave_slurm(installed: Installed) -> None:
+    """Replicas 3 -> 1: the removed pods drain their nodes and delete them from Slurm on the way out,
+    so `sinfo` lists only the node that stays (no DOWN leftovers), and jobs keep running there."""
+    kube, ns = installed.kube, installed.namespace
+    installed.values["workerGroups"][0]["replicas"] = 1
+    installed.helm_upgrade()
+    stay = f"{NAME}-worker-cpu-0"
+    deadline = time.monotonic() + 240
+    nodes: dict[str, str] = {}
+    pods: list[str] = []
+    while time.monotonic() < deadline:
+        out = installed.ssh("sinfo -h -N -p cpu -o '%N %t'" if installed.gpus else "sinfo -h -N -o '%N %t'")
+        nodes = dict(line.split() for line in out.stdout.splitlines())
+        pods = kube.kubectl("-n", ns, "get", "pods", "-l", f"{INSTANCE},app.kubernetes.io/component=worker",
+                            "-o", "name").split()  # fmt: skip
+        if nodes == {stay: "idle"} and not any("worker-cpu-1" in p or "worker-cpu-2" in p for p in pods):
+            break
+        time.sleep(3)
+    assert nodes == {stay: "idle"}, nodes
+    assert not any("worker-cpu-1" in p or "worker-cpu-2" in p for p in pods), pods
+    out = installed.ssh("srun -N1 -p cpu hostname" if installed.gpus else "srun -N1 hostname")
+    assert out.returncode == 0 and out.stdout.strip() == stay, out.stderr
 
 
 def test_helm_uninstall_keeps_only_the_jail_claim(installed: Installed) -> None:
