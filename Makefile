@@ -25,7 +25,7 @@ venv: $(VENV)/.installed ## Python virtualenv with the operator and test tools
 
 # --- quick loop --------------------------------------------------------------------------------
 .PHONY: lint
-lint: venv ## ruff + mypy --strict
+lint: venv ## ruff + mypy --strict (operator, tests, bench)
 	$(VENV)/bin/ruff check operator tests bench hack
 	$(VENV)/bin/ruff format --check operator tests bench hack
 	$(VENV)/bin/mypy

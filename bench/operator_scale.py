@@ -56,18 +56,17 @@ def main() -> int:
         ns = cp.create_namespace("bench")
         core = client.CoreV1Api(api)
         for i in range(2):
-            core.create_persistent_volume(
-                {
-                    "apiVersion": "v1",
-                    "kind": "PersistentVolume",
-                    "metadata": {"name": f"bench-pv{i}"},
-                    "spec": {
-                        "capacity": {"storage": "1Ti"},
-                        "accessModes": ["ReadWriteOnce", "ReadWriteMany"],
-                        "hostPath": {"path": f"/tmp/bench-pv{i}"},
-                    },
-                }
-            )
+            pv: Any = {  # the API client takes plain dicts as well as its models
+                "apiVersion": "v1",
+                "kind": "PersistentVolume",
+                "metadata": {"name": f"bench-pv{i}"},
+                "spec": {
+                    "capacity": {"storage": "1Ti"},
+                    "accessModes": ["ReadWriteOnce", "ReadWriteMany"],
+                    "hostPath": {"path": f"/tmp/bench-pv{i}"},
+                },
+            }
+            core.create_persistent_volume(pv)
         client.ApiextensionsV1Api(api).create_custom_resource_definition(crd_body())
         time.sleep(2)
         op = OperatorProcess(cp.kubeconfig, ns, cp.log_dir)

@@ -108,19 +108,18 @@ def cluster_namespace(controlplane: ControlPlane, crd_installed: None, api_clien
     pvs = []
     for i in range(PVS_PER_NAMESPACE):
         pv = f"{name}-pv{i}"
-        core.create_persistent_volume(
-            {
-                "apiVersion": "v1",
-                "kind": "PersistentVolume",
-                "metadata": {"name": pv},
-                "spec": {
-                    "capacity": {"storage": "1Ti"},
-                    "accessModes": ["ReadWriteOnce", "ReadWriteMany"],
-                    "persistentVolumeReclaimPolicy": "Retain",
-                    "hostPath": {"path": f"/tmp/warden-test-pv/{pv}"},
-                },
-            }
-        )
+        body: Any = {  # the API client takes plain dicts as well as its models
+            "apiVersion": "v1",
+            "kind": "PersistentVolume",
+            "metadata": {"name": pv},
+            "spec": {
+                "capacity": {"storage": "1Ti"},
+                "accessModes": ["ReadWriteOnce", "ReadWriteMany"],
+                "persistentVolumeReclaimPolicy": "Retain",
+                "hostPath": {"path": f"/tmp/warden-test-pv/{pv}"},
+            },
+        }
+        core.create_persistent_volume(body)
         pvs.append(pv)
     yield name
     core.delete_namespace(name)

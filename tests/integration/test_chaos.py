@@ -34,16 +34,19 @@ def test_operator_killed_twenty_times_still_converges(
     uid = created["metadata"]["uid"]
     core = client.CoreV1Api(api_client)
 
+    def secret_data() -> dict[str, Any]:
+        return {str(s.metadata.name): s.data for s in core.list_namespaced_secret(ns).items}
+
     secrets_seen: dict[str, Any] = {}
     for i in range(KILLS):
         operator.start()
         # Startup (imports, login, watches) takes ~1-2 s here; kill anywhere in the first reconcile.
         time.sleep(rng.uniform(0.5, 4.0))
         operator.kill()
-        for s in core.list_namespaced_secret(ns).items:
-            if s.metadata.name.startswith("gpu-"):
-                previous = secrets_seen.setdefault(s.metadata.name, s.data)
-                assert s.data == previous, f"Secret {s.metadata.name} changed after kill #{i + 1}"
+        for name, data in secret_data().items():
+            if name.startswith("gpu-"):
+                previous = secrets_seen.setdefault(name, data)
+                assert data == previous, f"Secret {name} changed after kill #{i + 1}"
         if i == KILLS // 2:
             # Change the spec halfway through: the next incarnation must pick it up.
             body["spec"]["workerGroups"][2]["replicas"] = 1
@@ -62,8 +65,8 @@ def test_operator_killed_twenty_times_still_converges(
     assert statefulsets == ["gpu-controller", "gpu-login", "gpu-worker-a100", "gpu-worker-cpu", "gpu-worker-h100"]
     secrets = sorted(n for k, n in kinds_names if k == "Secret")
     assert secrets == ["gpu-slurm-key", "gpu-ssh-host-keys"]
-    for s in core.list_namespaced_secret(ns).items:
-        if s.metadata.name in secrets_seen:
-            assert s.data == secrets_seen[s.metadata.name], f"{s.metadata.name} regenerated"
+    for name, data in secret_data().items():
+        if name in secrets_seen:
+            assert data == secrets_seen[name], f"{name} regenerated"
     jobs = [n for k, n in kinds_names if k == "Job"]
     assert jobs == ["gpu-populate-jail"]

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import subprocess
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -419,27 +419,21 @@ def test_chart_rbac_is_enough_for_the_real_operator(
     sa_api = controlplane.new_api_client(token=token)
     try:
         core = client.CoreV1Api(sa_api)
-        refused = {
+        # the API client takes plain dicts as well as its models
+        pod: Any = {"metadata": {"name": "x"}, "spec": {"containers": [{"name": "x", "image": "x"}]}}
+        binding: Any = {
+            "metadata": {"name": f"{release}-escalate"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+            "subjects": [{"kind": "ServiceAccount", "name": sa["metadata"]["name"], "namespace": op_ns}],
+        }
+        refused: dict[str, Callable[[], object]] = {
             "list nodes": lambda: core.list_node(),
             "delete a namespace": lambda: core.delete_namespace(cluster_namespace, dry_run="All"),
             "read secrets outside watched namespaces": lambda: core.list_namespaced_secret(op_ns),
             "list secrets in the watched namespace": lambda: core.list_namespaced_secret(cluster_namespace),
-            "create pods": lambda: core.create_namespaced_pod(
-                cluster_namespace,
-                {"metadata": {"name": "x"}, "spec": {"containers": [{"name": "x", "image": "x"}]}},
-                dry_run="All",
-            ),
+            "create pods": lambda: core.create_namespaced_pod(cluster_namespace, pod, dry_run="All"),
             "bind cluster-admin": lambda: client.RbacAuthorizationV1Api(sa_api).create_cluster_role_binding(
-                {
-                    "metadata": {"name": f"{release}-escalate"},
-                    "roleRef": {
-                        "apiGroup": "rbac.authorization.k8s.io",
-                        "kind": "ClusterRole",
-                        "name": "cluster-admin",
-                    },
-                    "subjects": [{"kind": "ServiceAccount", "name": sa["metadata"]["name"], "namespace": op_ns}],
-                },
-                dry_run="All",
+                binding, dry_run="All"
             ),
         }
         for what, call in refused.items():

@@ -7,6 +7,7 @@ from typing import Any
 
 from kubernetes import client
 
+from tests.support.controlplane import wait_for
 from tests.support.operator import (
     CLUSTER_PATH,
     OperatorProcess,
@@ -14,7 +15,6 @@ from tests.support.operator import (
     get_cluster,
     load_example,
     owned_objects,
-    wait_for,
     wait_ready,
 )
 from warden.naming import Names
@@ -193,7 +193,7 @@ def test_immutable_statefulset_change_recreates_it_without_killing_pods(
     wait_ready(api_client, ns, "cpu", operator)
     assert core.read_namespaced_pod("cpu-controller-0", ns).metadata.uid == pod_uid, "the pod was not restarted"
     events = core.list_namespaced_event(ns).items
-    assert any(e.reason == "ObjectRecreated" and "StatefulSet/cpu-controller" in e.message for e in events)
+    assert any(e.reason == "ObjectRecreated" and "StatefulSet/cpu-controller" in (e.message or "") for e in events)
 
 
 def test_operator_liveness_endpoint_answers(operator: OperatorProcess) -> None:

@@ -82,9 +82,9 @@ def load_example(name: str, namespace: str) -> dict[str, Any]:
     return doc
 
 
-def crd_body() -> dict[str, Any]:
-    body: dict[str, Any] = yaml.safe_load(CRD_FILE.read_text())
-    return body
+def crd_body() -> Any:
+    """The chart's CRD as the API client takes it (a plain dict)."""
+    return yaml.safe_load(CRD_FILE.read_text())
 
 
 CLUSTER_PATH = (API_GROUP, API_VERSION, PLURAL)
@@ -92,8 +92,8 @@ GROUP, VERSION = API_GROUP, API_VERSION
 
 
 def get_cluster(api: Any, ns: str, name: str) -> dict[str, Any]:
-    obj: dict[str, Any] = client.CustomObjectsApi(api).get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name)
-    return obj
+    obj: Any = client.CustomObjectsApi(api).get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name)
+    return dict(obj)
 
 
 def condition(obj: dict[str, Any], type_: str) -> str | None:
@@ -137,15 +137,15 @@ def apply_cluster(api: Any, body: dict[str, Any]) -> dict[str, Any]:
     name = body["metadata"]["name"]
     custom = client.CustomObjectsApi(api)
     try:
-        current = custom.get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name)
+        current: Any = custom.get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name)
     except client.exceptions.ApiException as e:
         if e.status != 404:
             raise
-        created: dict[str, Any] = custom.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, body)
-        return created
+        created: Any = custom.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, body)
+        return dict(created)
     body = {**body, "metadata": {**body["metadata"], "resourceVersion": current["metadata"]["resourceVersion"]}}
-    replaced: dict[str, Any] = custom.replace_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name, body)
-    return replaced
+    replaced: Any = custom.replace_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name, body)
+    return dict(replaced)
 
 
 def wait_ready(api: Any, ns: str, name: str, operator: OperatorProcess, timeout: float = 120) -> dict[str, Any]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
@@ -145,7 +145,11 @@ def test_reads_and_drains_are_repeated_while_slurmctld_does_not_answer() -> None
 
 def test_commands_that_must_not_run_twice_are_not_repeated() -> None:
     """A RESUME or a reservation that did reach slurmctld would fail a second time for another reason."""
-    for call in (lambda s: s.resume("node1"), lambda s: s.create_reservation("r", ["node1"], "root", 5)):
+    calls: list[Callable[[Slurm], None]] = [
+        lambda s: s.resume("node1"),
+        lambda s: s.create_reservation("r", ["node1"], "root", 5),
+    ]
+    for call in calls:
         rec = Flaky(failures=1)
         with pytest.raises(SlurmCommandError):
             call(Slurm(rec, sleep=lambda _: None))

@@ -25,7 +25,8 @@ def containers(obj: dict[str, Any]) -> list[dict[str, Any]]:
         if obj["kind"] != "CronJob"
         else obj["spec"]["jobTemplate"]["spec"]["template"]["spec"]
     )
-    return pod.get("initContainers", []) + pod["containers"]
+    found: list[dict[str, Any]] = pod.get("initContainers", []) + pod["containers"]
+    return found
 
 
 def pod_spec(obj: dict[str, Any]) -> dict[str, Any]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from warden.model import SlurmClusterSpec, SlurmClusterStatus, parse_spec
 from warden.status import Observed, Workload, fold, invalid_spec_status
 
@@ -122,7 +124,7 @@ def test_accounting_disabled_is_ready() -> None:
 
 
 def test_health_report_is_folded_and_kept_between_reports() -> None:
-    report = {
+    report: dict[str, Any] = {
         "lastRunTime": "2026-11-22T04:00:00Z",
         "thresholdGBps": 100.0,
         "nodesChecked": 2,
