@@ -68,6 +68,7 @@ e2e: venv ## e2e tier: helm install on a real single-node Kubernetes (local clus
 	@$(STAGE) base-image hack/base-image.sh
 	@$(STAGE) images hack/images.sh
 	@$(STAGE) k8s-bins-cluster hack/build-k8s-bins.sh cluster
+	@$(STAGE) fake-gpu-plugin hack/localcluster.sh fake-gpu-plugin
 	@$(STAGE) e2e hack/pytest-tier.sh e2e -q
 
 test: ## every tier, each installing what it needs

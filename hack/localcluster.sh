@@ -7,6 +7,7 @@
 #   hack/localcluster.sh all          # up + make images + demo: what `make up` runs
 #   eval "$(hack/localcluster.sh env)"
 #   hack/localcluster.sh status | down
+#   hack/localcluster.sh fake-gpu-plugin   # go build hack/fakegpu (the stand-in GPU device plugin)
 #
 # State (certs, etcd, logs, kubeconfig) lives in ${WARDEN_LOCALCLUSTER_DIR:-~/.cache/warden/localcluster};
 # containerd, volumes and pods under /var/lib/warden-local, /run/warden-local and /var/lib/kubelet.
@@ -63,6 +64,6 @@ case "${1:-}" in
         timed "demo" py demo
         log "make up: $(($(date +%s) - t0))s in all"
         ;;
-    down | env | status | pause-image) py "$1" ;;
-    *) echo "usage: $0 {deps|up|demo|all|env|status|down}" >&2; exit 2 ;;
+    down | env | status | pause-image | fake-gpu-plugin) py "$1" ;;
+    *) echo "usage: $0 {deps|up|demo|all|env|status|down|fake-gpu-plugin}" >&2; exit 2 ;;
 esac

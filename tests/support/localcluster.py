@@ -987,12 +987,14 @@ def demo(cluster: LocalCluster) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="hack/localcluster.sh", description=__doc__.split("\n\n")[0])
-    parser.add_argument("command", choices=["up", "down", "env", "status", "demo", "pause-image"])
+    parser.add_argument("command", choices=["up", "down", "env", "status", "demo", "pause-image", "fake-gpu-plugin"])
     args = parser.parse_args(argv)
     cluster = LocalCluster()
     try:
         if args.command == "pause-image":
             cluster.ensure_pause_image()
+        elif args.command == "fake-gpu-plugin":
+            print(build_fake_gpu_plugin())
         elif args.command == "up":
             cluster.ensure_pause_image()
             cluster.up()
