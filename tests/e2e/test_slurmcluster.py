@@ -1,9 +1,10 @@
 """A user's path through Warden on a real cluster: the three charts installed with helm, the
 SlurmCluster Ready, SSH through the login Service into the jail, a two-node batch job whose output lands
-in the jail, a GPU group added by `helm upgrade` (its workers join with their GPUs; the login pod, not
-restarted, follows the new slurm.conf), a `--gpus` job on it, the NCCL health check run from its
-CronJob draining the slow GPU node, workers scaled up joining Slurm, the controller pod deleted with
-jobs queued (the queue survives and they complete), and `helm uninstall` keeping the jail when asked.
+in the jail, a second SSH key added by `helm upgrade` (the same login pod lets it in), a GPU group added
+by `helm upgrade` (its workers join with their GPUs; the login pod, not restarted, follows the new
+slurm.conf), a `--gpus` job on it, the NCCL health check run from its CronJob draining the slow GPU
+node, workers scaled up and down joining and leaving Slurm, the controller pod deleted with jobs queued
+(the queue survives and they complete), and `helm uninstall` keeping the jail when asked.
 
 GPUs: the local cluster has none. Its kubelet gets STAND-IN ``nvidia.com/gpu`` devices from hack/fakegpu
 (a device plugin binding /dev/null at /dev/nvidiaN), and ``all_reduce_perf`` in the jail is the stand-in
@@ -50,14 +51,16 @@ class Installed:
     status: dict[str, Any]
     gpus: bool
 
-    def ssh(self, command: str, timeout: float = 60, input: str | None = None) -> subprocess.CompletedProcess[str]:
+    def ssh(
+        self, command: str, timeout: float = 60, input: str | None = None, key: Path | None = None
+    ) -> subprocess.CompletedProcess[str]:
         """Run ``command`` as root over SSH through the login Service (NodePort on the node's address)."""
         svc = self.kube.json("-n", self.namespace, "get", "service", f"{NAME}-login")
         port = next(p["nodePort"] for p in svc["spec"]["ports"] if p["name"] == "ssh")
         node = self.kube.json("get", "nodes")["items"][0]
         ip = next(a["address"] for a in node["status"]["addresses"] if a["type"] == "InternalIP")
         return subprocess.run(
-            ["ssh", "-i", str(self.key), "-p", str(port), "-o", "BatchMode=yes", "-o", "ConnectTimeout=10",
+            ["ssh", "-i", str(key or self.key), "-p", str(port), "-o", "BatchMode=yes", "-o", "ConnectTimeout=10",
              "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR",
              f"root@{ip}", command],
             capture_output=True, text=True, timeout=timeout, input=input,
@@ -183,6 +186,26 @@ def test_sbatch_on_two_nodes_writes_its_output_into_the_jail(installed: Installe
 def _needs_gpus(installed: Installed) -> None:
     if not installed.gpus:
         pytest.skip(f"the cluster under test (KUBECONFIG) offers no {FAKE_GPU_RESOURCE}")
+
+
+def test_ssh_key_added_by_helm_upgrade_logs_in_without_restarting_login(installed: Installed, tmp_path: Path) -> None:
+    """A second authorized key in the values: the login pod (same pod) lets it in once the kubelet has
+    refreshed the mounted ConfigMap; the first key still works."""
+    kube, ns = installed.kube, installed.namespace
+    login_uid = kube.json("-n", ns, "get", "pod", f"{NAME}-login-0")["metadata"]["uid"]
+    key2 = tmp_path / "second"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "warden-e2e-2", "-f", str(key2)], check=True)
+    assert installed.ssh("true", key=key2).returncode != 0, "an unknown key got in"
+    installed.values["login"]["sshAuthorizedKeys"].append(key2.with_suffix(".pub").read_text().strip())
+    installed.helm_upgrade()
+    deadline = time.monotonic() + 240  # the kubelet refreshes ConfigMap volumes about once a minute
+    out = installed.ssh("id -un", key=key2)
+    while out.returncode != 0 and time.monotonic() < deadline:
+        time.sleep(5)
+        out = installed.ssh("id -un", key=key2)
+    assert out.returncode == 0 and out.stdout.strip() == "root", out.stderr
+    assert installed.ssh("id -un").stdout.strip() == "root"
+    assert kube.json("-n", ns, "get", "pod", f"{NAME}-login-0")["metadata"]["uid"] == login_uid
 
 
 def test_gpu_group_added_by_helm_upgrade_is_usable_from_the_same_login(installed: Installed) -> None:
