@@ -155,7 +155,7 @@ func register(ctx context.Context, cfg config) error {
 }
 
 // run serves and registers, again whenever the kubelet wiped the socket, until ctx ends.
-func run(ctx context.Context, cfg config) error {
+func run(ctx context.Context, cfg config) {
 	sock := filepath.Join(cfg.pluginDir, cfg.socketName)
 	var stopServing func()
 	defer func() {
@@ -173,13 +173,14 @@ func run(ctx context.Context, cfg config) error {
 			stopServing, registered = nil, false
 		}
 		if stopServing == nil {
-			s, err := serve(cfg)
-			if err != nil {
-				return err
+			// the kubelet makes its device-plugin directory when it starts: wait for it
+			if s, err := serve(cfg); err != nil {
+				log.Printf("%v (retrying)", err)
+			} else {
+				stopServing = s
 			}
-			stopServing = s
 		}
-		if !registered {
+		if stopServing != nil && !registered {
 			if err := register(ctx, cfg); err != nil {
 				log.Printf("%v (retrying)", err)
 			} else {
@@ -189,7 +190,7 @@ func run(ctx context.Context, cfg config) error {
 		}
 		select {
 		case <-ctx.Done():
-			return nil
+			return
 		case <-tick.C:
 		}
 	}
@@ -216,8 +217,6 @@ func main() {
 	}
 	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer cancel()
-	if err := run(ctx, cfg); err != nil {
-		log.Fatal(err)
-	}
+	run(ctx, cfg)
 	log.Print("stopped")
 }

@@ -655,7 +655,12 @@ class LocalCluster:
             wait_for(f"node {NODE_NAME} Ready", self._node_ready, deadline - time.monotonic(), interval=1,
                      on_fail=cp.failure_report)  # fmt: skip
             if gpus:
-                wait_for(f"{gpus} stand-in {FAKE_GPU_RESOURCE} allocatable", lambda: self._gpus() == gpus,
+
+                def gpus_allocatable() -> bool:
+                    cp.check_alive()  # the plugin (or the kubelet) exited: waiting cannot help
+                    return self._gpus() == gpus
+
+                wait_for(f"{gpus} stand-in {FAKE_GPU_RESOURCE} allocatable", gpus_allocatable,
                          deadline - time.monotonic(), interval=1, on_fail=cp.failure_report)  # fmt: skip
             wait_for("CoreDNS ready", self._coredns_ready, deadline - time.monotonic(), interval=1,
                      on_fail=cp.failure_report)  # fmt: skip
