@@ -11,7 +11,7 @@ from warden.render.pods import (
     claim_template,
     config_map_volume,
     content_hash,
-    listening_probe,
+    daemon_probes,
     mount,
     resources,
     secret_volume,
@@ -57,8 +57,7 @@ def slurmdbd_statefulset(cluster: Cluster) -> Manifest:
             mount("slurmdbd-config", naming.SLURMDBD_CONFIG_DIR, read_only=True),
             mount("db-password", naming.DB_PASSWORD_DIR, read_only=True),
         ],
-        "readinessProbe": listening_probe(naming.SLURMDBD_PORT, period=5),
-        "livenessProbe": listening_probe(naming.SLURMDBD_PORT, period=20, failures=6, initial_delay=60),
+        **daemon_probes(naming.SLURMDBD_PORT, liveness_delay=60),
         "resources": resources(spec.accounting.resources),
     }
     return statefulset(

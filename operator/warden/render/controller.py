@@ -10,9 +10,9 @@ from warden.render.pods import (
     claim_spec,
     claim_template,
     content_hash,
+    daemon_probes,
     dns_config,
     jail_volume,
-    listening_probe,
     mount,
     resources,
     service,
@@ -46,8 +46,7 @@ def controller_statefulset(cluster: Cluster) -> Manifest:
             mount("state", naming.STATE_SAVE_LOCATION),
             mount("jail", naming.JAIL_MOUNT, read_only=True),
         ],
-        "readinessProbe": listening_probe(naming.SLURMCTLD_PORT, period=5),
-        "livenessProbe": listening_probe(naming.SLURMCTLD_PORT, period=20, failures=6, initial_delay=30),
+        **daemon_probes(naming.SLURMCTLD_PORT, liveness_delay=30),
         "resources": resources(spec.controller.resources),
     }
     labels = names.labels(COMPONENT)

@@ -9,6 +9,7 @@ from warden.render.context import Cluster
 from warden.render.pods import (
     Manifest,
     config_map_volume,
+    daemon_probes,
     dns_config,
     empty_dir,
     jail_volume,
@@ -153,8 +154,7 @@ def login_statefulset(cluster: Cluster) -> Manifest:
         # Sessions are chrooted into the jail; the entrypoint binds Slurm's client config (without
         # the key), the auth socket of sackd and the pod's DNS files into it, in this pod only.
         "securityContext": {"capabilities": {"add": ["SYS_ADMIN"]}},
-        "readinessProbe": listening_probe(naming.SSH_PORT, period=5),
-        "livenessProbe": listening_probe(naming.SSH_PORT, period=20, failures=6, initial_delay=30),
+        **daemon_probes(naming.SSH_PORT, liveness_delay=30),
         "resources": resources(spec.login.resources),
     }
     return statefulset(

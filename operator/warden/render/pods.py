@@ -111,6 +111,15 @@ def listening_probe(port: int, period: int = 10, failures: int = 3, initial_dela
     }
 
 
+def daemon_probes(port: int, liveness_delay: int) -> Manifest:
+    """A long-running daemon's probes: ready once it listens (checked every 5 s), restarted after two
+    minutes of not listening (6 x 20 s, from ``liveness_delay`` s after start)."""
+    return {
+        "readinessProbe": listening_probe(port, period=5),
+        "livenessProbe": listening_probe(port, period=20, failures=6, initial_delay=liveness_delay),
+    }
+
+
 def dns_config(cluster: Cluster) -> Manifest:
     """Short Slurm node names and the controller resolve from every pod of the cluster."""
     ns = cluster.namespace
