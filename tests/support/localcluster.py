@@ -177,7 +177,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
   path = "{DATA_DIR / "opt"}"
 
 [plugins."io.containerd.grpc.v1.cri"]
-  sandbox_image = "docker.io/{PAUSE_IMAGE}"
+  sandbox_image = "{PAUSE_IMAGE}"
   enable_selinux = false
   disable_apparmor = true
   # this host's root lacks CAP_SYS_RESOURCE: lowering oom_score_adj (-998 for pause) fails in runc init
@@ -755,7 +755,8 @@ class LocalCluster:
             if proc.returncode != 0:
                 raise LocalClusterError(f"image {ref} is not in Docker: run make images")
             image_id = proc.stdout.decode().strip()
-            if stamps.get(ref) == image_id and f"docker.io/{ref}" in present:
+            # containerd lists images under their normalized names (a default domain put in front)
+            if stamps.get(ref) == image_id and any(name.endswith(f"/{ref}") for name in present):
                 continue
             todo.append((ref, image_id))
         if not todo:
