@@ -13,8 +13,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.dataplane.spec import SPEC
-from tests.support.controlplane import sigterm_as_interrupt
-from tests.support.dockercluster import DockerCluster, DockerError, docker_available, missing_images, sweep_stale
+from tests.support.dockercluster import DockerCluster, running_for_tests, sweep_stale
 
 _failed: list[str] = []
 
@@ -31,31 +30,11 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 def cluster() -> Iterator[DockerCluster]:
     """The session's cluster, up (workers idle, SSH answering, slurmdbd knows the cluster). Torn down
     at session end whatever happened, also on SIGTERM; a killed run's leftovers are swept by the next."""
-    ok, why = docker_available()
-    if not ok:
-        pytest.fail(why, pytrace=False)
     swept = sweep_stale()
     if swept:
         print(f"\nremoved leftovers of dead dataplane runs: {', '.join(swept)}", file=sys.stderr)
-    c = DockerCluster(SPEC)
-    missing = missing_images([*c.images, c.image("jail")])
-    if missing:
-        pytest.fail(f"images missing: {', '.join(missing)} (make images)", pytrace=False)
-    try:
-        with sigterm_as_interrupt():
-            try:
-                c.start(timeout=180)
-            except DockerError as e:
-                pytest.fail(f"cluster did not come up: {e}", pytrace=False)
-            print(
-                f"\ncluster {c.run_id} up in {c.startup_seconds:.1f}s (populate-jail {c.populate_seconds:.1f}s)",
-                file=sys.stderr,
-            )
-            yield c
-            if _failed:
-                print(f"\n{len(_failed)} test(s) failed; container logs:\n{c.diagnostics()}", file=sys.stderr)
-    finally:
-        c.stop()
+    with running_for_tests(DockerCluster(SPEC), "cluster", lambda: bool(_failed)) as c:
+        yield c
 
 
 class JailUser:

@@ -23,7 +23,6 @@ from __future__ import annotations
 import json
 import re
 import shlex
-import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -32,8 +31,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.controlplane import sigterm_as_interrupt
-from tests.support.dockercluster import DockerCluster, DockerError, docker, docker_available, missing_images, wait_for
+from tests.support.dockercluster import DockerCluster, docker, running_for_tests, wait_for
 
 STANDIN = Path(__file__).resolve().parents[1] / "support" / "nccl_standin.py"
 STANDIN_DIR = "/var/lib/warden-nccl-standin"
@@ -65,37 +63,21 @@ q = shlex.quote
 
 @pytest.fixture(scope="module")
 def hc(request: pytest.FixtureRequest) -> Iterator[DockerCluster]:
-    ok, why = docker_available()
-    if not ok:
-        pytest.fail(why, pytrace=False)
-    c = DockerCluster(HEALTH_SPEC, name="hc")
-    missing = missing_images([*c.images, c.image("jail")])
-    if missing:
-        pytest.fail(f"images missing: {', '.join(missing)} (make images)", pytrace=False)
     failed_before = request.session.testsfailed
-    try:
-        with sigterm_as_interrupt():
-            try:
-                c.start(timeout=180)
-            except DockerError as e:
-                pytest.fail(f"health cluster did not come up: {e}", pytrace=False)
-            print(f"\nhealth cluster {c.run_id} up in {c.startup_seconds:.1f}s", file=sys.stderr)
-            worker = c.worker_pods("gpu")[0]
-            docker(
-                "exec",
-                "-i",
-                c.container(worker),
-                "sh",
-                "-c",
-                f"install -d /mnt/jail{STANDIN_DIR} && "
-                "cat > /mnt/jail/usr/local/bin/all_reduce_perf && chmod 755 /mnt/jail/usr/local/bin/all_reduce_perf",
-                input=STANDIN.read_text(),
-            )
-            yield c
-            if request.session.testsfailed > failed_before:
-                print(f"\nhealth tests failed; container logs:\n{c.diagnostics()}", file=sys.stderr)
-    finally:
-        c.stop()
+    failed = lambda: request.session.testsfailed > failed_before  # noqa: E731
+    with running_for_tests(DockerCluster(HEALTH_SPEC, name="hc"), "health cluster", failed) as c:
+        worker = c.worker_pods("gpu")[0]
+        docker(
+            "exec",
+            "-i",
+            c.container(worker),
+            "sh",
+            "-c",
+            f"install -d /mnt/jail{STANDIN_DIR} && "
+            "cat > /mnt/jail/usr/local/bin/all_reduce_perf && chmod 755 /mnt/jail/usr/local/bin/all_reduce_perf",
+            input=STANDIN.read_text(),
+        )
+        yield c
 
 
 @pytest.fixture

@@ -35,6 +35,7 @@ import shlex
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 import uuid
@@ -44,7 +45,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.support.controlplane import pid_alive
+import pytest
+
+from tests.support.controlplane import pid_alive, sigterm_as_interrupt
 from warden import naming
 from warden.model import parse_spec
 from warden.render import cluster as render_cluster
@@ -664,3 +667,29 @@ def running(cluster: DockerCluster, timeout: float = 180.0) -> Iterator[DockerCl
         yield cluster
     finally:
         cluster.stop()
+
+
+@contextlib.contextmanager
+def running_for_tests(c: DockerCluster, what: str, failed: Callable[[], bool]) -> Iterator[DockerCluster]:
+    """A test fixture's cluster: up (or the test fails, saying why: no Docker, images missing, a start
+    that failed), stopped afterwards whatever happened, also on SIGTERM; its containers' logs printed
+    when ``failed()`` says the tests using it failed."""
+    ok, why = docker_available()
+    if not ok:
+        pytest.fail(why, pytrace=False)
+    missing = missing_images([*c.images, c.image("jail")])
+    if missing:
+        pytest.fail(f"images missing: {', '.join(missing)} (make images)", pytrace=False)
+    try:
+        with sigterm_as_interrupt():
+            try:
+                c.start(timeout=180)
+            except DockerError as e:
+                pytest.fail(f"{what} did not come up: {e}", pytrace=False)
+            print(f"\n{what} {c.run_id} up in {c.startup_seconds:.1f}s (populate-jail {c.populate_seconds:.1f}s)",
+                  file=sys.stderr)  # fmt: skip
+            yield c
+            if failed():
+                print(f"\n{what}: tests failed; container logs:\n{c.diagnostics()}", file=sys.stderr)
+    finally:
+        c.stop()
