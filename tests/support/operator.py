@@ -132,20 +132,30 @@ def owned_objects(api: Any, ns: str, uid: str) -> dict[str, dict[str, Any]]:
     return out
 
 
-def apply_cluster(api: Any, body: dict[str, Any]) -> dict[str, Any]:
+def apply_cluster(api: Any, body: dict[str, Any], attempts: int = 5) -> dict[str, Any]:
+    """Create the SlurmCluster, or replace the one there with ``body``. The operator writes the object
+    too (status, kopf's annotations): a replace that lost that race (409) is tried again on the
+    newer version, as `kubectl replace` would have to be."""
     ns = body["metadata"]["namespace"]
     name = body["metadata"]["name"]
     custom = client.CustomObjectsApi(api)
-    try:
-        current: Any = custom.get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name)
-    except client.exceptions.ApiException as e:
-        if e.status != 404:
-            raise
-        created: Any = custom.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, body)
-        return dict(created)
-    body = {**body, "metadata": {**body["metadata"], "resourceVersion": current["metadata"]["resourceVersion"]}}
-    replaced: Any = custom.replace_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name, body)
-    return dict(replaced)
+    for attempt in range(attempts):
+        try:
+            current: Any = custom.get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name)
+        except client.exceptions.ApiException as e:
+            if e.status != 404:
+                raise
+            created: Any = custom.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, body)
+            return dict(created)
+        version = current["metadata"]["resourceVersion"]
+        newer = {**body, "metadata": {**body["metadata"], "resourceVersion": version}}
+        try:
+            replaced: Any = custom.replace_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name, newer)
+            return dict(replaced)
+        except client.exceptions.ApiException as e:
+            if e.status != 409 or attempt == attempts - 1:
+                raise
+    raise AssertionError("unreachable")
 
 
 def wait_ready(api: Any, ns: str, name: str, operator: OperatorProcess, timeout: float = 120) -> dict[str, Any]:
