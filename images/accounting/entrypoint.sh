@@ -3,6 +3,7 @@
 #   /etc/warden/slurmdbd/slurmdbd.conf   without StoragePass (WARDEN_SLURMDBD_CONF to override)
 #   /etc/warden/db/password              appended as StoragePass (WARDEN_DB_PASSWORD_FILE)
 #   /etc/warden/auth/slurm.key           auth/slurm key
+#   /mnt/jail (read-only)                the jail: users resolve through its /etc/passwd, /etc/group
 #   WARDEN_SLURMDBD_ARGS                 extra slurmdbd flags
 set -euo pipefail
 WARDEN_COMPONENT=accounting
@@ -27,6 +28,8 @@ pw_file="${WARDEN_DB_PASSWORD_FILE:-/etc/warden/db/password}"
 [ -f "$conf_in" ] || warden_die "no $conf_in (ConfigMap <cluster>-slurmdbd-config)"
 install -d -m 0755 "$SLURM_ETC"
 warden_slurm_key
+# accounting users are jail users: slurmdbd maps their names to uids (admin levels, coordinators)
+warden_jail_users
 # slurmdbd refuses a slurmdbd.conf that others can read: it holds the password
 umask 077
 {

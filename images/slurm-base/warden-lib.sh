@@ -44,17 +44,28 @@ warden_slurm_key() {
     fi
 }
 
+# The populate Job writes this file last: the jail volume holds a complete jail once it exists.
+WARDEN_JAIL_SENTINEL="${WARDEN_JAIL_SENTINEL:-.warden-populated}"
+warden_jail_populated() { [ -f "$WARDEN_JAIL/$WARDEN_JAIL_SENTINEL" ]; }
+
 # Users live in the jail's /etc/passwd, /etc/group, /etc/shadow (see jail/warden-useradd).
-# libnss-extrausers reads /var/lib/extrausers/*: point those at the jail so sshd, slurmd and
-# slurmctld resolve jail users live, with the image's own files taking precedence.
+# libnss-extrausers reads /var/lib/extrausers/{passwd,group,shadow} afresh at every lookup: point them
+# at the jail's files BY PATH (symbolic links), so sshd, slurmctld, slurmd and slurmdbd see the jail as
+# it is at each lookup: users and groups created at any time (useradd replaces those files by rename,
+# which a bind mount of the old inode would never see), and a jail populated after this container
+# started (until then the links dangle: jail users do not resolve, the image's own users still do).
+# No daemon caches users except slurmctld's group lists (GroupUpdateTime in slurm.conf).
 warden_jail_users() {
     local f
-    [ -f "$WARDEN_JAIL/etc/passwd" ] || { warden_log "users: no $WARDEN_JAIL/etc/passwd; local users only"; return 0; }
     install -d -m 0755 /var/lib/extrausers
     for f in passwd group shadow; do
         ln -sfn "$WARDEN_JAIL/etc/$f" "/var/lib/extrausers/$f"
     done
-    warden_log "users: resolving jail users through $WARDEN_JAIL/etc/{passwd,group,shadow}"
+    if warden_jail_populated; then
+        warden_log "users: resolving jail users through $WARDEN_JAIL/etc/{passwd,group,shadow}"
+    else
+        warden_log "users: the jail is not populated yet; its users resolve through $WARDEN_JAIL/etc/{passwd,group,shadow} as soon as the populate Job has filled it (nothing to restart)"
+    fi
 }
 
 # Make this pod's Slurm client view visible inside the jail, in this container's own mount
@@ -89,33 +100,52 @@ warden_client_config() {
         -exec cp -p {} "$WARDEN_CLIENT_CONFIG/" \;
 }
 
+# The "src:dst:mode" pairs warden_jail_binds mounted, for warden_jail_rebind.
+WARDEN_JAIL_BOUND=()
+
 warden_jail_binds() {
-    local client="$WARDEN_CLIENT_CONFIG" pair src dst
+    local client="$WARDEN_CLIENT_CONFIG" pair
     [ -d "$WARDEN_JAIL" ] || { warden_log "jail: $WARDEN_JAIL missing; no bind mounts"; return 0; }
-    [ -f "$WARDEN_JAIL/etc/warden-jail-release" ] || warden_log "jail: warning: $WARDEN_JAIL is not populated yet"
+    warden_jail_populated || warden_log "jail: warning: $WARDEN_JAIL is not populated yet"
     install -d -m 0755 /run/slurm
     chown slurm:slurm /run/slurm
     warden_client_config
     # the pod's name resolution (cluster DNS, search domains, /etc/hosts) applies inside the jail too
     for pair in "$client:/etc/slurm:ro" "/run/slurm:/run/slurm:rw" \
         "/etc/resolv.conf:/etc/resolv.conf:ro" "/etc/hosts:/etc/hosts:ro" "/etc/hostname:/etc/hostname:ro" "$@"; do
-        IFS=: read -r src dst mode <<<"$pair"
-        if [ -f "$src" ]; then
-            [ -e "$WARDEN_JAIL$dst" ] || touch "$WARDEN_JAIL$dst" 2>/dev/null || true
-        elif [ -e "$src" ]; then
-            mkdir -p "$WARDEN_JAIL$dst" 2>/dev/null || true
-        else
-            mkdir -p "$src" "$WARDEN_JAIL$dst" 2>/dev/null || true
-        fi
-        if mountpoint -q "$WARDEN_JAIL$dst"; then
-            continue
-        fi
-        if mount --bind "$src" "$WARDEN_JAIL$dst"; then
-            [ "${mode:-rw}" = ro ] && mount -o remount,bind,ro "$WARDEN_JAIL$dst" || true
-            warden_log "jail: bound $src at $WARDEN_JAIL$dst (${mode:-rw})"
-        else
-            warden_log "jail: warning: cannot bind $src at $WARDEN_JAIL$dst (needs CAP_SYS_ADMIN); Slurm commands inside the jail will not work"
-        fi
+        if warden_jail_bind "$pair" bound; then WARDEN_JAIL_BOUND+=("$pair"); fi
+    done
+}
+
+# One "src:dst:mode" bind of this pod's file or directory src at $WARDEN_JAIL/dst (this container's
+# mount namespace only); nothing to do when dst is a mount point already. $2: the verb for the log.
+warden_jail_bind() {
+    local src dst mode
+    IFS=: read -r src dst mode <<<"$1"
+    if [ -f "$src" ]; then
+        [ -e "$WARDEN_JAIL$dst" ] || touch "$WARDEN_JAIL$dst" 2>/dev/null || true
+    elif [ -e "$src" ]; then
+        mkdir -p "$WARDEN_JAIL$dst" 2>/dev/null || true
+    else
+        mkdir -p "$src" "$WARDEN_JAIL$dst" 2>/dev/null || true
+    fi
+    mountpoint -q "$WARDEN_JAIL$dst" && return 0
+    if mount --bind "$src" "$WARDEN_JAIL$dst"; then
+        [ "${mode:-rw}" = ro ] && mount -o remount,bind,ro "$WARDEN_JAIL$dst" || true
+        warden_log "jail: $2 $src at $WARDEN_JAIL$dst (${mode:-rw})"
+    else
+        warden_log "jail: warning: cannot bind $src at $WARDEN_JAIL$dst (needs CAP_SYS_ADMIN); Slurm commands inside the jail will not work"
+        return 1
+    fi
+}
+
+# A bind onto a jail file lives on that file's inode: when anyone replaces the file by rename on the
+# shared volume (a populate overwrite, an admin's editor, another node), the kernel drops the mount and
+# jobs would see the jail's own /etc/hosts or lose /etc/slurm. Put back whatever went missing.
+warden_jail_rebind() {
+    local pair
+    for pair in ${WARDEN_JAIL_BOUND[@]+"${WARDEN_JAIL_BOUND[@]}"}; do
+        warden_jail_bind "$pair" "bound again (the jail's file was replaced)" || true
     done
 }
 
@@ -132,7 +162,8 @@ warden_dirs_hash() {
 # spec changes (a new partition or worker group, extraLines, login keys) and the kubelet updates such
 # volumes in place within about a minute. In the background, every WARDEN_CONFIG_POLL seconds
 # (default 10), hash DIR...; when the hash differs from HASH (taken before the files were first
-# copied), run HOOK; a failing HOOK is retried at the next poll. Sets follow_pid.
+# copied), run HOOK; a failing HOOK is retried at the next poll. Each poll also puts back the jail
+# binds a replaced file took away (warden_jail_rebind). Sets follow_pid.
 #   warden_follow HASH HOOK DIR...
 warden_follow() {
     local last="$1" hook="$2"
@@ -141,6 +172,7 @@ warden_follow() {
         trap - TERM INT
         set +e
         while sleep "${WARDEN_CONFIG_POLL:-10}"; do
+            warden_jail_rebind
             now="$(warden_dirs_hash "$@")"
             [ "$now" = "$last" ] && continue
             warden_log "config: $* changed; reloading"

@@ -51,9 +51,9 @@ def test_no_container_is_privileged(cluster: DockerCluster) -> None:
 
 
 def test_jail_is_shared_read_write_only_where_the_contract_says(cluster: DockerCluster) -> None:
-    """Workers and login mount the one jail volume read-write, the controller read-only (user lookup
-    only), accounting and the database not at all."""
-    want = {"worker": True, "login": True, "controller": False}
+    """Workers and login mount the one jail volume read-write, the controller and slurmdbd read-only
+    (user lookup only), the database not at all."""
+    want = {"worker": True, "login": True, "controller": False, "accounting": False}
     for pod in cluster.pods.values():
         mounts = [m for m in cluster.inspect(pod.container)["Mounts"] if m["Destination"] == "/mnt/jail"]
         if pod.component not in want:

@@ -16,9 +16,11 @@ translates those manifests into `docker run` arguments, one container per pod:
   select it), on a user-defined network: names resolve through Docker's embedded DNS (127.0.0.11)
   inside the test network only, with the pod's search domains.
 
-Not translated (no Kubernetes here): init containers (the populate Job runs to completion before any
-pod starts, which is what `wait-for-jail` waits for), probes, resource limits, CronJobs and RBAC
-(a CronJob's pod runs on demand: `job_pod` + `run_to_completion`, with its command and args).
+Start order as on Kubernetes: pods whose template has the `wait-for-jail` init container (workers,
+login) start once the populate Job's pod has finished; the others (controller, slurmdbd, MariaDB)
+start alongside it, on a jail volume that is still empty. Other init containers, probes, resource
+limits, CronJobs and RBAC are not translated (a CronJob's pod runs on demand: `job_pod` +
+`run_to_completion`, with its command and args).
 No container runs `--privileged`.
 
 Every Docker object carries the label `LABEL_RUN=<run id>` (plus the creating process id), so
@@ -65,6 +67,8 @@ LABEL_POD = "dev.warden.dataplane.pod"
 #: harmless character device (/dev/null, 1:3) mapped to /dev/nvidia<N> (`docker run --device`).
 FAKE_GPU_SOURCE = "/dev/null"
 GPU_RESOURCE_SUFFIX = "/gpu"
+#: The init container that holds a pod until the jail is populated (warden.render.pods).
+WAIT_FOR_JAIL = "wait-for-jail"
 #: Kubernetes' own search domains for a pod in namespace NS (before the pod's dnsConfig.searches).
 CLUSTER_DOMAIN = "svc.cluster.local"
 #: Docker's default capability set (moby's oci/caps/defaults.go): what every container has.
@@ -187,6 +191,7 @@ class Pod:
     spec: Manifest  # the container's spec from the manifest
     group: str | None = None  # worker group
     argv: list[str] = field(default_factory=list)  # after the image: the container's command[1:] + args
+    waits_for_jail: bool = False  # has the wait-for-jail init container: starts after populate-jail
 
 
 @dataclass
@@ -400,6 +405,7 @@ class DockerCluster:
             spec=container,
             group=labels.get(naming.WORKER_GROUP_LABEL),
             argv=argv,
+            waits_for_jail=any(c["name"] == WAIT_FOR_JAIL for c in spec.get("initContainers", [])),
         )
 
     def _plan(self) -> None:
@@ -416,13 +422,13 @@ class DockerCluster:
 
     # --- lifecycle ----------------------------------------------------------------------------
     def start(self, timeout: float = 180.0) -> None:
-        """Network, jail volume, populate-jail, then every pod at once; returns when Slurm is up."""
+        """Network and jail volume; the pods that do not wait for the jail together with populate-jail,
+        then the others (see the module's docstring); returns when Slurm is up."""
         t0 = time.monotonic()
         self._started = True
         self._write_files()
         docker("network", "create", *self.labels_args(), self.network)
         self.create_volume(self.jail_volume)
-        self.populate_seconds = self.run_populate(self.jail_volume).seconds
         self._plan()
         client_args = [
             "--name",
@@ -437,10 +443,13 @@ class DockerCluster:
             "--entrypoint",
             "sleep",
         ]
-        runs = [(p.container, [*p.args, p.image]) for p in self.pods.values()]
-        runs.append((self.client, [*client_args, self.image("jail"), "infinity"]))
+        early = [(p.container, [*p.args, p.image]) for p in self.pods.values() if not p.waits_for_jail]
+        early.append((self.client, [*client_args, self.image("jail"), "infinity"]))
+        late = [(p.container, [*p.args, p.image]) for p in self.pods.values() if p.waits_for_jail]
         with ThreadPoolExecutor(max_workers=8) as pool:
-            list(pool.map(lambda r: docker("run", "-d", *r[1], timeout=120), runs))
+            list(pool.map(lambda r: docker("run", "-d", *r[1], timeout=120), early))
+            self.populate_seconds = self.run_populate(self.jail_volume).seconds
+            list(pool.map(lambda r: docker("run", "-d", *r[1], timeout=120), late))
         self.wait_ready(timeout)
         self.startup_seconds = time.monotonic() - t0
 

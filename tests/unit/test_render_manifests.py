@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -272,3 +275,46 @@ def test_secrets_are_generated_fresh_and_complete() -> None:
     assert host["ssh_host_ed25519_key"].startswith("-----BEGIN OPENSSH PRIVATE KEY-----")
     assert host["ssh_host_ed25519_key.pub"].startswith("ssh-ed25519 ")
     assert all("data" not in s.manifest and "stringData" not in s.manifest for s in specs.values())
+
+
+def test_every_daemon_that_looks_users_up_mounts_the_jail_and_only_nodes_wait_for_it() -> None:
+    """Users live in the jail: slurmctld, slurmdbd, slurmd and sshd resolve them there (read-only where
+    nothing is written). Workers and login wait for the populate Job (their jail binds need a full
+    jail); slurmctld and slurmdbd do not (they run without jail users until it is there)."""
+    objs = objects(load("accounting-external"))
+    seen: dict[str, tuple[Any, bool, bool]] = {}
+    for obj in objs.values():
+        if obj["kind"] != "StatefulSet":
+            continue
+        pod = obj["spec"]["template"]["spec"]
+        (jail,) = [m for m in pod["containers"][0]["volumeMounts"] if m["name"] == "jail"] or [None]
+        waits = [c["name"] for c in pod.get("initContainers", [])] == ["wait-for-jail"]
+        seen[obj["metadata"]["labels"]["app.kubernetes.io/component"]] = (
+            jail and jail["mountPath"],
+            bool(jail and jail.get("readOnly")),
+            waits,
+        )
+    assert seen == {
+        "controller": ("/mnt/jail", True, False),
+        "accounting": ("/mnt/jail", True, False),
+        "login": ("/mnt/jail", False, True),
+        "worker": ("/mnt/jail", False, True),
+    }, seen
+
+
+def test_wait_for_jail_says_what_it_waits_for_then_ends(tmp_path: Path) -> None:
+    """The init container's script, run against a directory standing in for the jail volume."""
+    objs = objects(load("cpu-only"))
+    (init,) = objs["StatefulSet/cpu-login"]["spec"]["template"]["spec"]["initContainers"]
+    assert init["command"][:2] == ["/bin/sh", "-c"]
+    script = init["command"][2].replace("/mnt/jail", str(tmp_path))
+    proc = subprocess.Popen(["/bin/sh", "-c", script], stdout=subprocess.PIPE, text=True)
+    time.sleep(0.5)
+    assert proc.poll() is None, "ended before the jail was populated"
+    (tmp_path / ".warden-populated").write_text("WARDEN_JAIL_VERSION=9\npopulated_at=now\n")
+    out, _ = proc.communicate(timeout=10)
+    assert proc.returncode == 0
+    assert out.splitlines() == [
+        f"waiting for the jail: Job cpu-populate-jail has not populated it yet (no {tmp_path}/.warden-populated; 0s)",
+        "jail populated: WARDEN_JAIL_VERSION=9",
+    ]

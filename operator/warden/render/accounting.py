@@ -12,6 +12,7 @@ from warden.render.pods import (
     config_map_volume,
     content_hash,
     daemon_probes,
+    jail_volume,
     mount,
     resources,
     secret_volume,
@@ -56,6 +57,9 @@ def slurmdbd_statefulset(cluster: Cluster) -> Manifest:
             *slurm_mounts(),
             mount("slurmdbd-config", naming.SLURMDBD_CONFIG_DIR, read_only=True),
             mount("db-password", naming.DB_PASSWORD_DIR, read_only=True),
+            # Users are the jail's: slurmdbd maps account users to uids (admin levels, coordinators)
+            # through the jail's /etc/passwd, read live (the entrypoint points NSS extrausers at it).
+            mount("jail", naming.JAIL_MOUNT, read_only=True),
         ],
         **daemon_probes(naming.SLURMDBD_PORT, liveness_delay=60),
         "resources": resources(spec.accounting.resources),
@@ -74,6 +78,7 @@ def slurmdbd_statefulset(cluster: Cluster) -> Manifest:
                 *slurm_volumes(cluster),
                 config_map_volume("slurmdbd-config", names.slurmdbd_config),
                 _password_volume(cluster),
+                jail_volume(cluster),
             ],
         },
     )

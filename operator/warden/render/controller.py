@@ -40,7 +40,9 @@ def controller_statefulset(cluster: Cluster) -> Manifest:
         "imagePullPolicy": spec.images.pull_policy,
         "ports": [{"name": "slurmctld", "containerPort": naming.SLURMCTLD_PORT}],
         # The jail, read-only: slurmctld looks up each job's user and groups (send_gids), and users
-        # live in the jail's /etc/passwd (the entrypoint points NSS extrausers at it).
+        # live in the jail's /etc/passwd (the entrypoint points NSS extrausers at it, by path: users
+        # made at any time resolve). slurmctld does not wait for the populate Job: it needs no jail
+        # file to run, and jail users resolve from the moment the Job has filled the jail.
         "volumeMounts": [
             *slurm_mounts(),
             mount("state", naming.STATE_SAVE_LOCATION),

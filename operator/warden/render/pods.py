@@ -132,13 +132,22 @@ def dns_config(cluster: Cluster) -> Manifest:
 
 
 def wait_for_jail_init(cluster: Cluster, image: str) -> Manifest:
-    """Init container that holds a pod until the populate-jail Job has filled the jail."""
+    """Init container that holds a pod until the populate-jail Job has filled the jail (the sentinel
+    file it writes last), saying what it waits for in its log every 30 s; the pod stays not Ready
+    (``Init:0/1``) meanwhile."""
     marker = f"{naming.JAIL_MOUNT}/{naming.JAIL_POPULATED_SENTINEL}"
+    job = cluster.names.populate_jail
+    script = (
+        f'n=0; until [ -e "{marker}" ]; do '
+        f'[ $((n % 15)) -eq 0 ] && echo "waiting for the jail: Job {job} has not populated it yet'
+        f' (no {marker}; $((n * 2))s)"; n=$((n + 1)); sleep 2; done; '
+        f'echo "jail populated: $(head -n 1 "{marker}")"'
+    )
     return {
         "name": "wait-for-jail",
         "image": image,
         "imagePullPolicy": cluster.spec.images.pull_policy,
-        "command": ["/bin/sh", "-c", f'until [ -e "{marker}" ]; do echo "waiting for {marker}"; sleep 2; done'],
+        "command": ["/bin/sh", "-c", script],
         "volumeMounts": [mount("jail", naming.JAIL_MOUNT, read_only=True)],
     }
 
