@@ -2,9 +2,9 @@
  * spank_jail.c - Slurm SPANK plugin that runs every task of every job step
  * inside the shared root file system (the jail).
  *
- * plugstack.conf:
- *   required /usr/lib/warden/spank_jail.so root=/mnt/jail \
- *            bind=/mnt/warden/local/tmp:/tmp bind=/run/slurm
+ * plugstack.conf (as Warden renders it for a worker group with node-local
+ * /tmp and /dev/shm; see README.md):
+ *   required /usr/lib/warden/spank_jail.so root=/mnt/jail bind=/tmp bind=/dev/shm
  *
  * The move happens in slurm_spank_task_init_privileged: once per task, in
  * the forked child, still root, before slurmstepd drops to the user and

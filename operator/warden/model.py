@@ -218,7 +218,16 @@ class Login(Spec):
 class Gpus(Spec):
     """GPUs of every node in a worker group, published as Slurm gres `gpu`."""
 
-    count: int = Field(default=0, ge=0, le=64, description="GPUs per node (0: a CPU-only group).")
+    count: int = Field(
+        default=0,
+        ge=0,
+        le=64,
+        description=(
+            "GPUs per node (0: a CPU-only group). Give each worker pod every GPU of its Kubernetes node"
+            " (with a nodeSelector for the node type): Slurm's gres.conf names /dev/nvidia0..count-1, and"
+            " device plugins keep the host's device numbers (a second pod on the node would get /dev/nvidia4-7)."
+        ),
+    )
     type: str | None = Field(
         default=None,
         pattern=r"^[a-z0-9][a-z0-9_.-]*$",

@@ -1,6 +1,8 @@
 """A user's path through Warden on a real cluster: the three charts installed with helm, the
-SlurmCluster Ready, SSH through the login Service into the jail, a two-node batch job whose output lands
-in the jail, a second SSH key added by `helm upgrade` (the same login pod lets it in), a GPU group added
+SlurmCluster Ready, SSH through the login Service into the jail, a user made in the jail right after
+Ready who logs in and runs jobs (nothing restarted), a two-node batch job whose output lands in the
+jail, a second SSH key added by `helm upgrade` (the same login pod lets it in), a second user a minute
+later and a group added to both (seen in their job steps), a GPU group added
 by `helm upgrade` (its workers join with their GPUs; the login pod, not restarted, follows the new
 slurm.conf), a `--gpus` job on it, the NCCL health check run from its CronJob draining the slow GPU
 node, workers scaled up and down joining and leaving Slurm, the controller pod deleted with jobs queued
@@ -50,11 +52,35 @@ class Installed:
     key: Path
     status: dict[str, Any]
     gpus: bool
+    tmp: Path
+    users_made_at: dict[str, float]  # jail user -> time.monotonic() of its creation
+
+    def make_user(self, name: str) -> Path:
+        """`warden-useradd` as root on the login node (chrooted into the jail), with a new SSH key."""
+        key = self.tmp / f"id_{name}"
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", name, "-f", str(key)], check=True)
+        out = self.ssh(f"warden-useradd --key '{key.with_suffix('.pub').read_text().strip()}' {name}")
+        assert out.returncode == 0, out.stderr
+        self.users_made_at[name] = time.monotonic()
+        return key
+
+    def restarts(self) -> dict[str, tuple[str, int]]:
+        """Every pod of the release: (uid, container restarts)."""
+        pods = self.kube.json("-n", self.namespace, "get", "pods", "-l", INSTANCE)["items"]
+        return {
+            p["metadata"]["name"]: (
+                p["metadata"]["uid"],
+                sum(c.get("restartCount", 0) for c in p["status"].get("containerStatuses", [])),
+            )
+            for p in pods
+            if p["status"].get("phase") == "Running"
+        }
 
     def ssh(
-        self, command: str, timeout: float = 60, input: str | None = None, key: Path | None = None
+        self, command: str, timeout: float = 60, input: str | None = None, key: Path | None = None, user: str = "root"
     ) -> subprocess.CompletedProcess[str]:
-        """Run ``command`` as root over SSH through the login Service (NodePort on the node's address)."""
+        """Run ``command`` as ``user`` (root's key unless ``key``) over SSH through the login Service
+        (NodePort on the node's address)."""
         svc = self.kube.json("-n", self.namespace, "get", "service", f"{NAME}-login")
         port = next(p["nodePort"] for p in svc["spec"]["ports"] if p["name"] == "ssh")
         node = self.kube.json("get", "nodes")["items"][0]
@@ -62,7 +88,7 @@ class Installed:
         return subprocess.run(
             ["ssh", "-i", str(key or self.key), "-p", str(port), "-o", "BatchMode=yes", "-o", "ConnectTimeout=10",
              "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR",
-             f"root@{ip}", command],
+             f"{user}@{ip}", command],
             capture_output=True, text=True, timeout=timeout, input=input,
         )  # fmt: skip
 
@@ -125,7 +151,7 @@ def installed(kube: Kube, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
         install_charts(kube, namespace, namespace, values, tmp / "values.json", operator_release=operator, crds="chart")
         status = wait_slurmcluster_ready(kube, namespace, NAME, timeout=600)
         print(f"\nSlurmCluster {namespace}/{NAME} Ready {time.monotonic() - t0:.0f}s after helm install")
-        yield Installed(kube, namespace, values, tmp / "values.json", key, status, gpus)
+        yield Installed(kube, namespace, values, tmp / "values.json", key, status, gpus, tmp, {})
     finally:
         for release in (NAME, operator, "slurm-operator-crds"):
             kube.helm("uninstall", release, "-n", namespace, "--ignore-not-found", "--wait", check=False)
@@ -157,6 +183,33 @@ def test_ssh_through_login_service_lands_in_the_jail(installed: Installed) -> No
     pod = installed.kube.kubectl("-n", installed.namespace, "exec", f"{NAME}-login-0", "-c", "sshd", "--",
                                  "sh", "-c", probe)  # fmt: skip
     assert pod.strip() == "absent"
+
+
+def _user_runs_jobs(installed: Installed, user: str, key: Path) -> None:
+    """What a new user does first: log in with their key, `srun`, `sbatch` into their home."""
+    out = installed.ssh("id -un; pwd", user=user, key=key)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == [user, f"/home/{user}"]
+    out = installed.ssh("srun -N1 sh -c 'echo $(id -un) $HOME'", user=user, key=key)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == [user, f"/home/{user}"]
+    out = installed.ssh("cd && sbatch --parsable -o first-%j.out --wrap 'id -un; hostname'", user=user, key=key)
+    assert out.returncode == 0, out.stderr
+    job = out.stdout.strip().split(";")[0]
+    assert _wait_job(installed, job) == "COMPLETED"
+    text = installed.ssh(f"cat ~/first-{job}.out", user=user, key=key).stdout.split()
+    assert text[0] == user and text[1].startswith(f"{NAME}-worker-"), text
+
+
+def test_user_made_right_after_ready_logs_in_and_runs_jobs(installed: Installed) -> None:
+    """The first thing an admin does on a fresh install: make a user in the jail. With nothing
+    restarted since `helm install` (slurmctld started before the populate Job had filled the jail),
+    the user logs in, and `srun` and `sbatch` run as them."""
+    before = installed.restarts()
+    alice = installed.make_user("alice")
+    _user_runs_jobs(installed, "alice", alice)
+    assert installed.restarts() == before, "a pod was restarted or replaced"
+    assert all(restarts == 0 for _, restarts in before.values()), before
 
 
 def _wait_job(installed: Installed, job: str, timeout: float = 180) -> str:
@@ -206,6 +259,33 @@ def test_ssh_key_added_by_helm_upgrade_logs_in_without_restarting_login(installe
     assert out.returncode == 0 and out.stdout.strip() == "root", out.stderr
     assert installed.ssh("id -un").stdout.strip() == "root"
     assert kube.json("-n", ns, "get", "pod", f"{NAME}-login-0")["metadata"]["uid"] == login_uid
+
+
+def test_second_user_a_minute_later_and_a_group_added_to_a_user_who_ran_jobs(installed: Installed) -> None:
+    """A second user made a minute after the first works the same; a group made later, with both
+    users in it, is in their next login and, within seconds, in their job steps (slurmctld caches each
+    user's groups for GroupUpdateTime)."""
+    before = installed.restarts()
+    wait = 60 - (time.monotonic() - installed.users_made_at["alice"])
+    if wait > 0:
+        time.sleep(wait)
+    bob = installed.make_user("bob")
+    _user_runs_jobs(installed, "bob", bob)
+
+    out = installed.ssh("groupadd e2e-lab && usermod -aG e2e-lab alice && usermod -aG e2e-lab bob")
+    assert out.returncode == 0, out.stderr
+    alice = installed.tmp / "id_alice"
+    assert sorted(installed.ssh("id -Gn", user="alice", key=alice).stdout.split()) == ["alice", "e2e-lab"]
+    deadline = time.monotonic() + 60
+    groups: list[str] = []
+    while time.monotonic() < deadline:
+        out = installed.ssh("srun -N1 id -Gn", user="alice", key=alice)
+        groups = sorted(out.stdout.split())
+        if groups == ["alice", "e2e-lab"]:
+            break
+        time.sleep(2)
+    assert groups == ["alice", "e2e-lab"], out.stderr
+    assert installed.restarts() == before, "a pod was restarted or replaced"
 
 
 def test_gpu_group_added_by_helm_upgrade_is_usable_from_the_same_login(installed: Installed) -> None:

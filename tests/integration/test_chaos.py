@@ -19,13 +19,14 @@ def test_operator_killed_twenty_times_still_converges(
     api_client: Any, controlplane: Any, cluster_namespace: str, operator_factory: Any
 ) -> None:
     ns = cluster_namespace
-    # kwok nodes that advertise GPUs stand in for GPU machines (none here); sized for the example.
-    # The H100 nodes are tainted (the example's h100 group tolerates it), so the a100 group, which
-    # has no nodeSelector, cannot take half an H100 node and leave an h100 pod unschedulable.
-    h100 = {"node.kubernetes.io/instance-type": "gpu-h100x8"}
+    # kwok nodes that advertise GPUs stand in for GPU machines (none here); sized for the example:
+    # each GPU group's pods take whole 8-GPU nodes of their type (nodeSelector), tainted for GPU work.
     taint = [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]
-    controlplane.add_fake_nodes(4, labels=h100, gpu=8, prefix="kwok-h100", cpu="128", memory="2Ti", taints=taint)
-    controlplane.add_fake_nodes(2, gpu=4, prefix="kwok-a100", cpu="64", memory="512Gi")
+    for gpu_type, count, memory in (("h100", 4, "2Ti"), ("a100", 2, "1Ti")):
+        labels = {"node.kubernetes.io/instance-type": f"gpu-{gpu_type}x8"}
+        controlplane.add_fake_nodes(
+            count, labels=labels, gpu=8, prefix=f"kwok-{gpu_type}", cpu="128", memory=memory, taints=taint
+        )
     rng = random.Random(20261122)  # fixed seed: a failure can be replayed
     operator: OperatorProcess = operator_factory(start=False)
     body = load_example("gpu-two-groups", ns)

@@ -95,7 +95,7 @@ def test_gpu_cluster_partitions_and_gres() -> None:
         "file": "/dev/nvidia[0-7]",
     }
     assert by_type["a100"]["nodename"] == "gpu-worker-a100-[0-1]"
-    assert by_type["a100"]["file"] == "/dev/nvidia[0-3]"
+    assert by_type["a100"]["file"] == "/dev/nvidia[0-7]"
     assert len(gres) == 2, "the CPU group has no gres line"
 
 

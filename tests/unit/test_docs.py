@@ -1,0 +1,53 @@
+"""The docs say what the code does, where a number or a name in them can be checked mechanically."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+TIERS = ("unit", "integration", "dataplane", "e2e")
+
+
+def _collected() -> Counter[str]:
+    """Tests per tier, as pytest collects them (one process per tier, as `make test` runs them: test
+    modules of the same name live in several tiers)."""
+    procs = {
+        tier: subprocess.Popen(
+            [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", f"tests/{tier}"],
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for tier in TIERS
+    }
+    counts: Counter[str] = Counter()
+    for tier, proc in procs.items():
+        out, _ = proc.communicate(timeout=120)
+        assert proc.returncode == 0, f"collecting tests/{tier}:\n{out[-3000:]}"
+        counts[tier] = sum(1 for line in out.splitlines() if line.startswith(f"tests/{tier}/") and "::" in line)
+    return counts
+
+
+def test_readme_test_counts_are_what_pytest_collects() -> None:
+    readme = (REPO / "README.md").read_text()
+    counts = _collected()
+    stated = re.search(r"unit (\d+), integration (\d+),\s+dataplane (\d+), e2e (\d+) tests", readme)
+    assert stated, "README: the line with the test counts per tier is gone"
+    assert dict(zip(TIERS, map(int, stated.groups()), strict=True)) == {t: counts[t] for t in TIERS}
+    # the sample of `make test` output: the unit and e2e tiers' "N passed"
+    unit = re.search(r"==> unit\n(\d+) passed", readme)
+    e2e = re.search(r"\n(\d+) passed in [\d.]+s \([\d:]+\)\n<== e2e", readme)
+    assert unit and e2e, "README: the sample of make test's output changed shape"
+    assert (int(unit.group(1)), int(e2e.group(1))) == (counts["unit"], counts["e2e"])
+
+
+def test_no_other_doc_states_a_test_count() -> None:
+    """Counts live in the README only (checked above); elsewhere they go stale."""
+    for doc in (REPO / "docs").glob("*.md"):
+        found = re.findall(r"\(\d+ tests\)|\b\d+ (?:unit|integration|dataplane|e2e) tests\b", doc.read_text())
+        assert not found, f"{doc.relative_to(REPO)}: {found}"
