@@ -5,7 +5,17 @@ set -euo pipefail
 # Mount points the entrypoints bind into (each pod, in its own mount namespace):
 #   /etc/slurm       client configuration (never the key)     /run/slurm   SACK socket
 #   /var/spool/slurmd  batch scripts of job steps
-install -d -m 0755 /etc/slurm /var/spool/slurmd /home
+#   /usr/lib/warden/driver  a GPU worker's own NVIDIA driver (lib/, bin/, version); empty elsewhere
+#   /usr/bin/nvidia-smi     the stub below; a GPU worker binds its node's nvidia-smi over it
+install -d -m 0755 /etc/slurm /var/spool/slurmd /home /usr/lib/warden/driver
+cat >/usr/bin/nvidia-smi <<'SH'
+#!/bin/sh
+# Warden jail: no NVIDIA driver here. Job steps on GPU worker nodes see their node's own nvidia-smi
+# and driver libraries in place of this file (mounted per node, see /usr/lib/warden/driver).
+echo "nvidia-smi: no NVIDIA driver on $(hostname) (only job steps on GPU worker nodes see their node's driver)" >&2
+exit 9
+SH
+chmod 0755 /usr/bin/nvidia-smi
 install -d -o slurm -g slurm -m 0755 /run/slurm
 # /etc/slurm comes from the pod; drop the package's plugstack.conf so the bind mount shows the
 # cluster's (the mount hides whatever is below it anyway)

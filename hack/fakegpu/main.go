@@ -9,6 +9,12 @@
 // container, as on a node whose GPUs all belong to one worker pod (how Warden's worker groups are meant
 // to be sized on a real cluster); a real plugin keeps the host's numbering. Nothing here touches a GPU.
 //
+// With -drivers, each allocation also gets a STAND-IN NVIDIA driver (hack/fakedriver: fake libcuda,
+// libnvidia-ml and nvidia-smi of a given version), the directories taken in turn, so two GPU pods run
+// different driver versions as nodes do during a driver roll-out. Turns alternate between the two
+// layouts GPU runtimes use: the whole directory at /usr/local/nvidia (GKE's driver installer), and each
+// versioned library at /usr/lib/x86_64-linux-gnu plus nvidia-smi at /usr/bin (NVIDIA's toolkit, CDI).
+//
 // The kubelet removes every socket in the device-plugin directory when it starts, so the plugin watches
 // its own socket and serves and registers again when it is gone. SIGTERM/SIGINT stop it cleanly.
 package main
@@ -25,6 +31,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -40,13 +47,15 @@ type config struct {
 	socketName      string
 	hostDevice      string
 	containerPrefix string
+	drivers         []string // stand-in driver directories (lib64/, bin/), one per allocation in turn
 }
 
 // plugin serves the DevicePlugin service for one resource.
 type plugin struct {
 	api.UnimplementedDevicePluginServer
-	cfg  config
-	stop chan struct{} // closed when the server it belongs to stops: ends ListAndWatch streams
+	cfg   config
+	stop  chan struct{} // closed when the server it belongs to stops: ends ListAndWatch streams
+	turns atomic.Int64  // allocations so far: which stand-in driver and layout the next one gets
 }
 
 func deviceID(i int) string { return fmt.Sprintf("fake-gpu-%d", i) }
@@ -94,9 +103,42 @@ func (p *plugin) Allocate(_ context.Context, req *api.AllocateRequest) (*api.All
 			})
 		}
 		log.Printf("allocate %v -> %s0..%d (bound to %s)", creq.DevicesIds, p.cfg.containerPrefix, len(creq.DevicesIds)-1, p.cfg.hostDevice)
+		if len(p.cfg.drivers) > 0 {
+			mounts, err := driverMounts(p.cfg.drivers, int(p.turns.Add(1)-1))
+			if err != nil {
+				return nil, err
+			}
+			c.Mounts = mounts
+		}
 		resp.ContainerResponses = append(resp.ContainerResponses, c)
 	}
 	return resp, nil
+}
+
+// driverMounts lays out the stand-in driver of allocation number turn (see the package comment).
+func driverMounts(drivers []string, turn int) ([]*api.Mount, error) {
+	dir := drivers[turn%len(drivers)]
+	if turn%2 == 0 {
+		log.Printf("driver %s at /usr/local/nvidia", dir)
+		return []*api.Mount{{ContainerPath: "/usr/local/nvidia", HostPath: dir, ReadOnly: true}}, nil
+	}
+	entries, err := os.ReadDir(filepath.Join(dir, "lib64"))
+	if err != nil {
+		return nil, fmt.Errorf("stand-in driver %s: %w", dir, err)
+	}
+	var mounts []*api.Mount
+	for _, e := range entries {
+		if e.Type().IsRegular() { // versioned files only: the toolkit mounts no soname links
+			mounts = append(mounts, &api.Mount{
+				ContainerPath: "/usr/lib/x86_64-linux-gnu/" + e.Name(),
+				HostPath:      filepath.Join(dir, "lib64", e.Name()),
+				ReadOnly:      true,
+			})
+		}
+	}
+	mounts = append(mounts, &api.Mount{ContainerPath: "/usr/bin/nvidia-smi", HostPath: filepath.Join(dir, "bin", "nvidia-smi"), ReadOnly: true})
+	log.Printf("driver %s at /usr/lib/x86_64-linux-gnu and /usr/bin (%d files)", dir, len(mounts))
+	return mounts, nil
 }
 
 func (p *plugin) PreStartContainer(context.Context, *api.PreStartContainerRequest) (*api.PreStartContainerResponse, error) {
@@ -204,7 +246,11 @@ func main() {
 	flag.StringVar(&cfg.socketName, "socket", "warden-fake-gpu.sock", "socket file name in -plugin-dir")
 	flag.StringVar(&cfg.hostDevice, "host-device", "/dev/null", "host device file behind every fake device")
 	flag.StringVar(&cfg.containerPrefix, "container-prefix", "/dev/nvidia", "device path prefix in containers")
+	drivers := flag.String("drivers", "", "comma-separated stand-in driver directories (lib64/, bin/) handed out in turn")
 	flag.Parse()
+	if *drivers != "" {
+		cfg.drivers = strings.Split(*drivers, ",")
+	}
 	log.SetFlags(log.LstdFlags | log.Lmicroseconds)
 	if cfg.count < 1 || cfg.count > 64 {
 		log.Fatalf("-count must be 1..64, got %d", cfg.count)

@@ -49,6 +49,8 @@ else
 fi
 rm -f "$sentinel"
 rsync "${args[@]}" "$src/" "$dst/"
+# the mount point GPU workers show their node's driver at (jail images other than Warden's lack it)
+install -d -m 0755 "$dst/usr/lib/warden/driver"
 # sshd's ChrootDirectory needs a root-owned, not group/other-writable jail root
 chown 0:0 "$dst"
 chmod 0755 "$dst"

@@ -163,7 +163,8 @@ warden_dirs_hash() {
 # volumes in place within about a minute. In the background, every WARDEN_CONFIG_POLL seconds
 # (default 10), hash DIR...; when the hash differs from HASH (taken before the files were first
 # copied), run HOOK; a failing HOOK is retried at the next poll. Each poll also puts back the jail
-# binds a replaced file took away (warden_jail_rebind). Sets follow_pid.
+# binds a replaced file took away (warden_jail_rebind), then runs the functions named in
+# WARDEN_POLL_HOOKS (space-separated). Sets follow_pid.
 #   warden_follow HASH HOOK DIR...
 warden_follow() {
     local last="$1" hook="$2"
@@ -173,6 +174,7 @@ warden_follow() {
         set +e
         while sleep "${WARDEN_CONFIG_POLL:-10}"; do
             warden_jail_rebind
+            for h in ${WARDEN_POLL_HOOKS:-}; do "$h"; done
             now="$(warden_dirs_hash "$@")"
             [ "$now" = "$last" ] && continue
             warden_log "config: $* changed; reloading"

@@ -13,6 +13,9 @@
 #                        under the pod's terminationGracePeriodSeconds)
 #   WARDEN_CONFIG_POLL   seconds between looks at the mounted config (default 10): when the operator
 #                        changed it, the files are copied again and slurmd reloads them (SIGHUP)
+#   WARDEN_GPUS          GPUs of this worker group (0: a CPU worker). On a GPU worker, the driver files
+#                        the GPU runtime gave this container are shown to every job step (see
+#                        warden-driver.sh); without a complete driver the node is drained with the reason.
 #
 # On SIGTERM (pod deleted, StatefulSet scaled in) the node leaves Slurm cleanly: it is drained (no new
 # jobs), its running jobs get up to WARDEN_LEAVE_TIMEOUT seconds, the dynamic node is deleted from
@@ -20,6 +23,7 @@
 set -euo pipefail
 WARDEN_COMPONENT=worker
 . /usr/lib/warden/warden-lib.sh
+. /usr/lib/warden/warden-driver.sh
 warden_passthrough slurmd "$@"
 
 [ -n "${WARDEN_SLURMD_CONF:-}" ] || warden_die "WARDEN_SLURMD_CONF is empty (the node line for slurmd -Z --conf)"
@@ -63,6 +67,15 @@ for p in ${WARDEN_JAIL_SHARED:-/home /root}; do
         warden_log "warning: cannot bind $WARDEN_JAIL$p at $p; jobs cannot use paths under $p"
 done
 
+# The node's own NVIDIA driver in every job step (GPU workers only; nothing on the shared volume).
+if [ "${WARDEN_GPUS:-0}" -gt 0 ]; then
+    if warden_driver_setup; then
+        WARDEN_POLL_HOOKS="${WARDEN_POLL_HOOKS:-} warden_driver_refresh"
+    else
+        warden_log "driver: error: $WARDEN_DRIVER_PROBLEM; this node takes no jobs"
+    fi
+fi
+
 node_args=()
 [ -n "${WARDEN_NODE_NAME:-}" ] && node_args=(-N "$WARDEN_NODE_NAME")
 node="${WARDEN_NODE_NAME:-$(hostname -s)}"
@@ -77,6 +90,18 @@ reload() {
     warden_slurm_config && group_plugstack && warden_client_config && kill -HUP "$slurmd_pid"
 }
 warden_follow "$config_hash" reload "$WARDEN_CONFIG_DIR"
+
+# A GPU worker whose job steps cannot get the driver takes no jobs: drained, with the reason, as soon as
+# it has registered (a dynamic node exists in slurmctld only from then on).
+if [ -n "$WARDEN_DRIVER_PROBLEM" ]; then
+    (
+        trap - TERM INT
+        set +e
+        until scontrol show node -o "$node" >/dev/null 2>&1; do sleep 1; done
+        scontrol update nodename="$node" state=drain reason="warden-worker: $WARDEN_DRIVER_PROBLEM" &&
+            warden_log "driver: drained $node: $WARDEN_DRIVER_PROBLEM"
+    ) &
+fi
 
 # A dynamic node's gres are fixed when it first registers, and a slurmctld whose slurm.conf lacks the
 # gres type drops them: the node would stay Gres=(null) for good. That happens when a GPU group is

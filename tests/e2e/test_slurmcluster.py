@@ -4,12 +4,14 @@ Ready who logs in and runs jobs (nothing restarted), a two-node batch job whose 
 jail, a second SSH key added by `helm upgrade` (the same login pod lets it in), a second user a minute
 later and a group added to both (seen in their job steps), a GPU group added
 by `helm upgrade` (its workers join with their GPUs; the login pod, not restarted, follows the new
-slurm.conf), a `--gpus` job on it, the NCCL health check run from its CronJob draining the slow GPU
+slurm.conf), a `--gpus` job on it, job steps on both GPU nodes at once each loading its own node's
+(stand-in) driver, the NCCL health check run from its CronJob draining the slow GPU
 node, workers scaled up and down joining and leaving Slurm, the controller pod deleted with jobs queued
 (the queue survives and they complete), and `helm uninstall` keeping the jail when asked.
 
 GPUs: the local cluster has none. Its kubelet gets STAND-IN ``nvidia.com/gpu`` devices from hack/fakegpu
-(a device plugin binding /dev/null at /dev/nvidiaN), and ``all_reduce_perf`` in the jail is the stand-in
+(a device plugin binding /dev/null at /dev/nvidiaN, and giving each GPU container a stand-in driver built
+from hack/fakedriver, two versions in turn), and ``all_reduce_perf`` in the jail is the stand-in
 tests/support/nccl_standin.py, which prints the bandwidth the test chose for each node. Everything else
 (the scheduling of GPU pods, Slurm's gres, the CronJob's Job, drains, status) is real. On a cluster given
 by ``KUBECONFIG`` that offers no ``nvidia.com/gpu``, the GPU group is left out and its tests skip.
@@ -339,6 +341,45 @@ def test_gpus_job_on_the_gpu_group_completes(installed: Installed) -> None:
     assert text[1:] == [f"/dev/nvidia{i}" for i in range(GPUS_PER_NODE)]  # the pod's GPUs; the step uses one
     fields = dict(f.split("=", 1) for f in installed.ssh(f"scontrol show job -o {job}").stdout.split() if "=" in f)
     assert fields["Partition"] == "gpu" and fields["NodeList"].startswith(f"{NAME}-worker-gpu-")
+
+
+#: A CUDA program's first steps, through ctypes in the jail's python3: libcuda.so.1 by soname (nothing
+#: set by the user), its stand-in version, and the file the loader mapped.
+CUDA_PROBE = (
+    "import ctypes, os; c = ctypes.CDLL('libcuda.so.1'); v = ctypes.c_int(); c.cuDriverGetVersion(ctypes.byref(v)); "
+    "p = next(l.split()[-1] for l in open('/proc/self/maps') if 'libcuda' in l); "
+    "print(os.uname().nodename, ctypes.c_char_p.in_dll(c, 'warden_fake_driver_version').value.decode(), v.value, p)"
+)
+
+
+def test_gpu_steps_load_their_own_nodes_driver_and_cpu_steps_none(installed: Installed) -> None:
+    """The device plugin gave each GPU worker a stand-in driver, two versions in turn (one laid out as
+    GKE does, one as NVIDIA's toolkit does): alice's job step on both nodes at once loads each node's
+    own libcuda and runs its own nvidia-smi, a CPU step finds none, and the jail volume holds no driver."""
+    _needs_gpus(installed)
+    kube, ns = installed.kube, installed.namespace
+    nodes = [f"{NAME}-worker-gpu-{i}" for i in range(GPU_NODES)]
+    given = {
+        n: kube.kubectl("-n", ns, "exec", n, "-c", "slurmd", "--", "cat", "/run/warden/driver/version").strip()
+        for n in nodes
+    }
+    assert len(set(given.values())) == GPU_NODES, given
+    alice = installed.tmp / "id_alice"
+    step = f"srun -p gpu -N{GPU_NODES} -w {','.join(nodes)}"
+    out = installed.ssh(f'{step} python3 -c "{CUDA_PROBE}"', key=alice, user="alice")
+    assert out.returncode == 0, out.stderr
+    seen = {f[0]: f[1:] for f in map(str.split, out.stdout.splitlines())}
+    for node in nodes:
+        version, _cuda, path = seen[node]
+        assert version == given[node] and path == f"/usr/lib/warden/driver/lib/libcuda.so.{version}", seen
+    smi = installed.ssh(f"{step} -l nvidia-smi", key=alice, user="alice").stdout
+    for i, node in enumerate(nodes):
+        assert f"{i}: Driver Version: {given[node]}" in smi, smi
+    cpu = installed.ssh(f'srun -p cpu python3 -c "{CUDA_PROBE}"', key=alice, user="alice")
+    assert cpu.returncode != 0 and "libcuda.so.1: cannot open shared object file" in cpu.stderr, cpu
+    look = "find /mnt/jail -xdev -name 'libcuda*' -o -xdev -name 'libnvidia-*'; ls -A /mnt/jail/usr/lib/warden/driver"
+    on_volume = kube.kubectl("-n", ns, "exec", f"{NAME}-worker-cpu-0", "-c", "slurmd", "--", "sh", "-c", look)
+    assert on_volume.split() == [], on_volume
 
 
 def test_health_check_job_drains_the_slow_gpu_node(installed: Installed) -> None:

@@ -10,7 +10,9 @@ translates those manifests into `docker run` arguments, one container per pod:
   `emptyDir`s are per-container volumes (`medium: Memory` is a tmpfs);
 - env, capabilities, the seccomp profile (`Localhost` = images/worker/seccomp.json, the profile a
   kubelet would load) and AppArmor come from each container's spec; `nvidia.com/gpu` limits become
-  fake device files (see `FAKE_GPU_SOURCE`);
+  fake device files (see `FAKE_GPU_SOURCE`) and a stand-in driver (tests.support.fakedriver), placed
+  where GPU runtimes put it: the GPU pods take `drivers` in turn, alternately laid out as GKE does
+  (/usr/local/nvidia) and as NVIDIA's container toolkit does (per-file mounts);
 - every container gets its pod's hostname, and network aliases equal to the DNS names Kubernetes
   would give it (`<pod>.<serviceName>.<ns>.svc.cluster.local`, plus the names of the Services that
   select it), on a user-defined network: names resolve through Docker's embedded DNS (127.0.0.11)
@@ -50,6 +52,7 @@ from typing import Any
 import pytest
 
 from tests.support.controlplane import pid_alive, sigterm_as_interrupt
+from tests.support.fakedriver import FakeDriver, build_all
 from warden import naming
 from warden.model import parse_spec
 from warden.render import cluster as render_cluster
@@ -222,6 +225,8 @@ class DockerCluster:
     config_overrides: Mapping[str, str] = field(default_factory=dict)
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:8])
     keep: bool = field(default_factory=lambda: os.environ.get("WARDEN_DATAPLANE_KEEP") == "1")
+    #: the driver each GPU pod gets, in turn (None: a GPU pod without a driver); default: the stand-ins
+    drivers: Sequence[FakeDriver | None] | None = None
 
     def __post_init__(self) -> None:
         self.prefix = f"wdp-{self.run_id}"
@@ -246,6 +251,8 @@ class DockerCluster:
         self.inspected: dict[str, Manifest] = {}  # container name -> docker inspect, incl. finished ones
         self.client = f"{self.prefix}-client"
         self._started = False
+        self._gpu_pods = 0
+        self.pod_drivers: dict[str, FakeDriver | None] = {}
 
     # --- rendering ----------------------------------------------------------------------------
     def objects(self, kind: str) -> list[Manifest]:
@@ -386,6 +393,7 @@ class DockerCluster:
             if res.endswith(GPU_RESOURCE_SUFFIX):
                 for i in range(int(count)):
                     args += ["--device", f"{FAKE_GPU_SOURCE}:/dev/nvidia{i}"]
+                args += self._driver_args(pod)
         argv: list[str] = []
         if command:
             if container.get("command"):
@@ -407,6 +415,19 @@ class DockerCluster:
             argv=argv,
             waits_for_jail=any(c["name"] == WAIT_FOR_JAIL for c in spec.get("initContainers", [])),
         )
+
+    def _driver_args(self, pod: str) -> list[str]:
+        """The stand-in driver of the next GPU pod, mounted read-only where a GPU runtime puts it."""
+        if self.drivers is None:
+            self.drivers = build_all()
+        turn = self._gpu_pods
+        self._gpu_pods += 1
+        driver = self.drivers[turn % len(self.drivers)] if self.drivers else None
+        self.pod_drivers[pod] = driver
+        if driver is None:
+            return []
+        mounts = driver.gke_mounts() if turn % 2 == 0 else driver.toolkit_mounts()
+        return [a for src, dst in mounts for a in ("--volume", f"{src}:{dst}:ro")]
 
     def _plan(self) -> None:
         for sts in self.objects("StatefulSet"):
@@ -524,10 +545,13 @@ class DockerCluster:
         workers = sorted(p.name for p in self.pods.values() if p.component == "worker")
         ctl = self.names.controller_pod
 
+        # a GPU pod given no driver is drained by its own entrypoint: it is up once it says so
+        no_driver = {pod for pod, driver in self.pod_drivers.items() if driver is None}
+
         def nodes_idle() -> bool:
             r = self.exec(ctl, "sinfo -h -N -o '%N %t'", check=False)
             states = dict(line.split() for line in r.out.splitlines() if len(line.split()) == 2)
-            return all(states.get(w) == "idle" for w in workers)
+            return all(states.get(w) == ("drain" if w in no_driver else "idle") for w in workers)
 
         try:
             wait_for(f"worker nodes {workers} idle", nodes_idle, timeout)

@@ -14,7 +14,8 @@ pods can reach the API server; this module adds the node:
   directories; ReadWriteMany works because there is one node);
 * STAND-IN GPUs: hack/fakegpu (a kubelet device plugin built from its Go module) advertises
   ``FAKE_GPUS`` ``nvidia.com/gpu`` devices, each a bind of /dev/null at /dev/nvidiaN in the container (no
-  GPU exists here; ``WARDEN_LOCAL_FAKE_GPUS=0`` turns it off);
+  GPU exists here; ``WARDEN_LOCAL_FAKE_GPUS=0`` turns it off), and gives every GPU container a STAND-IN
+  driver (tests/support/fakedriver.py), two versions in turn;
 * the project's images, imported from Docker into containerd's ``k8s.io`` namespace (no registry).
 
 The node is ``warden-node`` with the address ``NODE_IP`` (put on ``lo``), pods get ``POD_SUBNET`` on the
@@ -39,6 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tests.support import fakedriver
 from tests.support.controlplane import (
     REPO_ROOT,
     SERVICE_CIDR,
@@ -648,8 +650,9 @@ class LocalCluster:
             ])  # fmt: skip
             gpus = fake_gpu_count()
             if gpus:
+                drivers = ",".join(str(d.path) for d in fakedriver.build_all())
                 cp.spawn("fake-gpu-plugin", [str(build_fake_gpu_plugin()), f"-count={gpus}",
-                                             f"-resource={FAKE_GPU_RESOURCE}"])  # fmt: skip
+                                             f"-resource={FAKE_GPU_RESOURCE}", f"-drivers={drivers}"])  # fmt: skip
             self._save(cp, bins)
             deadline = time.monotonic() + timeout
             wait_for(f"node {NODE_NAME} Ready", self._node_ready, deadline - time.monotonic(), interval=1,

@@ -122,6 +122,11 @@ def test_gpu_worker_group_pod() -> None:
     env = {e["name"]: e["value"] for e in slurmd["env"]}
     assert env["WARDEN_WORKER_GROUP"] == "h100"
     assert "Gres=gpu:h100:8" in env["WARDEN_SLURMD_CONF"]
+    # the entrypoint shows the container's driver to job steps, and asks NVIDIA's runtime for it
+    assert env["WARDEN_GPUS"] == "8"
+    assert env["NVIDIA_DRIVER_CAPABILITIES"] == "compute,utility"
+    cpu = pod_spec(objs["StatefulSet/gpu-worker-cpu"])["containers"][0]
+    assert not {"WARDEN_GPUS", "NVIDIA_DRIVER_CAPABILITIES"} & {e["name"] for e in cpu["env"]}
     assert pod["nodeSelector"] == {"node.kubernetes.io/instance-type": "gpu-h100x8"}
     assert pod["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
     mounts = {m["mountPath"]: m["name"] for m in slurmd["volumeMounts"]}

@@ -4,9 +4,11 @@ Checks, in order, each bounded so the whole run stays under 10 s:
 
 1. the GPU device files ``/dev/nvidia[0-9]*`` number exactly the GPUs in the node's gres (the count
    comes from Slurm itself, or ``--expected-gpus`` / ``WARDEN_EXPECTED_GPUS``);
-2. ``nvidia-smi -L`` answers within 5 s and lists that many GPUs (when the node has GPUs and
-   ``nvidia-smi`` is installed);
-3. the jail is mounted: ``/mnt/jail/etc/warden-jail-release`` exists.
+2. on a node with GPUs, the driver job steps get is there: the worker entrypoint stages the node's
+   driver in ``--driver-dir`` (``/run/warden/driver``: ``lib/libcuda.so.1``, ``lib/libnvidia-ml.so.1``,
+   ``bin/nvidia-smi``; see images/worker/warden-driver.sh). A missing file is a failure, not a skip;
+3. that ``nvidia-smi -L``, run with those libraries, answers within 5 s and lists that many GPUs;
+4. the jail is mounted: ``/mnt/jail/etc/warden-jail-release`` exists.
 
 On failure the node is drained with ``warden-quickcheck: <what failed>`` (unless it is already drained
 or DOWN with another reason, which is left alone); once the checks pass again, a node whose current
@@ -20,7 +22,6 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import shutil
 import socket
 import sys
 from collections.abc import Sequence
@@ -29,9 +30,13 @@ from pathlib import Path
 
 from warden.slurm import CommandRunner, Slurm, SlurmError, first_line, run_command
 
-__all__ = ["REASON_PREFIX", "Settings", "find_problems", "main"]
+__all__ = ["DRIVER_DIR", "REASON_PREFIX", "Settings", "find_problems", "main"]
 
 REASON_PREFIX = "warden-quickcheck:"
+#: Where the worker entrypoint stages the node's driver (WARDEN_DRIVER_STAGE in warden-driver.sh).
+DRIVER_DIR = "/run/warden/driver"
+#: The driver's files without which CUDA programs or nvidia-smi cannot run.
+DRIVER_LIBRARIES = ("libcuda.so.1", "libnvidia-ml.so.1")
 _DEVICE = re.compile(r"^nvidia\d+$")
 _SMI_GPU = re.compile(r"^GPU \d+:", re.MULTILINE)
 
@@ -43,7 +48,7 @@ class Settings:
     dev_dir: Path = Path("/dev")
     jail: Path = Path("/mnt/jail")
     release_file: str = "etc/warden-jail-release"
-    nvidia_smi: str | None = "nvidia-smi"
+    driver_dir: Path = Path(DRIVER_DIR)
     smi_timeout_s: float = 5.0
     dry_run: bool = False
 
@@ -61,19 +66,30 @@ def find_problems(settings: Settings, expected_gpus: int, runner: CommandRunner 
     devices = gpu_device_files(settings.dev_dir)
     if len(devices) != expected_gpus:
         problems.append(f"{len(devices)} of {expected_gpus} GPU device files")
-    smi = shutil.which(settings.nvidia_smi) if settings.nvidia_smi and expected_gpus > 0 else None
-    if smi is not None:
-        result = runner([smi, "-L"], settings.smi_timeout_s)
-        if result.timed_out:
-            problems.append(f"nvidia-smi hung for {settings.smi_timeout_s:g}s")
-        elif result.returncode != 0:
-            why = first_line(result.stderr or result.stdout, 60) or "no message"
-            problems.append(f"nvidia-smi exit {result.returncode}: {why}")
-        elif (listed := len(_SMI_GPU.findall(result.stdout))) != expected_gpus:
-            problems.append(f"nvidia-smi lists {listed} of {expected_gpus} GPUs")
+    if expected_gpus > 0:
+        problems += _driver_problems(settings, expected_gpus, runner)
     if not (settings.jail / settings.release_file).is_file():
         problems.append(f"jail not mounted ({settings.jail}/{settings.release_file} missing)")
     return problems
+
+
+def _driver_problems(settings: Settings, expected_gpus: int, runner: CommandRunner) -> list[str]:
+    lib, smi = settings.driver_dir / "lib", settings.driver_dir / "bin" / "nvidia-smi"
+    missing = [name for name in DRIVER_LIBRARIES if not (lib / name).exists()]
+    if not os.access(smi, os.X_OK):
+        missing.append("nvidia-smi")
+    if missing:
+        return [f"no NVIDIA driver ({', '.join(missing)} missing)"]
+    # the libraries job steps load, not whatever this container's loader would find
+    result = runner(["env", f"LD_LIBRARY_PATH={lib}", str(smi), "-L"], settings.smi_timeout_s)
+    if result.timed_out:
+        return [f"nvidia-smi hung for {settings.smi_timeout_s:g}s"]
+    if result.returncode != 0:
+        why = first_line(result.stderr or result.stdout, 60) or "no message"
+        return [f"nvidia-smi exit {result.returncode}: {why}"]
+    if (listed := len(_SMI_GPU.findall(result.stdout))) != expected_gpus:
+        return [f"nvidia-smi lists {listed} of {expected_gpus} GPUs"]
+    return []
 
 
 def reason_for(problems: Sequence[str]) -> str:
@@ -113,7 +129,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--expected-gpus", type=int, default=int(env_gpus) if env_gpus.strip() else None)
     p.add_argument("--dev-dir", type=Path, default=Path("/dev"))
     p.add_argument("--jail", type=Path, default=Path(os.environ.get("WARDEN_JAIL", "/mnt/jail")))
-    p.add_argument("--nvidia-smi", default="nvidia-smi")
+    p.add_argument("--driver-dir", type=Path, default=Path(os.environ.get("WARDEN_DRIVER_STAGE", DRIVER_DIR)))
     p.add_argument("--dry-run", action="store_true")
     return p
 
@@ -125,7 +141,7 @@ def main(argv: Sequence[str] | None = None, slurm: Slurm | None = None, runner: 
         expected_gpus=args.expected_gpus,
         dev_dir=args.dev_dir,
         jail=args.jail,
-        nvidia_smi=str(args.nvidia_smi) or None,
+        driver_dir=args.driver_dir,
         dry_run=bool(args.dry_run),
     )
     try:

@@ -53,6 +53,18 @@ def _worker_security(cluster: Cluster) -> Manifest:
     return out
 
 
+def _gpu_env(group: WorkerGroup) -> list[Manifest]:
+    """A GPU worker shows the driver its container got to every job step (images/worker/warden-driver.sh):
+    WARDEN_GPUS says it must, and NVIDIA's runtime hands over the compute libraries and nvidia-smi
+    only for the capabilities a container asks for."""
+    if not group.gpus.count:
+        return []
+    return [
+        {"name": "WARDEN_GPUS", "value": str(group.gpus.count)},
+        {"name": "NVIDIA_DRIVER_CAPABILITIES", "value": "compute,utility"},
+    ]
+
+
 def worker_statefulset(cluster: Cluster, group: WorkerGroup) -> Manifest:
     names = cluster.names
     spec = cluster.spec
@@ -74,6 +86,7 @@ def worker_statefulset(cluster: Cluster, group: WorkerGroup) -> Manifest:
         "env": [
             {"name": "WARDEN_SLURMD_CONF", "value": config.slurmd_node_conf(group)},
             {"name": "WARDEN_WORKER_GROUP", "value": group.name},
+            *_gpu_env(group),
         ],
         "ports": [{"name": "slurmd", "containerPort": naming.SLURMD_PORT}],
         "securityContext": _worker_security(cluster),

@@ -1,0 +1,173 @@
+"""The node's own NVIDIA driver in every GPU job step (issue: GPUs for real, item 1).
+
+No GPU and no NVIDIA driver exist here: each GPU pod gets fake device files and a STAND-IN driver
+(hack/fakedriver: C libraries answering cuInit/cuDriverGetVersion/cuDeviceGetCount and NVML, and an
+nvidia-smi that loads libnvidia-ml.so.1 through the dynamic loader), placed where GPU runtimes put
+the real one. Three GPU workers: driver 550.54.15 laid out as GKE does (/usr/local/nvidia), driver
+580.159.04 laid out as NVIDIA's container toolkit does (versioned files in /usr/lib/x86_64-linux-gnu,
+nvidia-smi in /usr/bin, no soname links), and one given no driver at all; plus a CPU worker.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.support.dockercluster import DockerCluster, running_for_tests, wait_for
+from tests.support.fakedriver import FakeDriver, build_all
+
+#: What a CUDA program does first, through ctypes in the jail's own python3: load libcuda.so.1 by
+#: soname (no LD_LIBRARY_PATH), ask it, and say which file the loader mapped.
+PROBE = r"""
+import ctypes, os
+try:
+    cuda = ctypes.CDLL("libcuda.so.1")
+except OSError as e:
+    print("no-libcuda", e)
+    raise SystemExit(0)
+version, count = ctypes.c_int(), ctypes.c_int()
+init = cuda.cuInit(0)
+cuda.cuDriverGetVersion(ctypes.byref(version))
+cuda.cuDeviceGetCount(ctypes.byref(count))
+name = ctypes.c_char_p.in_dll(cuda, "warden_fake_driver_version").value.decode()
+path = next(l.split()[-1] for l in open("/proc/self/maps") if "libcuda.so" in l)
+ld_path = os.environ.get("LD_LIBRARY_PATH", "-")
+print("libcuda", os.uname().nodename, name, version.value, count.value, init, path, ld_path)
+"""
+
+SPEC: dict[str, Any] = {
+    "login": {"replicas": 0},
+    "workerGroups": [
+        {"name": "gpu", "replicas": 3, "gpus": {"count": 2, "type": "fake"}},
+        {"name": "cpu", "replicas": 1},
+    ],
+    "partitions": [
+        {"name": "gpu", "workerGroups": ["gpu"], "default": True},
+        {"name": "cpu", "workerGroups": ["cpu"]},
+    ],
+    "accounting": {"mode": "Disabled"},
+    "healthChecks": {"quick": {"enabled": True, "intervalSeconds": 10}},
+}
+
+q = shlex.quote
+
+
+@pytest.fixture(scope="module")
+def drivers() -> list[FakeDriver]:
+    return build_all()
+
+
+@pytest.fixture(scope="module")
+def dc(request: pytest.FixtureRequest, drivers: list[FakeDriver]) -> Iterator[DockerCluster]:
+    failed_before = request.session.testsfailed
+    failed = lambda: request.session.testsfailed > failed_before  # noqa: E731
+    cluster = DockerCluster(SPEC, name="drv", drivers=[drivers[0], drivers[1], None])
+    with running_for_tests(cluster, "driver cluster", failed) as c:
+        yield c
+
+
+def srun(dc: DockerCluster, nodes: str, command: str, partition: str = "gpu") -> str:
+    return dc.exec(dc.names.controller_pod, f"srun -p {partition} -w {nodes} -N{len(nodes.split(','))} {command}").out
+
+
+def probe(dc: DockerCluster, nodes: str, partition: str = "gpu") -> dict[str, list[str]]:
+    out = srun(dc, nodes, f"python3 -c {q(PROBE)}", partition)
+    return {line.split()[1]: line.split() for line in out.splitlines() if line.startswith("libcuda ")}
+
+
+def test_each_gpu_step_loads_its_own_nodes_driver_at_the_same_time(dc: DockerCluster) -> None:
+    gpu0, gpu1, _ = dc.worker_pods("gpu")
+    driver0, driver1 = dc.pod_drivers[gpu0], dc.pod_drivers[gpu1]
+    assert driver0 is not None and driver1 is not None and driver0.version != driver1.version
+    # one job step on both nodes at once, from one jail
+    seen = probe(dc, f"{gpu0},{gpu1}")
+    for node, driver in ((gpu0, driver0), (gpu1, driver1)):
+        _, _, version, cuda, count, init, path, ld_path = seen[node]
+        assert version == driver.version, seen
+        assert int(cuda) == driver.cuda_version and int(count) == 2 and int(init) == 0, seen
+        # found by the loader in the node's view of the jail, with nothing set by the user
+        assert path == f"/usr/lib/warden/driver/lib/libcuda.so.{driver.version}", seen
+        assert ld_path == "-", seen
+
+
+def test_each_gpu_step_runs_its_own_nodes_nvidia_smi(dc: DockerCluster) -> None:
+    gpu0, gpu1, _ = dc.worker_pods("gpu")
+    for node in (gpu0, gpu1):
+        driver = dc.pod_drivers[node]
+        assert driver is not None
+        out = srun(dc, node, "sh -c 'command -v nvidia-smi; nvidia-smi; nvidia-smi -L; cat /etc/warden-jail-release'")
+        assert out.splitlines()[0] == "/usr/bin/nvidia-smi", out
+        assert f"Driver Version: {driver.version}" in out, out
+        assert "NVML: /usr/lib/warden/driver/lib/libnvidia-ml.so.1" in out, out
+        assert out.count("GPU-warden-fake") == 2, out
+        assert "WARDEN_JAIL_VERSION" in out, "the step ran in the jail"
+        # the node's own helper libraries too (libnvidia-*), and the version for people to read
+        listing = srun(dc, node, "sh -c 'ls /usr/lib/warden/driver/lib; cat /usr/lib/warden/driver/version'")
+        assert f"libnvidia-ptxjitcompiler.so.{driver.version}" in listing.split(), listing
+        assert listing.split()[-1] == driver.version, listing
+
+
+def test_cpu_step_sees_no_driver(dc: DockerCluster) -> None:
+    (cpu,) = dc.worker_pods("cpu")
+    look = "ls -A /usr/lib/warden/driver | wc -l; nvidia-smi; echo rc=$?"
+    step = f"srun -p cpu -w {cpu}"
+    out = dc.exec(dc.names.controller_pod, f"{step} python3 -c {q(PROBE)}; {step} sh -c {q(look)} 2>&1").out
+    assert "no-libcuda libcuda.so.1: cannot open shared object file" in out, out
+    assert "nvidia-smi: no NVIDIA driver on" in out and "rc=9" in out, out
+    assert out.splitlines()[1].strip() == "0", out
+
+
+def test_gpu_worker_without_a_driver_takes_no_jobs_and_says_why(dc: DockerCluster) -> None:
+    *_, bare = dc.worker_pods("gpu")
+    assert dc.pod_drivers[bare] is None
+    reasons = dc.exec(dc.names.controller_pod, "sinfo -R -h -N -o '%N|%100E'").out
+    want = (
+        "warden-worker: no NVIDIA driver in the worker container (libcuda.so.1 libnvidia-ml.so.1 nvidia-smi not found)"
+    )
+    assert f"{bare}|{want}" in [line.strip() for line in reasons.splitlines()], reasons
+    assert dc.exec(dc.names.controller_pod, f"sinfo -h -N -n {bare} -o %t").out.strip() == "drain"
+    # the quick check says the same, and leaves the drain it did not make alone
+    check = dc.exec(bare, "warden-quickcheck --dry-run", check=False)
+    assert check.rc == 1 and "no NVIDIA driver (libcuda.so.1, libnvidia-ml.so.1, nvidia-smi missing)" in check.out
+
+
+def test_quick_check_passes_on_gpu_nodes_with_their_driver(dc: DockerCluster) -> None:
+    gpu0, gpu1, _ = dc.worker_pods("gpu")
+    for node in (gpu0, gpu1):
+        r = dc.exec(node, "warden-quickcheck --dry-run", check=False)
+        assert r.rc == 0 and "healthy" in r.out, r
+    # slurmd runs it every 10 s (tests/dataplane/test_health.py shows it draining): after two rounds
+    # both nodes still take jobs
+    states = dc.exec(dc.names.controller_pod, f"sleep 21; sinfo -h -N -n {gpu0},{gpu1} -o %t").out.split()
+    assert states == ["idle", "idle"], states
+
+
+def test_the_jail_volume_gains_no_file(dc: DockerCluster) -> None:
+    # everything on the shared volume is older than the populate Job's sentinel, written last
+    newer = dc.volume_sh(dc.jail_volume, "cd /v && find . -xdev -newer .warden-populated | sort").out.split()
+    assert newer == [], newer
+    look = "cd /v && find . -xdev \\( -name 'libcuda*' -o -name 'libnvidia-*' \\) -print; ls -A usr/lib/warden/driver"
+    driver_files = dc.volume_sh(dc.jail_volume, look).out.split()
+    assert driver_files == [], driver_files
+
+
+def test_loader_cache_follows_the_jails_own_changes(dc: DockerCluster) -> None:
+    """Root installs a library into the jail from a node without a driver (as apt does: ldconfig
+    replaces /etc/ld.so.cache by rename): the jail's new library and the node's driver are both found."""
+    (cpu,) = dc.worker_pods("cpu")
+    gpu0 = dc.worker_pods("gpu")[0]
+    jail = "/mnt/jail"
+    dc.exec(cpu, f"cp {jail}/usr/lib/x86_64-linux-gnu/libz.so.1.* {jail}/usr/local/lib/libwardentest.so.7")
+    dc.exec(cpu, f"chroot {jail} ldconfig")
+    found = "import ctypes; ctypes.CDLL('libwardentest.so.7'); ctypes.CDLL('libcuda.so.1'); print('both')"
+
+    def both() -> bool:
+        r = dc.exec(dc.names.controller_pod, f"srun -p gpu -w {gpu0} python3 -c {q(found)}", check=False)
+        return r.out.strip() == "both"
+
+    wait_for("the GPU node's loader cache to include the jail's new library", both, 60, interval=2)
+    assert "loader cache changed; built it again" in dc.logs(gpu0, tail=200)
+    assert probe(dc, gpu0)[gpu0][2] == dc.pod_drivers[gpu0].version  # type: ignore[union-attr]
