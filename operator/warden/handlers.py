@@ -115,11 +115,14 @@ def _refresh(namespace: str, name: str) -> None:
 
 
 def _announce_health(cluster: dict[str, Any], report: dict[str, Any]) -> None:
-    """One Warning Event per node a check run drained, one Normal Event per node it resumed.
+    """One Warning Event per node a check run drained, one Normal Event per node it resumed, and one
+    Warning Event when the run failed as a whole (it drained nobody then).
 
     Called once per change of the report ConfigMap (kopf handles one object's events in order), so
     a run is announced once, however many status refreshes happen around it."""
     body = kopf.Body(cluster)  # type: ignore[arg-type]
+    if report.get("checkFailed"):
+        kopf.warn(body, reason="HealthCheckFailed", message=f"NCCL check drained nobody: {report['checkFailed']}")
     for d in report.get("drained", []):
         kopf.warn(body, reason="NodeDrained", message=f"{d['node']}: {d['reason']}")
     for node in report.get("resumed", []):

@@ -546,6 +546,11 @@ class HealthCheckStatus(BaseModel):
     nodes_passed: int = 0
     drained: list[DrainedNode] = Field(default_factory=list)
     skipped: list[DrainedNode] = Field(default_factory=list)
+    check_failed: str | None = Field(
+        default=None,
+        description="Why the last run failed as a whole (the same failure on every node, the program missing):"
+        " it drained nobody.",
+    )
 
 
 class SlurmClusterStatus(BaseModel):

@@ -189,6 +189,7 @@ def health_status(report: dict[str, Any] | None, previous: SlurmClusterStatus | 
         nodes_passed=len(report.get("passed", [])),
         drained=[DrainedNode(node=d["node"], reason=d["reason"]) for d in report.get("drained", [])],
         skipped=[DrainedNode(node=d["node"], reason=d.get("why", "")) for d in report.get("skipped", [])],
+        check_failed=report.get("checkFailed") or None,
     )
 
 

@@ -22,8 +22,9 @@ SPEC = {
 REASON = "warden-health: nccl all_reduce_perf busbw 12.3 GB/s < 100.0 GB/s"
 
 
-def report(drained: list[str], resumed: list[str] | None = None) -> dict[str, Any]:
+def report(drained: list[str], resumed: list[str] | None = None, check_failed: str | None = None) -> dict[str, Any]:
     return {
+        "checkFailed": check_failed,
         "lastRunTime": "2026-11-22T04:00:00Z",
         "thresholdGBps": 100.0,
         "nodesChecked": 2,
@@ -80,6 +81,19 @@ def test_health_report_written_by_the_checks_account_lands_in_status_and_events(
     (resumed,) = wait_for("a NodeResumed Event", lambda: event("NodeResumed"), 30, on_fail=operator.log_tail)
     assert "hc-worker-gpu-1" in resumed.message
     assert len(event("NodeDrained")) == 1, "each run is announced once"
+
+    # A run that failed the same way everywhere drained nobody: status and a Warning Event say why.
+    why = "all_reduce_perf failed the same way on all 2 nodes tested: exit 2: execve(): all_reduce_perf: No such file"
+    write_report(target, f"{ns}/hc-nccl-check", report([], check_failed=why))
+
+    def check_failed() -> str | None:
+        value = get_cluster(api_client, ns, "hc").get("status", {}).get("healthCheck", {}).get("checkFailed")
+        return str(value) if value else None
+
+    assert wait_for("checkFailed in status", check_failed, 60, on_fail=operator.log_tail) == why
+    (failed,) = wait_for("a HealthCheckFailed Event", lambda: event("HealthCheckFailed"), 30, on_fail=operator.log_tail)
+    assert failed.type == "Warning" and failed.message == f"NCCL check drained nobody: {why}"
+    assert len(event("NodeDrained")) == 1
 
     # The account may write its report, and nothing else.
     with pytest.raises(ReportError):

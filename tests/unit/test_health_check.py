@@ -253,7 +253,9 @@ def test_cli_prints_the_documented_summary(monkeypatch: pytest.MonkeyPatch) -> N
     assert summary["skipped"] == [{"node": "gpu-3", "why": "busy (MIXED)"}]
     assert set(summary) == {
         "lastRunTime", "thresholdGBps", "nodesChecked", "passed", "drained", "resumed", "skipped", "errors", "nodes",
+        "checkFailed",
     }  # fmt: skip
+    assert summary["checkFailed"] is None
     assert all("-e" in c and c[c.index("-e") + 1] == "2G" for c in fake.calls if c[0] == "srun")
 
 
@@ -304,3 +306,87 @@ def test_task_launch_failure_on_the_node_is_the_nodes_fault() -> None:
     assert fake.nodes["gpu-0"].reason.startswith(
         "warden-health: nccl all_reduce_perf failed: exit 1: srun: error: Task"
     )
+
+
+# --- the check's own failures: nobody is drained for them ------------------------------------------
+
+NO_BINARY = (
+    "slurmstepd: error: execve(): all_reduce_perf: No such file or directory\n"
+    "srun: error: {node}: task 0: Exited with exit code 2\n"
+)
+
+
+def cuda_failure(node: str) -> str:
+    """nccl-tests' message when CUDA cannot start (here: the driver is older than the runtime)."""
+    return (
+        f"{node}: Test CUDA failure common.cu:1049 'CUDA driver version is insufficient for CUDA runtime version'\n"
+        f"srun: error: {node}: task 0: Exited with exit code 1\n"
+    )
+
+
+def test_program_missing_everywhere_drains_nobody_and_says_so() -> None:
+    fake = FakeSlurm([FakeNode("gpu-0"), FakeNode("gpu-1")])
+    for n in ("gpu-0", "gpu-1"):
+        fake.behaviour[n] = lambda argv, n=n: (2, "", NO_BINARY.format(node=n), False)
+    summary = run(fake)
+    assert fake.updates("gpu-0") == [] and fake.updates("gpu-1") == []
+    assert summary["drained"] == [] and summary["nodesChecked"] == 2
+    assert summary["checkFailed"] == (
+        "all_reduce_perf failed the same way on all 2 nodes tested: "
+        "exit 2: slurmstepd: error: execve(): all_reduce_perf: No such file or directory"
+    )
+    assert [outcome(summary, n)["action"] for n in ("gpu-0", "gpu-1")] == ["none", "none"]
+
+
+def test_program_missing_on_the_only_node_is_the_checks_failure_too() -> None:
+    fake = FakeSlurm([FakeNode("gpu-0")])
+    fake.behaviour["gpu-0"] = lambda argv: (2, "", NO_BINARY.format(node="gpu-0"), False)
+    summary = run(fake)
+    assert fake.updates("gpu-0") == []
+    assert summary["checkFailed"] is not None and "the only node tested" in summary["checkFailed"]
+
+
+def test_cuda_failing_the_same_way_on_every_node_drains_nobody() -> None:
+    # each node names itself in the message: the same failure once the names are taken out
+    fake = FakeSlurm([FakeNode("gpu-0"), FakeNode("gpu-1"), FakeNode("gpu-2", state=["MIXED"])])
+    for n in ("gpu-0", "gpu-1"):
+        fake.behaviour[n] = lambda argv, n=n: (1, "", cuda_failure(n), False)
+    summary = run(fake)
+    assert summary["drained"] == []
+    assert summary["checkFailed"] is not None
+    assert "on all 2 nodes tested" in summary["checkFailed"]
+    assert "CUDA driver version is insufficient" in summary["checkFailed"]
+    assert fake.nodes["gpu-0"].state == ["IDLE"] and fake.nodes["gpu-1"].state == ["IDLE"]
+
+
+def test_cuda_failing_on_one_node_only_drains_that_node() -> None:
+    fake = FakeSlurm([FakeNode("gpu-0"), FakeNode("gpu-1")])
+    fake.behaviour["gpu-1"] = lambda argv: (1, "", cuda_failure("gpu-1"), False)
+    summary = run(fake)
+    assert summary["checkFailed"] is None
+    assert [d["node"] for d in summary["drained"]] == ["gpu-1"]
+    assert fake.nodes["gpu-1"].reason.startswith("warden-health: nccl all_reduce_perf failed: exit 1: ")
+    # and alone on a node, CUDA failing is that node's result
+    single = FakeSlurm([FakeNode("gpu-0")])
+    single.behaviour["gpu-0"] = lambda argv: (1, "", cuda_failure("gpu-0"), False)
+    assert run(single)["checkFailed"] is None and single.nodes["gpu-0"].state == ["IDLE", "DRAIN"]
+
+
+def test_different_failures_are_the_nodes_own() -> None:
+    fake = FakeSlurm([FakeNode("gpu-0"), FakeNode("gpu-1")])
+    fake.behaviour["gpu-0"] = prints("h100_8gpu_wrong.txt")
+    fake.behaviour["gpu-1"] = lambda argv: (1, "", cuda_failure("gpu-1"), False)
+    summary = run(fake)
+    assert summary["checkFailed"] is None
+    assert sorted(d["node"] for d in summary["drained"]) == ["gpu-0", "gpu-1"]
+
+
+def test_check_failure_keeps_the_drains_this_check_made_before() -> None:
+    fake = FakeSlurm([FakeNode("gpu-0"), FakeNode("gpu-1", state=["IDLE", "DRAIN"], reason=SLOW_REASON)])
+    for n in ("gpu-0", "gpu-1"):
+        fake.behaviour[n] = lambda argv, n=n: (2, "", NO_BINARY.format(node=n), False)
+    summary = run(fake)
+    assert summary["checkFailed"] is not None
+    assert fake.nodes["gpu-0"].state == ["IDLE"]
+    assert fake.nodes["gpu-1"].state == ["IDLE", "DRAIN"] and fake.nodes["gpu-1"].reason == SLOW_REASON
+    assert outcome(summary, "gpu-1")["action"] == "restored-drain" and summary["resumed"] == []

@@ -18,7 +18,13 @@ Which nodes are tested:
 
 Outcomes: ``passed``; ``slow`` (average bus bandwidth under the threshold); ``failed`` (``#wrong`` above
 zero, nccl-tests failure, non-zero exit, no or truncated output); ``timedOut``; ``skipped``.
-Slow, failed and timed-out nodes are drained with a reason that starts with ``warden-health:``::
+
+A run that failed the same way on every node it tested (two or more nodes, the same message once
+node names are taken out), or that could not even start the program (not found, a library missing in
+the jail), is the CHECK's failure, not the nodes': it drains nobody (nodes it had drained before keep
+their drain) and says why in ``checkFailed``; the operator shows that in status and a Warning Event.
+
+Otherwise slow, failed and timed-out nodes are drained with a reason that starts with ``warden-health:``::
 
     warden-health: nccl all_reduce_perf busbw 12.3 GB/s < 100.0 GB/s
     warden-health: nccl all_reduce_perf failed: 24 wrong values
@@ -40,6 +46,7 @@ The summary printed on stdout (JSON, one object)::
       "resumed": ["gpu-2"],                       # drained by this check before, passing now
       "skipped": [{"node": "gpu-3", "why": "busy (MIXED)"}],
       "errors": ["..."],                          # Slurm calls that failed (node left as it was)
+      "checkFailed": null,                        # or why the run itself failed (nobody drained)
       "nodes": [{"node": "gpu-1", "outcome": "slow", "busbwGBps": 12.3,
                  "detail": "...", "action": "drained"}]
     }
@@ -58,7 +65,18 @@ from typing import Any
 from warden.health.nccl import ParseStatus, parse_all_reduce_perf
 from warden.slurm import Node, Slurm, SlurmError, StepResult, first_line
 
-__all__ = ["REASON_PREFIX", "CheckConfig", "NodeReport", "Outcome", "Summary", "check_node", "run_checks"]
+__all__ = [
+    "REASON_PREFIX",
+    "CheckConfig",
+    "NodeReport",
+    "Outcome",
+    "Summary",
+    "act",
+    "check_failure",
+    "check_node",
+    "measure_node",
+    "run_checks",
+]
 
 REASON_PREFIX = "warden-health:"
 _REASON_MAX = 100
@@ -132,6 +150,7 @@ class Summary:
     threshold_gbps: float
     reports: list[NodeReport]
     errors: list[str] = field(default_factory=list)
+    check_failed: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -143,6 +162,7 @@ class Summary:
             "resumed": [r.node for r in self.reports if r.action == "resumed"],
             "skipped": [{"node": r.node, "why": r.detail} for r in self.reports if r.outcome is Outcome.SKIPPED],
             "errors": list(self.errors),
+            "checkFailed": self.check_failed,
             "nodes": [r.to_json() for r in self.reports],
         }
 
@@ -196,9 +216,9 @@ def classify(step: StepResult, gpus: int, cfg: CheckConfig) -> tuple[Outcome, st
     busbw = parsed.avg_busbw_gbps
     if cmd.returncode != 0:
         why = first_line(errors[0]) if errors else first_line(cmd.stderr) or "(no message)"
-        return Outcome.FAILED, _short(f"exit {cmd.returncode}: {why}", 70), busbw
+        return Outcome.FAILED, _short(f"exit {cmd.returncode}: {why}", 160), busbw
     if errors:
-        return Outcome.FAILED, _short(first_line(errors[0]), 70), busbw
+        return Outcome.FAILED, _short(first_line(errors[0], 160), 160), busbw
     if parsed.status is ParseStatus.EMPTY:
         return Outcome.FAILED, "no all_reduce_perf output", None
     if parsed.status is ParseStatus.TRUNCATED or busbw is None:
@@ -216,8 +236,9 @@ def _reservation_name(node: str) -> str:
     return f"warden-health-{node}"
 
 
-def check_node(slurm: Slurm, node: Node, cfg: CheckConfig, errors: list[str]) -> NodeReport:
-    """Test one node that ``why_skip`` let through, then drain or resume it as the result says."""
+def measure_node(slurm: Slurm, node: Node, cfg: CheckConfig, errors: list[str]) -> NodeReport:
+    """Test one node that ``why_skip`` let through (a node this check drained is resumed inside a
+    reservation for it); ``act`` then drains or resumes it as the result says."""
     name = node.name
     retest = ours(node)
     reservation: str | None = None
@@ -260,16 +281,51 @@ def check_node(slurm: Slurm, node: Node, cfg: CheckConfig, errors: list[str]) ->
     outcome, detail, busbw = classify(step, gpus, cfg)
     if step.launch_failed:
         errors.append(f"{name}: {detail}")
-    report = NodeReport(name, outcome, detail, busbw)
-    _act(slurm, node, report, cfg, errors)
+    return NodeReport(name, outcome, detail, busbw)
+
+
+def check_node(slurm: Slurm, node: Node, cfg: CheckConfig, errors: list[str]) -> NodeReport:
+    """Test one node and drain or resume it as its own result says (``run_checks`` first looks at
+    all results together: see ``check_failure``)."""
+    report = measure_node(slurm, node, cfg, errors)
+    act(slurm, node, report, cfg, errors)
     return report
 
 
-def _act(slurm: Slurm, before: Node, report: NodeReport, cfg: CheckConfig, errors: list[str]) -> None:
+#: What srun or the loader print when the program cannot start at all: the jail's fault, never a node's.
+_CANNOT_START = ("execve()", "command not found", "error while loading shared libraries", "No such file or directory")
+
+
+def check_failure(reports: Sequence[NodeReport]) -> str | None:
+    """Why the run as a whole failed, or None: every tested node failed with the same message (names
+    of nodes taken out) and there were two or more of them, or the program could not start."""
+    tested = [r for r in reports if r.outcome is not Outcome.SKIPPED]
+    if not tested or any(r.outcome is not Outcome.FAILED for r in tested):
+        return None
+    messages = {r.detail.replace(r.node, "<node>") for r in tested}
+    if len(messages) != 1:
+        return None
+    (message,) = messages
+    if len(tested) < 2 and not any(m in message for m in _CANNOT_START):
+        return None  # one node failing is that node's result
+    count = "the only node" if len(tested) == 1 else f"all {len(tested)} nodes"
+    return _short(f"all_reduce_perf failed the same way on {count} tested: {message}", 300)
+
+
+def act(
+    slurm: Slurm, before: Node, report: NodeReport, cfg: CheckConfig, errors: list[str], check_failed: bool = False
+) -> None:
+    """Drain or resume ``before`` as ``report`` says; when the whole run failed (``check_failed``),
+    drain nobody and put back the drains of nodes resumed for a re-test."""
     if cfg.dry_run:
         return
     retest = ours(before)
     try:
+        if check_failed and report.outcome is not Outcome.PASSED:
+            if retest:
+                slurm.drain(before.name, before.reason)
+                report.action = "restored-drain"
+            return
         if report.outcome is Outcome.PASSED:
             if retest:
                 report.action = "resumed"
@@ -316,6 +372,9 @@ def run_checks(
             todo.append(node)
     errors: list[str] = []
     with ThreadPoolExecutor(max_workers=max(1, cfg.concurrency)) as pool:
-        for report in pool.map(lambda n: check_node(slurm, n, cfg, errors), todo):
-            reports[report.node] = report
-    return Summary(started, cfg.threshold_gbps, [reports[n] for n in names], errors)
+        tested = list(pool.map(lambda n: measure_node(slurm, n, cfg, errors), todo))
+    failed = check_failure(tested)
+    for node, report in zip(todo, tested, strict=True):
+        act(slurm, node, report, cfg, errors, check_failed=failed is not None)
+        reports[report.node] = report
+    return Summary(started, cfg.threshold_gbps, [reports[n] for n in names], errors, failed)
