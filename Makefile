@@ -48,7 +48,7 @@ fuzz: ## fuzz the plugin's argument parser (FUZZ_SECONDS=30)
 	$(MAKE) -C spank fuzz
 
 # --- test tiers --------------------------------------------------------------------------------
-.PHONY: unit integration dataplane e2e test
+.PHONY: unit integration dataplane gpu-jail e2e test
 unit: venv ## unit tier: lint, renderers, parsers, plugin helpers (< 1 min)
 	@$(STAGE) lint $(MAKE) --no-print-directory lint
 	@$(STAGE) unit hack/pytest-tier.sh unit -q
@@ -63,6 +63,12 @@ dataplane: venv ## dataplane tier: real Slurm daemons from the project's images 
 	@$(STAGE) images hack/images.sh
 	@$(STAGE) dataplane hack/pytest-tier.sh dataplane -q
 
+gpu-jail: venv ## GPU jail: build warden/jail-gpu + populate-jail-gpu once, check them (tests/dataplane/test_gpu_jail.py)
+	@$(STAGE) docker hack/docker.sh ensure
+	@$(STAGE) base-image hack/base-image.sh
+	@$(STAGE) images-gpu hack/images.sh spank jail gpu
+	@$(STAGE) gpu-jail env WARDEN_REQUIRE_GPU_JAIL=1 $(PY) -m pytest tests/dataplane/test_gpu_jail.py -q
+
 e2e: venv ## e2e tier: helm install on a real single-node Kubernetes (local cluster, or $KUBECONFIG's)
 	@$(STAGE) docker hack/docker.sh ensure
 	@$(STAGE) base-image hack/base-image.sh
@@ -75,10 +81,11 @@ test: ## every tier, each installing what it needs
 	@$(STAGE) unit-tier $(MAKE) --no-print-directory unit
 	@$(STAGE) integration-tier $(MAKE) --no-print-directory integration
 	@$(STAGE) dataplane-tier $(MAKE) --no-print-directory dataplane
+	@$(STAGE) gpu-jail-tier $(MAKE) --no-print-directory gpu-jail
 	@$(STAGE) e2e-tier $(MAKE) --no-print-directory e2e
 
 # --- images ------------------------------------------------------------------------------------
-.PHONY: docker base-image images
+.PHONY: docker base-image images images-gpu
 docker: ## start Docker Engine (installs Debian's docker.io when missing)
 	hack/docker.sh ensure
 
@@ -87,6 +94,9 @@ base-image: docker ## debootstrap debian:trixie-slim and import it into Docker
 
 images: base-image ## build every image (warden/<name>:<version>)
 	hack/images.sh
+
+images-gpu: base-image ## the GPU jail: warden/jail-gpu, warden/populate-jail-gpu (CUDA, NCCL, all_reduce_perf)
+	hack/images.sh spank jail gpu
 
 # --- local cluster -----------------------------------------------------------------------------
 .PHONY: up down

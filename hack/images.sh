@@ -2,12 +2,17 @@
 # Build Warden's container images, in dependency order, tagged warden/<name>:<version> (version from
 # pyproject.toml). Prints the time each image took and its size.
 #
-#   hack/images.sh [NAME...]      default: all images
+#   hack/images.sh [NAME...]      default: all images of ALL below
+#   hack/images.sh gpu            the GPU jail: jail-gpu populate-jail-gpu (not in ALL: big; after jail)
 #
 # Needs Docker (hack/docker.sh ensure) and the base image (hack/base-image.sh); the Makefile target
-# `images` runs both first. Build context: the repository root (.dockerignore keeps it small).
+# `images` runs both first. Build context: the repository root (.dockerignore keeps it small), except
+# jail-gpu: a temporary context with jail/gpu/ and the nccl-tests archive (never copied into the repo).
 # Environment: WARDEN_VERSION (default: pyproject's), WARDEN_BUILD_ARGS (extra docker build flags),
-#              WARDEN_EXTRA_CA_DIR (PEM certificates trusted for pip; default /usr/local/share/ca-certificates).
+#              WARDEN_EXTRA_CA_DIR (PEM certificates trusted for pip; default /usr/local/share/ca-certificates),
+#              WARDEN_NCCL_TESTS_ARCHIVE (jail-gpu: the pristine nccl-tests release archive; default
+#              ../shared/thirdparty/nccl-tests-2.19.6.tar.gz from the repository root; its sha256 must
+#              match the one jail/gpu/Dockerfile names).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
@@ -17,11 +22,38 @@ VERSION="${WARDEN_VERSION:-$(sed -n 's/^version *= *"\(.*\)"/\1/p' pyproject.tom
 
 # name -> Dockerfile; order matters (an image builds after the images it starts FROM)
 ALL=(spank slurm-base controller worker login accounting health-check jail populate-jail mariadb operator)
+# Built on request only (after jail): the GPU jail and its populate image.
+GPU=(jail-gpu populate-jail-gpu)
 dockerfile() {
     case "$1" in
         jail) echo jail/Dockerfile ;;
+        jail-gpu) echo jail/gpu/Dockerfile ;;
+        populate-jail-gpu) echo images/populate-jail/Dockerfile ;;
         *) echo "images/$1/Dockerfile" ;;
     esac
+}
+
+# jail-gpu's build context: jail/gpu/ plus the nccl-tests archive (sha256 checked here and in the
+# Dockerfile), staged in a temporary directory so the archive never enters the repository's context.
+NCCL_TESTS_ARCHIVE="${WARDEN_NCCL_TESTS_ARCHIVE:-$ROOT/../shared/thirdparty/nccl-tests-2.19.6.tar.gz}"
+tmp_contexts=()
+cleanup_contexts() { [ ${#tmp_contexts[@]} -eq 0 ] || rm -rf "${tmp_contexts[@]}"; }
+trap cleanup_contexts EXIT
+gpu_context() {  # sets $context
+    local want
+    want="$(sed -n 's/^ARG NCCL_TESTS_SHA256=//p' jail/gpu/Dockerfile)"
+    [ -f "$NCCL_TESTS_ARCHIVE" ] || {
+        echo "images.sh: no nccl-tests archive at $NCCL_TESTS_ARCHIVE (set WARDEN_NCCL_TESTS_ARCHIVE)" >&2
+        return 1
+    }
+    sha256sum "$NCCL_TESTS_ARCHIVE" | grep -q "^$want " || {
+        echo "images.sh: $NCCL_TESTS_ARCHIVE: sha256 is not $want" >&2
+        return 1
+    }
+    context="$(mktemp -d "${TMPDIR:-/tmp}/warden-jail-gpu.XXXXXX")"
+    tmp_contexts+=("$context")
+    cp -p jail/gpu/* "$context/"
+    cp "$NCCL_TESTS_ARCHIVE" "$context/nccl-tests.tar.gz"
 }
 
 # BuildKit when the buildx plugin is there; Docker's classic builder otherwise (both read these files)
@@ -38,7 +70,13 @@ if compgen -G "$ca_dir/*.crt" >/dev/null; then
     extra_ca="$(cat "$ca_dir"/*.crt)"
 fi
 
-names=("$@")
+names=()
+for arg in "$@"; do
+    case "$arg" in
+        gpu) names+=("${GPU[@]}") ;;
+        *) names+=("$arg") ;;
+    esac
+done
 [ ${#names[@]} -gt 0 ] || names=("${ALL[@]}")
 summary=()
 total=$SECONDS
@@ -46,12 +84,21 @@ for name in "${names[@]}"; do
     file="$(dockerfile "$name")"
     [ -f "$file" ] || { echo "images.sh: no $file" >&2; exit 1; }
     args=(--build-arg "WARDEN_VERSION=$VERSION")
-    case "$name" in operator) args+=(--build-arg "WARDEN_EXTRA_CA=$extra_ca") ;; esac
+    context=.
+    build_file="$file"
+    case "$name" in
+        operator) args+=(--build-arg "WARDEN_EXTRA_CA=$extra_ca") ;;
+        jail-gpu)
+            gpu_context || exit 1
+            build_file="$context/Dockerfile"
+            ;;
+        populate-jail-gpu) args+=(--build-arg "JAIL_IMAGE=warden/jail-gpu") ;;
+    esac
     start=$SECONDS
     echo "==> warden/$name:$VERSION ($file)" >&2
     log="$(mktemp)"
     # shellcheck disable=SC2086
-    if ! docker build -q -f "$file" -t "warden/$name:$VERSION" "${args[@]}" ${WARDEN_BUILD_ARGS:-} . >"$log" 2>&1; then
+    if ! docker build -q -f "$build_file" -t "warden/$name:$VERSION" "${args[@]}" ${WARDEN_BUILD_ARGS:-} "$context" >"$log" 2>&1; then
         cat "$log" >&2
         rm -f "$log"
         echo "images.sh: warden/$name failed" >&2
