@@ -49,8 +49,12 @@ else
 fi
 rm -f "$sentinel"
 rsync "${args[@]}" "$src/" "$dst/"
-# the mount point GPU workers show their node's driver at (jail images other than Warden's lack it)
+# Mount points the pods bind over, made here (the one writer) rather than by each pod at start: the
+# node's driver directory on GPU workers (jail images other than Warden's lack it), and the files a
+# container image cannot carry (Docker mounts its own /etc/hosts and friends over them while building).
 install -d -m 0755 "$dst/usr/lib/warden/driver"
+[ -e "$dst/etc/hosts" ] || printf '127.0.0.1 localhost\n' >"$dst/etc/hosts"
+for f in resolv.conf hostname; do [ -e "$dst/etc/$f" ] || : >"$dst/etc/$f"; done
 # sshd's ChrootDirectory needs a root-owned, not group/other-writable jail root
 chown 0:0 "$dst"
 chmod 0755 "$dst"

@@ -72,7 +72,7 @@ if [ "${WARDEN_GPUS:-0}" -gt 0 ]; then
     if warden_driver_setup; then
         WARDEN_POLL_HOOKS="${WARDEN_POLL_HOOKS:-} warden_driver_refresh"
     else
-        warden_log "driver: error: $WARDEN_DRIVER_PROBLEM; this node takes no jobs"
+        warden_log "driver: error: $WARDEN_DRIVER_PROBLEM in this container; this node takes no jobs"
     fi
 fi
 

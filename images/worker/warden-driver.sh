@@ -82,12 +82,13 @@ warden_driver_stage() {
     ldconfig -n "$lib" 2>/dev/null || true
     WARDEN_DRIVER_VERSION="$(find "$lib" -maxdepth 1 -name 'libcuda.so.*.*' -printf '%f\n' | sed 's/^libcuda\.so\.//' | sort -V | tail -n 1)"
     printf '%s\n' "${WARDEN_DRIVER_VERSION:-unknown}" >"$WARDEN_DRIVER_STAGE/version"
-    local missing=()
+    local missing=() list
     for f in lib/libcuda.so.1 lib/libnvidia-ml.so.1 bin/nvidia-smi; do
         [ -e "$WARDEN_DRIVER_STAGE/$f" ] || missing+=("${f#*/}")
     done
     if [ ${#missing[@]} -gt 0 ]; then
-        WARDEN_DRIVER_PROBLEM="no NVIDIA driver in the worker container (${missing[*]} not found)"
+        list="$(printf '%s, ' "${missing[@]}")"
+        WARDEN_DRIVER_PROBLEM="no NVIDIA driver (${list%, } missing)" # as warden-quickcheck says it
         return 1
     fi
 }
