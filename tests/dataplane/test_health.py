@@ -222,7 +222,8 @@ def test_quick_check_drains_a_node_missing_a_gpu_and_resumes_it(hc: DockerCluste
     drains the node with the quick check's own reason; the NCCL check leaves that drain alone; the
     file back, the quick check resumes the node itself."""
     broken, fine = nodes
-    reason = "warden-quickcheck: 1 of 2 GPU device files"
+    # the node's (stand-in) driver, which the quick check runs nvidia-smi with, sees one GPU too
+    reason = "warden-quickcheck: 1 of 2 GPU device files; nvidia-smi lists 1 of 2 GPUs"
     hc.exec(broken, "mv /dev/nvidia1 /dev/.nvidia1-away")
     wait_for(f"{broken} drained by the quick check", lambda: broken in drain_reasons(hc), 45, interval=1)
     assert drain_reasons(hc) == {broken: (reason, "root")}

@@ -348,7 +348,8 @@ def test_gpus_job_on_the_gpu_group_completes(installed: Installed) -> None:
 CUDA_PROBE = (
     "import ctypes, os; c = ctypes.CDLL('libcuda.so.1'); v = ctypes.c_int(); c.cuDriverGetVersion(ctypes.byref(v)); "
     "p = next(l.split()[-1] for l in open('/proc/self/maps') if 'libcuda' in l); "
-    "print(os.uname().nodename, (ctypes.c_char * 40).in_dll(c, 'warden_fake_driver_version').value.decode(), v.value, p)"
+    "n = (ctypes.c_char * 40).in_dll(c, 'warden_fake_driver_version').value.decode(); "
+    "print(os.uname().nodename, n, v.value, p)"
 )
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tests.unit.health_fakes import BUSY, FakeNode, FakeSlurm, hangs, prints
+from tests.unit.health_fakes import BUSY, Behaviour, FakeNode, FakeSlurm, hangs, prints
 from warden.health.check import REASON_PREFIX, CheckConfig, run_checks
 from warden.health.main import main
 from warden.slurm import CommandResult, Slurm
@@ -316,6 +316,11 @@ NO_BINARY = (
 )
 
 
+def fails(rc: int, stderr: str) -> Behaviour:
+    """srun exits ``rc`` having printed ``stderr`` and nothing on stdout."""
+    return lambda argv: (rc, "", stderr, False)
+
+
 def cuda_failure(node: str) -> str:
     """nccl-tests' message when CUDA cannot start (here: the driver is older than the runtime)."""
     return (
@@ -327,7 +332,7 @@ def cuda_failure(node: str) -> str:
 def test_program_missing_everywhere_drains_nobody_and_says_so() -> None:
     fake = FakeSlurm([FakeNode("gpu-0"), FakeNode("gpu-1")])
     for n in ("gpu-0", "gpu-1"):
-        fake.behaviour[n] = lambda argv, n=n: (2, "", NO_BINARY.format(node=n), False)
+        fake.behaviour[n] = fails(2, NO_BINARY.format(node=n))
     summary = run(fake)
     assert fake.updates("gpu-0") == [] and fake.updates("gpu-1") == []
     assert summary["drained"] == [] and summary["nodesChecked"] == 2
@@ -350,7 +355,7 @@ def test_cuda_failing_the_same_way_on_every_node_drains_nobody() -> None:
     # each node names itself in the message: the same failure once the names are taken out
     fake = FakeSlurm([FakeNode("gpu-0"), FakeNode("gpu-1"), FakeNode("gpu-2", state=["MIXED"])])
     for n in ("gpu-0", "gpu-1"):
-        fake.behaviour[n] = lambda argv, n=n: (1, "", cuda_failure(n), False)
+        fake.behaviour[n] = fails(1, cuda_failure(n))
     summary = run(fake)
     assert summary["drained"] == []
     assert summary["checkFailed"] is not None
@@ -384,7 +389,7 @@ def test_different_failures_are_the_nodes_own() -> None:
 def test_check_failure_keeps_the_drains_this_check_made_before() -> None:
     fake = FakeSlurm([FakeNode("gpu-0"), FakeNode("gpu-1", state=["IDLE", "DRAIN"], reason=SLOW_REASON)])
     for n in ("gpu-0", "gpu-1"):
-        fake.behaviour[n] = lambda argv, n=n: (2, "", NO_BINARY.format(node=n), False)
+        fake.behaviour[n] = fails(2, NO_BINARY.format(node=n))
     summary = run(fake)
     assert summary["checkFailed"] is not None
     assert fake.nodes["gpu-0"].state == ["IDLE"]
