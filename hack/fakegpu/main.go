@@ -4,10 +4,10 @@
 // It speaks the kubelet's device-plugin API (k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1, built from its
 // Go module): it registers with the kubelet, advertises -count devices of the extended resource -resource
 // (nvidia.com/gpu by default), and gives every container that is allocated k of them the device files
-// <prefix>0 .. <prefix>k-1 (/dev/nvidia0 ...), each a bind of -host-device (/dev/null). That is what the
-// dataplane tier does with `docker --device /dev/null:/dev/nvidia0`. Numbering restarts at 0 in every
-// container, as on a node whose GPUs all belong to one worker pod (how Warden's worker groups are meant
-// to be sized on a real cluster); a real plugin keeps the host's numbering. Nothing here touches a GPU.
+// <prefix><n> for each device fake-gpu-<n> (/dev/nvidia5 ...), each a bind of -host-device (/dev/null):
+// the host's numbers, as real plugins keep them (a pod given 2 of 8 GPUs may hold /dev/nvidia4 and
+// /dev/nvidia5). That is what the dataplane tier does with `docker --device /dev/null:/dev/nvidia4`.
+// Nothing here touches a GPU.
 //
 // With -drivers, each allocation also gets a STAND-IN NVIDIA driver (hack/fakedriver: fake libcuda,
 // libnvidia-ml and nvidia-smi of a given version), the directories taken in turn, so two GPU pods run
@@ -92,17 +92,17 @@ func (p *plugin) Allocate(_ context.Context, req *api.AllocateRequest) (*api.All
 	resp := &api.AllocateResponse{}
 	for _, creq := range req.ContainerRequests {
 		c := &api.ContainerAllocateResponse{Envs: map[string]string{"WARDEN_FAKE_GPUS": strings.Join(creq.DevicesIds, ",")}}
-		for i, id := range creq.DevicesIds {
+		var paths []string
+		for _, id := range creq.DevicesIds {
 			if !known[id] {
 				return nil, fmt.Errorf("unknown device %q", id)
 			}
-			c.Devices = append(c.Devices, &api.DeviceSpec{
-				ContainerPath: fmt.Sprintf("%s%d", p.cfg.containerPrefix, i),
-				HostPath:      p.cfg.hostDevice,
-				Permissions:   "rw",
-			})
+			// the host's number, as real plugins keep it: fake-gpu-5 is /dev/nvidia5 in any container
+			path := p.cfg.containerPrefix + strings.TrimPrefix(id, "fake-gpu-")
+			paths = append(paths, path)
+			c.Devices = append(c.Devices, &api.DeviceSpec{ContainerPath: path, HostPath: p.cfg.hostDevice, Permissions: "rw"})
 		}
-		log.Printf("allocate %v -> %s0..%d (bound to %s)", creq.DevicesIds, p.cfg.containerPrefix, len(creq.DevicesIds)-1, p.cfg.hostDevice)
+		log.Printf("allocate %v -> %v (bound to %s)", creq.DevicesIds, paths, p.cfg.hostDevice)
 		if len(p.cfg.drivers) > 0 {
 			mounts, err := driverMounts(p.cfg.drivers, int(p.turns.Add(1)-1))
 			if err != nil {

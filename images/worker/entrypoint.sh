@@ -34,8 +34,26 @@ group_plugstack() {
         warden_log "plugstack: worker group $WARDEN_WORKER_GROUP"
     fi
 }
+node="${WARDEN_NODE_NAME:-$(hostname -s)}"
+# This node's line of gres.conf (the ConfigMap's has none): the GPU device files its pod was given.
+# Device plugins keep the host's numbers, so a 4-GPU pod may hold /dev/nvidia4-7.
+node_gres() {
+    local gres files fields
+    gres="$(sed -n 's/.*Gres=\([^ ]*\).*/\1/p' <<<"$WARDEN_SLURMD_CONF")"
+    [ -n "$gres" ] && [ "$gres" != "(null)" ] || return 0
+    files="$(find /dev -maxdepth 1 -regex '/dev/nvidia[0-9]+' -printf '%f\n' | sort -V | sed 's|^|/dev/|' | paste -sd,)"
+    if [ -z "$files" ]; then
+        warden_log "gres: warning: no /dev/nvidia<N> device files for $gres (no GPU given to this pod?)"
+        return 0
+    fi
+    IFS=: read -ra fields <<<"${gres%%,*}" # gpu:h100:8 or gpu:8
+    printf 'NodeName=%s Name=%s%s File=%s\n' "$node" "${fields[0]}" \
+        "$([ ${#fields[@]} -gt 2 ] && printf ' Type=%s' "${fields[1]}")" "$files" >>"$SLURM_ETC/gres.conf"
+    warden_log "gres: $node has ${fields[0]} $files"
+}
 warden_slurm_config
 group_plugstack
+node_gres
 warden_jail_users
 spool="${WARDEN_SPOOL_DIR:-/var/spool/slurmd}"
 install -d -o root -g root -m 0755 "$spool"
@@ -78,7 +96,6 @@ fi
 
 node_args=()
 [ -n "${WARDEN_NODE_NAME:-}" ] && node_args=(-N "$WARDEN_NODE_NAME")
-node="${WARDEN_NODE_NAME:-$(hostname -s)}"
 warden_log "starting slurmd $(slurmd -V | awk '{print $2}') as dynamic node $node: $WARDEN_SLURMD_CONF"
 # shellcheck disable=SC2086
 slurmd -D -Z "${node_args[@]}" --conf "$WARDEN_SLURMD_CONF" ${WARDEN_SLURMD_ARGS:-} "$@" &
@@ -87,7 +104,7 @@ slurmd_pid=$!
 # A changed ConfigMap (new partition, gres, extraLines): new files here and in the jail, then SIGHUP,
 # on which slurmd re-reads them in place (as `scontrol reconfigure` makes it); running jobs go on.
 reload() {
-    warden_slurm_config && group_plugstack && warden_client_config && kill -HUP "$slurmd_pid"
+    warden_slurm_config && group_plugstack && node_gres && warden_client_config && kill -HUP "$slurmd_pid"
 }
 warden_follow "$config_hash" reload "$WARDEN_CONFIG_DIR"
 

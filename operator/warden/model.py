@@ -223,9 +223,9 @@ class Gpus(Spec):
         ge=0,
         le=64,
         description=(
-            "GPUs per node (0: a CPU-only group). Give each worker pod every GPU of its Kubernetes node"
-            " (with a nodeSelector for the node type): Slurm's gres.conf names /dev/nvidia0..count-1, and"
-            " device plugins keep the host's device numbers (a second pod on the node would get /dev/nvidia4-7)."
+            "GPUs per node (0: a CPU-only group). A pod may hold fewer GPUs than its Kubernetes node has:"
+            " each worker names in gres.conf the device files its pod got (device plugins keep the host's"
+            " numbers, e.g. /dev/nvidia4-7)."
         ),
     )
     type: str | None = Field(

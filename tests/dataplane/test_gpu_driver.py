@@ -5,7 +5,8 @@ No GPU and no NVIDIA driver exist here: each GPU pod gets fake device files and 
 nvidia-smi that loads libnvidia-ml.so.1 through the dynamic loader), placed where GPU runtimes put
 the real one. Three GPU workers: driver 550.54.15 laid out as GKE does (/usr/local/nvidia), driver
 580.159.04 laid out as NVIDIA's container toolkit does (versioned files in /usr/lib/x86_64-linux-gnu,
-nvidia-smi in /usr/bin, no soname links), and one given no driver at all; plus a CPU worker.
+nvidia-smi in /usr/bin, no soname links), and one given no driver at all; plus a CPU worker. Device
+files are numbered as on one host (the second GPU pod holds /dev/nvidia2 and /dev/nvidia3).
 """
 
 from __future__ import annotations
@@ -121,6 +122,20 @@ def test_cpu_step_sees_no_driver(dc: DockerCluster) -> None:
     assert "nvidia-smi: no NVIDIA driver on" in out and "rc=9" in out, out
     lines = [line for line in out.splitlines() if not line.startswith("srun:")]  # "job queued" and such
     assert lines[1].strip() == "0", out
+
+
+def test_gres_follows_the_device_files_each_pod_got(dc: DockerCluster) -> None:
+    """Device plugins keep the host's numbers: the second GPU pod holds /dev/nvidia2 and /dev/nvidia3.
+    Its slurmd describes exactly those (its own gres.conf line), and a `--gpus=1` step gets one of
+    them, numbered for CUDA among the pod's own GPUs."""
+    gpu1 = dc.worker_pods("gpu")[1]
+    line = dc.exec(gpu1, "grep ^NodeName= /etc/slurm/gres.conf").out.strip()
+    assert line == f"NodeName={gpu1} Name=gpu Type=fake File=/dev/nvidia2,/dev/nvidia3", line
+    script = "echo CVD=$CUDA_VISIBLE_DEVICES; ls /dev | grep -E '^nvidia[0-9]+$'"
+    out = srun(dc, gpu1, f"--gpus=1 sh -c {q(script)}").split()
+    assert out[0] in ("CVD=0", "CVD=1") and out[1:] == ["nvidia2", "nvidia3"], out
+    detail = dc.exec(dc.names.controller_pod, f"scontrol show node {gpu1}").out
+    assert "Gres=gpu:fake:2" in detail, detail
 
 
 def test_gpu_worker_without_a_driver_takes_no_jobs_and_says_why(dc: DockerCluster) -> None:

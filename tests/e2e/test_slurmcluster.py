@@ -337,10 +337,18 @@ def test_gpus_job_on_the_gpu_group_completes(installed: Installed) -> None:
     job = out.stdout.strip().split(";")[0]
     assert _wait_job(installed, job) == "COMPLETED"
     text = installed.ssh(f"cat /root/gpu-{job}.out").stdout.split()
-    assert text[0] == "CUDA_VISIBLE_DEVICES=0"
-    assert text[1:] == [f"/dev/nvidia{i}" for i in range(GPUS_PER_NODE)]  # the pod's GPUs; the step uses one
     fields = dict(f.split("=", 1) for f in installed.ssh(f"scontrol show job -o {job}").stdout.split() if "=" in f)
-    assert fields["Partition"] == "gpu" and fields["NodeList"].startswith(f"{NAME}-worker-gpu-")
+    node = fields["NodeList"]
+    assert fields["Partition"] == "gpu" and node.startswith(f"{NAME}-worker-gpu-")
+    # the device plugin keeps the host's numbers (two pods of 2 GPUs each never both hold /dev/nvidia0):
+    # the node's gres.conf line names the pod's own files, and CUDA counts from 0 among them
+    look = "ls /dev | grep -E '^nvidia[0-9]+$' | sed 's|^|/dev/|' | sort -V; grep ^NodeName= /etc/slurm/gres.conf"
+    pod = installed.kube.kubectl("-n", installed.namespace, "exec", node, "-c", "slurmd", "--", "sh", "-c", look)
+    *devices, gres_line = pod.strip().splitlines()
+    assert len(devices) == GPUS_PER_NODE, pod
+    assert gres_line == f"NodeName={node} Name=gpu Type=fake File={','.join(devices)}", pod
+    assert text[0] in {f"CUDA_VISIBLE_DEVICES={i}" for i in range(GPUS_PER_NODE)}, text
+    assert text[1:] == devices, text  # the pod's GPUs; the step uses one
 
 
 #: A CUDA program's first steps, through ctypes in the jail's python3: libcuda.so.1 by soname (nothing

@@ -10,7 +10,8 @@ translates those manifests into `docker run` arguments, one container per pod:
   `emptyDir`s are per-container volumes (`medium: Memory` is a tmpfs);
 - env, capabilities, the seccomp profile (`Localhost` = images/worker/seccomp.json, the profile a
   kubelet would load) and AppArmor come from each container's spec; `nvidia.com/gpu` limits become
-  fake device files (see `FAKE_GPU_SOURCE`) and a stand-in driver (tests.support.fakedriver), placed
+  fake device files (see `FAKE_GPU_SOURCE`; numbered as on one host: the second 2-GPU pod gets
+  /dev/nvidia2 and /dev/nvidia3) and a stand-in driver (tests.support.fakedriver), placed
   where GPU runtimes put it: the GPU pods take `drivers` in turn, alternately laid out as GKE does
   (/usr/local/nvidia) and as NVIDIA's container toolkit does (per-file mounts);
 - every container gets its pod's hostname, and network aliases equal to the DNS names Kubernetes
@@ -391,9 +392,13 @@ class DockerCluster:
         limits = (container.get("resources") or {}).get("limits") or {}
         for res, count in limits.items():
             if res.endswith(GPU_RESOURCE_SUFFIX):
-                for i in range(int(count)):
+                # numbered as a device plugin numbers a node's GPUs: the k-th GPU pod of n GPUs gets
+                # /dev/nvidia{k*n} .. /dev/nvidia{k*n+n-1}, as if they all shared one host
+                turn, n = self._gpu_pods, int(count)
+                self._gpu_pods += 1
+                for i in range(turn * n, turn * n + n):
                     args += ["--device", f"{FAKE_GPU_SOURCE}:/dev/nvidia{i}"]
-                args += self._driver_args(pod)
+                args += self._driver_args(pod, turn)
         argv: list[str] = []
         if command:
             if container.get("command"):
@@ -416,12 +421,10 @@ class DockerCluster:
             waits_for_jail=any(c["name"] == WAIT_FOR_JAIL for c in spec.get("initContainers", [])),
         )
 
-    def _driver_args(self, pod: str) -> list[str]:
-        """The stand-in driver of the next GPU pod, mounted read-only where a GPU runtime puts it."""
+    def _driver_args(self, pod: str, turn: int) -> list[str]:
+        """The stand-in driver of GPU pod number `turn`, mounted read-only where a GPU runtime puts it."""
         if self.drivers is None:
             self.drivers = build_all()
-        turn = self._gpu_pods
-        self._gpu_pods += 1
         driver = self.drivers[turn % len(self.drivers)] if self.drivers else None
         self.pod_drivers[pod] = driver
         if driver is None:

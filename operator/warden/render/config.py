@@ -37,14 +37,6 @@ def nodeset_name(group: str) -> str:
     return f"ns_{group.replace('-', '_')}"
 
 
-def node_range(cluster: Cluster, group: WorkerGroup) -> str:
-    """Slurm hostlist of a group's nodes, e.g. `c1-worker-gpu-[0-3]`."""
-    base = cluster.names.worker(group.name)
-    if group.replicas <= 1:
-        return f"{base}-0"
-    return f"{base}-[0-{group.replicas - 1}]"
-
-
 def slurm_conf(cluster: Cluster) -> str:
     spec = cluster.spec
     names = cluster.names
@@ -88,21 +80,12 @@ def cgroup_conf(cluster: Cluster) -> str:
     return _render("cgroup.conf.j2", **_common(cluster))
 
 
-def gpu_files(count: int) -> str:
-    return "/dev/nvidia0" if count == 1 else f"/dev/nvidia[0-{count - 1}]"
-
-
 def gres_conf(cluster: Cluster) -> str:
+    """gres.conf without node lines: each GPU worker adds its own from the devices its pod got."""
     groups = [
-        {
-            "name": g.name,
-            "count": g.gpus.count,
-            "type": g.gpus.type,
-            "nodes": node_range(cluster, g),
-            "files": gpu_files(g.gpus.count),
-        }
+        {"name": g.name, "count": g.gpus.count, "type": g.gpus.type}
         for g in cluster.spec.worker_groups
-        if g.gpus.count > 0 and g.replicas > 0
+        if g.gpus.count > 0
     ]
     return _render("gres.conf.j2", **_common(cluster), groups=groups)
 
