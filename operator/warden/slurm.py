@@ -35,6 +35,7 @@ __all__ = [
     "Slurm",
     "SlurmCommandError",
     "SlurmError",
+    "SlurmNodeUnknown",
     "SlurmParseError",
     "SlurmTimeout",
     "StepResult",
@@ -116,6 +117,10 @@ class SlurmTimeout(SlurmError):
 
 class SlurmParseError(SlurmError):
     pass
+
+
+class SlurmNodeUnknown(SlurmParseError):
+    """slurmctld does not know the node (a dynamic node that has not registered yet, or is gone)."""
 
 
 _GRES_ITEM = re.compile(r"^gpu(?::[^:(]+)?:(\d+)")
@@ -266,7 +271,7 @@ class Slurm:
         for node in nodes:
             if node.name == name:
                 return node
-        raise SlurmParseError(f"scontrol show node {name} did not list {name}")
+        raise SlurmNodeUnknown(f"scontrol show node {name} did not list {name}")
 
     def drain(self, node: str, reason: str) -> None:
         if not reason.strip():

@@ -75,6 +75,7 @@ class FakeSlurm:
         self._lock = threading.Lock()
         self.in_flight = 0
         self.max_in_flight = 0
+        self.fail_with: str | None = None  # every scontrol call fails with this stderr
 
     def __call__(self, argv: Sequence[str], timeout: float) -> CommandResult:
         args = tuple(argv)
@@ -94,11 +95,13 @@ class FakeSlurm:
         return [c for c in self.calls if c[0] == "srun" and f"--nodelist={node}" in c]
 
     def _scontrol(self, args: tuple[str, ...]) -> tuple[int, str, str]:
+        if self.fail_with is not None:
+            return 1, "", self.fail_with
         if args[:2] == ("show", "node"):
             names = [a for a in args[2:] if not a.startswith("--")]
-            if names and names[0] not in self.nodes:
-                return 1, "", f"Node {names[0]} not found\n"
-            nodes = [self.nodes[names[0]]] if names else list(self.nodes.values())
+            # Slurm 24.11: an unknown node (a dynamic node not registered yet) lists no node, status 0
+            nodes = [self.nodes[names[0]]] if names and names[0] in self.nodes else []
+            nodes = nodes if names else list(self.nodes.values())
             doc = dict(_TEMPLATE, nodes=[n.to_json() for n in nodes])
             return 0, json.dumps(doc), ""
         if args[0] == "update":

@@ -129,9 +129,21 @@ def test_expected_count_override_and_cpu_nodes(node_dirs: tuple[Path, Path]) -> 
     assert quickcheck(fake2, dev, jail, "--expected-gpus", "2")[0] == 0
 
 
+def test_node_not_registered_yet_is_not_an_error(
+    node_dirs: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    # slurmd runs the check once before a dynamic node registers: slurmctld lists no such node
+    dev, jail = node_dirs
+    fake = FakeSlurm([])
+    assert main(["--node", "gpu-0", "--dev-dir", str(dev), "--jail", str(jail)], slurm=Slurm(fake)) == 0
+    assert "not registered with slurmctld yet" in capsys.readouterr().out
+    assert fake.updates("gpu-0") == []
+
+
 def test_slurm_unreachable_changes_nothing(node_dirs: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> None:
     dev, jail = node_dirs
-    fake = FakeSlurm([])  # the node is unknown: scontrol fails
+    fake = FakeSlurm([FakeNode("gpu-0", gres="gpu:2")])
+    fake.fail_with = "scontrol: error: slurm_load_node error: Access/permission denied\n"
     assert main(["--node", "gpu-0", "--dev-dir", str(dev), "--jail", str(jail)], slurm=Slurm(fake)) == 2
     assert "cannot ask Slurm" in capsys.readouterr().err
 

@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from warden.slurm import CommandRunner, Slurm, SlurmError, first_line, run_command
+from warden.slurm import CommandRunner, Slurm, SlurmError, SlurmNodeUnknown, first_line, run_command
 
 __all__ = ["DRIVER_DIR", "REASON_PREFIX", "Settings", "find_problems", "main"]
 
@@ -146,6 +146,11 @@ def main(argv: Sequence[str] | None = None, slurm: Slurm | None = None, runner: 
     )
     try:
         status, line = settle(slurm or Slurm(runner, timeout=3.0), settings, runner)
+    except SlurmNodeUnknown:
+        # slurmd runs its HealthCheckProgram once before a dynamic node registers: nothing to drain
+        # yet (the next run, HealthCheckInterval later, checks the registered node)
+        print(f"warden-quickcheck: {settings.node}: not registered with slurmctld yet; nothing to do")
+        return 0
     except SlurmError as e:
         print(f"warden-quickcheck: {settings.node}: cannot ask Slurm: {e}", file=sys.stderr)
         return 2
