@@ -57,13 +57,14 @@ integration: venv ## integration tier: the operator against a real kube-apiserve
 	@$(STAGE) k8s-bins $(MAKE) --no-print-directory k8s-bins
 	@$(STAGE) integration hack/pytest-tier.sh integration -q
 
-dataplane: venv ## dataplane tier: real Slurm daemons from the project's images in Docker
+dataplane: venv ## dataplane tier: real Slurm daemons from the project's images in Docker (and the GPU jail, built once)
 	@$(STAGE) docker hack/docker.sh ensure
 	@$(STAGE) base-image hack/base-image.sh
 	@$(STAGE) images hack/images.sh
-	@$(STAGE) dataplane hack/pytest-tier.sh dataplane -q
+	@$(STAGE) images-gpu hack/images.sh gpu
+	@$(STAGE) dataplane env WARDEN_REQUIRE_GPU_JAIL=1 hack/pytest-tier.sh dataplane -q
 
-gpu-jail: venv ## GPU jail: build warden/jail-gpu + populate-jail-gpu once, check them (tests/dataplane/test_gpu_jail.py)
+gpu-jail: venv ## just the GPU jail: build warden/jail-gpu + populate-jail-gpu, check them (also part of `make dataplane`)
 	@$(STAGE) docker hack/docker.sh ensure
 	@$(STAGE) base-image hack/base-image.sh
 	@$(STAGE) images-gpu hack/images.sh spank jail gpu
@@ -81,7 +82,6 @@ test: ## every tier, each installing what it needs
 	@$(STAGE) unit-tier $(MAKE) --no-print-directory unit
 	@$(STAGE) integration-tier $(MAKE) --no-print-directory integration
 	@$(STAGE) dataplane-tier $(MAKE) --no-print-directory dataplane
-	@$(STAGE) gpu-jail-tier $(MAKE) --no-print-directory gpu-jail
 	@$(STAGE) e2e-tier $(MAKE) --no-print-directory e2e
 
 # --- images ------------------------------------------------------------------------------------

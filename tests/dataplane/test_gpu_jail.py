@@ -3,8 +3,8 @@ runs far enough to print its usage (no GPU needed), links the image's own CUDA r
 no NVIDIA driver file is anywhere in the root (each node brings its own into job steps).
 
 The images are built on request only: `make images-gpu` (hack/images.sh gpu). Without them these
-tests skip, except under WARDEN_REQUIRE_GPU_JAIL=1 (`make gpu-jail`, the stage of `make test` that
-builds them), where a missing image fails.
+tests skip, except under WARDEN_REQUIRE_GPU_JAIL=1 (`make dataplane` and `make gpu-jail`, which build
+them first), where a missing image fails.
 """
 
 from __future__ import annotations
