@@ -381,9 +381,10 @@ def test_gpu_steps_load_their_own_nodes_driver_and_cpu_steps_none(installed: Ins
     for node in nodes:
         version, _cuda, path = seen[node]
         assert version == given[node] and path == f"/usr/lib/warden/driver/lib/libcuda.so.{version}", seen
-    smi = installed.ssh(f"{step} -l nvidia-smi", key=alice, user="alice").stdout
-    for i, node in enumerate(nodes):
-        assert f"{i}: Driver Version: {given[node]}" in smi, smi
+    # each node's own nvidia-smi, on PATH (tasks are numbered in slurmctld's node order: name each)
+    smi = installed.ssh(f"{step} sh -c 'echo $(hostname) $(nvidia-smi | grep Driver)'", key=alice, user="alice")
+    lines = set(smi.stdout.splitlines())
+    assert lines == {f"{node} Driver Version: {given[node]}" for node in nodes}, smi
     cpu = installed.ssh(f'srun -p cpu python3 -c "{CUDA_PROBE}"', key=alice, user="alice")
     assert cpu.returncode != 0 and "libcuda.so.1: cannot open shared object file" in cpu.stderr, cpu
     look = "find /mnt/jail -xdev -name 'libcuda*' -o -xdev -name 'libnvidia-*'; ls -A /mnt/jail/usr/lib/warden/driver"
