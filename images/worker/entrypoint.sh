@@ -62,7 +62,7 @@ install -d -o root -g root -m 0755 "$spool"
 cgroup_rw() {
     local m
     while read -r _ m _ _; do
-        case "$m" in /sys/fs/cgroup | /sys/fs/cgroup/*) mount -o remount,rw "$m" 2>/dev/null || return 1 ;; esac
+        case "$m" in /sys/fs/cgroup | /sys/fs/cgroup/*) mount -o remount,bind,rw "$m" 2>/dev/null || return 1 ;; esac
     done < <(grep -E ' /sys/fs/cgroup(/| )' /proc/mounts)
 }
 case "${WARDEN_CGROUP_RW:-auto}" in
