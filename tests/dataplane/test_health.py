@@ -24,13 +24,13 @@ import json
 import re
 import shlex
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.dataplane.healthcheck import by_node, run_check
 from tests.support.dockercluster import DockerCluster, docker, running_for_tests, wait_for
 
 STANDIN = Path(__file__).resolve().parents[1] / "support" / "nccl_standin.py"
@@ -136,26 +136,6 @@ def restore(hc: DockerCluster) -> None:
         ctl(hc, f"scontrol update nodename={node} state=resume", check=False)
     wait_idle(hc, *pods)
     standin_calls(hc)
-
-
-def run_check(hc: DockerCluster, *extra: str) -> dict[str, Any]:
-    """One run of the rendered CronJob's pod; its JSON summary. `--immediate 5` keeps a node that
-    srun cannot have from holding the run up for the default minute."""
-    cronjob = hc.manifest("CronJob", hc.names.nccl_check)
-    pod = hc.job_pod(
-        cronjob["spec"]["jobTemplate"]["spec"]["template"], f"{hc.names.nccl_check}-{uuid.uuid4().hex[:5]}"
-    )
-    at = pod.argv.index("--report-configmap")  # needs a Kubernetes API; stdout carries the same JSON
-    del pod.argv[at : at + 2]
-    pod.argv += ["--immediate", "5", *extra]
-    r = hc.run_to_completion(pod, timeout=300)
-    assert r.rc == 0, r
-    summary: dict[str, Any] = json.loads(r.out)
-    return summary
-
-
-def by_node(summary: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    return {n["node"]: n for n in summary["nodes"]}
 
 
 def slow_reason(busbw: float) -> str:
