@@ -35,11 +35,16 @@ group_plugstack() {
     fi
 }
 node="${WARDEN_NODE_NAME:-$(hostname -s)}"
+gres_spec="$(sed -n 's/.*Gres=\([^ ]*\).*/\1/p' <<<"$WARDEN_SLURMD_CONF")" # gpu:h100:8, or empty
+# slurmctld knows this node: a dynamic node exists there only once slurmd has registered it
+registered() {
+    local out
+    out="$(scontrol show node -o "$node" 2>/dev/null)" && [ -n "$out" ]
+}
 # This node's line of gres.conf (the ConfigMap's has none): the GPU device files its pod was given.
 # Device plugins keep the host's numbers, so a 4-GPU pod may hold /dev/nvidia4-7.
 node_gres() {
-    local gres files fields
-    gres="$(sed -n 's/.*Gres=\([^ ]*\).*/\1/p' <<<"$WARDEN_SLURMD_CONF")"
+    local gres="$gres_spec" files fields
     [ -n "$gres" ] && [ "$gres" != "(null)" ] || return 0
     files="$(find /dev -maxdepth 1 -regex '/dev/nvidia[0-9]+' -printf '%f\n' | sort -V | sed 's|^|/dev/|' | paste -sd,)"
     if [ -z "$files" ]; then
@@ -114,7 +119,7 @@ if [ -n "$WARDEN_DRIVER_PROBLEM" ]; then
     (
         trap - TERM INT
         set +e
-        until scontrol show node -o "$node" >/dev/null 2>&1; do sleep 1; done
+        until registered; do sleep 1; done
         scontrol update nodename="$node" state=drain reason="warden-worker: $WARDEN_DRIVER_PROBLEM" &&
             warden_log "driver: drained $node: $WARDEN_DRIVER_PROBLEM"
     ) &
@@ -126,15 +131,15 @@ fi
 # So, until the registered node carries every gres type of its node line, and once slurmctld knows
 # those types: delete the node, then SIGHUP slurmd, which registers it afresh. Sets gres_pid.
 gres_names() { tr ',' '\n' | cut -d: -f1 | { grep -v -e '^$' -e '^(null)$' || true; } | sort -u; }
-want_gres="$(sed -n 's/.*Gres=\([^ ]*\).*/\1/p' <<<"$WARDEN_SLURMD_CONF" | gres_names)"
+want_gres="$(gres_names <<<"$gres_spec")"
 gres_pid=""
 if [ -n "$want_gres" ]; then
     (
         trap - TERM INT
         set +e
         while sleep 5; do
+            registered || continue
             have="$(scontrol show node -o "$node" 2>/dev/null | grep -o 'Gres=[^ ]*' | cut -d= -f2 | gres_names)"
-            [ -n "$have" ] || [ -n "$(scontrol show node -o "$node" 2>/dev/null)" ] || continue  # not registered yet
             [ -z "$(comm -23 <(echo "$want_gres") <(echo "$have"))" ] && exit 0
             types="$(scontrol show config 2>/dev/null | sed -n 's/^GresTypes *= *//p' | gres_names)"
             [ -z "$(comm -23 <(echo "$want_gres") <(echo "$types"))" ] || continue  # slurmctld not there yet

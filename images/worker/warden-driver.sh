@@ -1,6 +1,6 @@
 # shellcheck shell=bash
 # The node's NVIDIA driver in every job step of a GPU worker. Sourced by the worker entrypoint after
-# warden-lib.sh; installed at /usr/lib/warden/warden-driver.sh. See docs/architecture.md, "GPU driver".
+# warden-lib.sh; installed at /usr/lib/warden/warden-driver.sh. See docs/architecture.md, "The node's driver in GPU job steps".
 #
 # The GPU runtime (NVIDIA container toolkit, CDI, GKE's driver installer) gives the worker CONTAINER
 # the driver's user-space files (libcuda, libnvidia-ml, libnvidia-ptxjitcompiler, libnvidia-nvvm,

@@ -794,9 +794,13 @@ def _group_gone(pgid: int) -> bool:
 # CLI: hack/controlplane.sh up|down|env
 
 
+def cache_dir() -> Path:
+    """Where built binaries and local state are kept between runs (``$WARDEN_CACHE``)."""
+    return Path(os.environ.get("WARDEN_CACHE", Path.home() / ".cache" / "warden"))
+
+
 def _default_state_dir() -> Path:
-    cache = Path(os.environ.get("WARDEN_CACHE", Path.home() / ".cache" / "warden"))
-    return Path(os.environ.get("WARDEN_CONTROLPLANE_DIR", cache / "controlplane"))
+    return Path(os.environ.get("WARDEN_CONTROLPLANE_DIR", cache_dir() / "controlplane"))
 
 
 def _cli_down(state_dir: Path) -> int:

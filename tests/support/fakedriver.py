@@ -11,10 +11,11 @@ directory, nvidia-smi in /usr/bin, no soname links).
 
 from __future__ import annotations
 
-import os
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+
+from tests.support.controlplane import cache_dir
 
 REPO = Path(__file__).resolve().parents[2]
 SOURCE = REPO / "hack" / "fakedriver"
@@ -49,12 +50,8 @@ class FakeDriver:
         return [*files, (self.path / "bin" / "nvidia-smi", f"{TOOLKIT_BIN_DIR}/nvidia-smi")]
 
 
-def cache_dir() -> Path:
-    return Path(os.environ.get("WARDEN_CACHE", Path.home() / ".cache" / "warden")) / "fakedriver"
-
-
 def build(version: str, cuda_version: int) -> FakeDriver:
-    out = cache_dir() / version
+    out = cache_dir() / "fakedriver" / version
     proc = subprocess.run(
         ["make", "-s", "-C", str(SOURCE), f"OUT={out}", f"VERSION={version}", f"CUDA_VERSION={cuda_version}"],
         capture_output=True,

@@ -48,6 +48,7 @@ from tests.support.controlplane import (
     ControlPlaneError,
     Pki,
     _kill_group,
+    cache_dir,
     pinned_versions,
     wait_for,
     write_kubeconfig,
@@ -87,10 +88,6 @@ class LocalClusterError(RuntimeError):
 
 def log(msg: str) -> None:
     print(f"[localcluster] {msg}", file=sys.stderr, flush=True)
-
-
-def cache_dir() -> Path:
-    return Path(os.environ.get("WARDEN_CACHE", Path.home() / ".cache" / "warden"))
 
 
 def state_dir() -> Path:

@@ -73,7 +73,6 @@ __all__ = [
     "Summary",
     "act",
     "check_failure",
-    "check_node",
     "measure_node",
     "run_checks",
 ]
@@ -282,14 +281,6 @@ def measure_node(slurm: Slurm, node: Node, cfg: CheckConfig, errors: list[str]) 
     if step.launch_failed:
         errors.append(f"{name}: {detail}")
     return NodeReport(name, outcome, detail, busbw)
-
-
-def check_node(slurm: Slurm, node: Node, cfg: CheckConfig, errors: list[str]) -> NodeReport:
-    """Test one node and drain or resume it as its own result says (``run_checks`` first looks at
-    all results together: see ``check_failure``)."""
-    report = measure_node(slurm, node, cfg, errors)
-    act(slurm, node, report, cfg, errors)
-    return report
 
 
 #: What srun or the loader print when the program cannot start at all: the jail's fault, never a node's.

@@ -20,8 +20,8 @@ _ENV = jinja2.Environment(
     autoescape=False,
 )
 
-# Room for dynamic nodes above the desired count, so scaling up never changes slurm.conf (a GPU group's
-# scaling still changes gres.conf, which names its nodes, and so rolls the controller pod).
+# Room for dynamic nodes above the desired count, so scaling up never changes slurm.conf (nor gres.conf:
+# each GPU worker writes its own line).
 MIN_MAX_NODE_COUNT = 1024
 
 
