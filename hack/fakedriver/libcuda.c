@@ -4,10 +4,15 @@
  * touches a GPU. Built by hack/fakedriver/Makefile with the version it pretends to be:
  *   WARDEN_DRIVER_VERSION "580.159.04"   the driver release (also the file name libcuda.so.<version>)
  *   WARDEN_CUDA_VERSION   13000          what cuDriverGetVersion reports (CUDA 13.0)
- * Devices are the /dev/nvidia<N> character devices this process can see, as with the real driver.
+ * Devices are the /dev/nvidia<N> character devices this process can see and open, as with the real
+ * driver.
  */
 #include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 typedef int CUresult;
 enum { CUDA_SUCCESS = 0, CUDA_ERROR_INVALID_VALUE = 1, CUDA_ERROR_NO_DEVICE = 100 };
@@ -27,6 +32,24 @@ static int is_gpu_device(const char *name)
 	return 1;
 }
 
+/* A device this process may use: one the devices cgroup lets it open. No driver owns the stand-in
+ * devices (ENXIO); a denied one fails with EPERM, which is how a real driver's device disappears from
+ * a job step that was not given it. */
+static int usable(const char *name)
+{
+	char path[64];
+	int fd;
+
+	if ((size_t)snprintf(path, sizeof(path), "/dev/%s", name) >= sizeof(path))
+		return 0;
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd >= 0) {
+		close(fd);
+		return 1;
+	}
+	return errno != EPERM && errno != EACCES;
+}
+
 static int count_devices(void)
 {
 	DIR *d = opendir("/dev");
@@ -36,7 +59,7 @@ static int count_devices(void)
 	if (d == NULL)
 		return 0;
 	while ((e = readdir(d)) != NULL)
-		if (is_gpu_device(e->d_name))
+		if (is_gpu_device(e->d_name) && usable(e->d_name))
 			n++;
 	closedir(d);
 	return n;

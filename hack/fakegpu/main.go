@@ -4,10 +4,12 @@
 // It speaks the kubelet's device-plugin API (k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1, built from its
 // Go module): it registers with the kubelet, advertises -count devices of the extended resource -resource
 // (nvidia.com/gpu by default), and gives every container that is allocated k of them the device files
-// <prefix><n> for each device fake-gpu-<n> (/dev/nvidia5 ...), each a bind of -host-device (/dev/null):
+// <prefix><n> for each device fake-gpu-<n> (/dev/nvidia5 ...), each a bind of -device-dir/nvidia<n>:
 // the host's numbers, as real plugins keep them (a pod given 2 of 8 GPUs may hold /dev/nvidia4 and
-// /dev/nvidia5). That is what the dataplane tier does with `docker --device /dev/null:/dev/nvidia4`.
-// Nothing here touches a GPU.
+// /dev/nvidia5). The tests make those files character devices with NVIDIA's major number (195) and
+// distinct minors that no driver owns, so a job's devices cgroup can allow one GPU and deny another
+// (opening fails with ENXIO or EPERM); the dataplane tier passes the same files with `docker --device`.
+// Without -device-dir every device is a bind of -host-device (/dev/null). Nothing here touches a GPU.
 //
 // With -drivers, each allocation also gets a STAND-IN NVIDIA driver (hack/fakedriver: fake libcuda,
 // libnvidia-ml and nvidia-smi of a given version), the directories taken in turn, so two GPU pods run
@@ -46,6 +48,7 @@ type config struct {
 	pluginDir       string
 	socketName      string
 	hostDevice      string
+	deviceDir       string   // device files nvidia<n>, one per device (else hostDevice for all)
 	containerPrefix string
 	drivers         []string // stand-in driver directories (lib64/, bin/), one per allocation in turn
 }
@@ -59,6 +62,14 @@ type plugin struct {
 }
 
 func deviceID(i int) string { return fmt.Sprintf("fake-gpu-%d", i) }
+
+// hostPath is the host file behind a device: -device-dir/nvidia<n>, or -host-device for all of them.
+func (p *plugin) hostPath(id string) string {
+	if p.cfg.deviceDir == "" {
+		return p.cfg.hostDevice
+	}
+	return filepath.Join(p.cfg.deviceDir, "nvidia"+strings.TrimPrefix(id, "fake-gpu-"))
+}
 
 func (p *plugin) devices() []*api.Device {
 	out := make([]*api.Device, p.cfg.count)
@@ -100,9 +111,9 @@ func (p *plugin) Allocate(_ context.Context, req *api.AllocateRequest) (*api.All
 			// the host's number, as real plugins keep it: fake-gpu-5 is /dev/nvidia5 in any container
 			path := p.cfg.containerPrefix + strings.TrimPrefix(id, "fake-gpu-")
 			paths = append(paths, path)
-			c.Devices = append(c.Devices, &api.DeviceSpec{ContainerPath: path, HostPath: p.cfg.hostDevice, Permissions: "rw"})
+			c.Devices = append(c.Devices, &api.DeviceSpec{ContainerPath: path, HostPath: p.hostPath(id), Permissions: "rw"})
 		}
-		log.Printf("allocate %v -> %v (bound to %s)", creq.DevicesIds, paths, p.cfg.hostDevice)
+		log.Printf("allocate %v -> %v", creq.DevicesIds, paths)
 		if len(p.cfg.drivers) > 0 {
 			mounts, err := driverMounts(p.cfg.drivers, int(p.turns.Add(1)-1))
 			if err != nil {
@@ -244,7 +255,8 @@ func main() {
 	flag.IntVar(&cfg.count, "count", 4, "number of fake devices")
 	flag.StringVar(&cfg.pluginDir, "plugin-dir", api.DevicePluginPath, "the kubelet's device-plugin directory")
 	flag.StringVar(&cfg.socketName, "socket", "warden-fake-gpu.sock", "socket file name in -plugin-dir")
-	flag.StringVar(&cfg.hostDevice, "host-device", "/dev/null", "host device file behind every fake device")
+	flag.StringVar(&cfg.hostDevice, "host-device", "/dev/null", "host device file behind every fake device (without -device-dir)")
+	flag.StringVar(&cfg.deviceDir, "device-dir", "", "directory of device files nvidia0..nvidia<count-1>, one per fake device")
 	flag.StringVar(&cfg.containerPrefix, "container-prefix", "/dev/nvidia", "device path prefix in containers")
 	drivers := flag.String("drivers", "", "comma-separated stand-in driver directories (lib64/, bin/) handed out in turn")
 	flag.Parse()
@@ -258,8 +270,17 @@ func main() {
 	if !strings.Contains(cfg.resource, "/") {
 		log.Fatalf("-resource must be a domain-qualified extended resource like nvidia.com/gpu, got %q", cfg.resource)
 	}
-	if st, err := os.Stat(cfg.hostDevice); err != nil || st.Mode()&os.ModeDevice == 0 {
-		log.Fatalf("-host-device %s must be a device file (err %v)", cfg.hostDevice, err)
+	hosts := []string{cfg.hostDevice}
+	if cfg.deviceDir != "" {
+		hosts = nil
+		for i := 0; i < cfg.count; i++ {
+			hosts = append(hosts, filepath.Join(cfg.deviceDir, fmt.Sprintf("nvidia%d", i)))
+		}
+	}
+	for _, h := range hosts {
+		if st, err := os.Stat(h); err != nil || st.Mode()&os.ModeDevice == 0 {
+			log.Fatalf("%s must be a device file (err %v)", h, err)
+		}
 	}
 	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer cancel()

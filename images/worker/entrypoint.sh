@@ -3,8 +3,8 @@
 # Extra arguments go to slurmd; `-V`/`--help` print and exit without any configuration.
 #   WARDEN_SLURMD_CONF   node line (CPUs=.. RealMemory=.. Gres=.. Feature=warden-group-<g>), required
 #   WARDEN_NODE_NAME     Slurm node name (default: the pod's hostname)
-#   WARDEN_CGROUP_RW     auto (default) | yes | no: remount /sys/fs/cgroup read-write for
-#                        proctrack/cgroup and task/cgroup (needs CAP_SYS_ADMIN)
+#   WARDEN_CGROUP_RW     auto (default: when slurm.conf names a cgroup plugin) | yes | no: remount
+#                        /sys/fs/cgroup read-write for proctrack/cgroup and task/cgroup (CAP_SYS_ADMIN)
 #   WARDEN_SLURMD_ARGS   extra slurmd flags (e.g. -vv)
 #   WARDEN_JAIL_SHARED   jail directories also shown at the same path in this container (default
 #                        "/home /root": users' and root's homes, where sbatch writes slurm-<id>.out)
@@ -70,12 +70,30 @@ cgroup_rw() {
         case "$m" in /sys/fs/cgroup | /sys/fs/cgroup/*) mount -o remount,bind,rw "$m" 2>/dev/null || return 1 ;; esac
     done < <(grep -E ' /sys/fs/cgroup(/| )' /proc/mounts)
 }
-case "${WARDEN_CGROUP_RW:-auto}" in
-    no) ;;
-    yes) cgroup_rw || warden_die "cannot remount /sys/fs/cgroup read-write (CAP_SYS_ADMIN?)" ;;
-    *) cgroup_rw && warden_log "cgroup: /sys/fs/cgroup is read-write" ||
-        warden_log "cgroup: warning: /sys/fs/cgroup stays read-only; use proctrack/linuxproc + task/none" ;;
-esac
+# cgroup v2 (one tree, the container's own cgroup namespace): a cgroup that holds processes cannot hand
+# controllers to its children, so this container's processes move to a leaf first; then slurmd's
+# cgroup/v2 plugin can enable cpuset, memory and the rest for the job cgroups it makes.
+cgroup_v2_delegate() {
+    local root=/sys/fs/cgroup pid c
+    [ "$(stat -fc %T "$root")" = cgroup2fs ] || return 0
+    mkdir -p "$root/warden-entrypoint"
+    while read -r pid; do
+        echo "$pid" >"$root/warden-entrypoint/cgroup.procs" 2>/dev/null || true
+    done <"$root/cgroup.procs"
+    for c in $(cat "$root/cgroup.controllers"); do
+        echo "+$c" >"$root/cgroup.subtree_control" 2>/dev/null || warden_log "cgroup: warning: cannot delegate $c"
+    done
+    warden_log "cgroup: v2, controllers $(cat "$root/cgroup.subtree_control")"
+}
+uses_cgroups() { grep -Eiq '^[[:space:]]*(ProctrackType|TaskPlugin)[[:space:]]*=.*cgroup' "$SLURM_ETC/slurm.conf"; }
+cgroup_mode="${WARDEN_CGROUP_RW:-auto}"
+[ "$cgroup_mode" = auto ] && { uses_cgroups && cgroup_mode=yes || cgroup_mode=no; }
+if [ "$cgroup_mode" = yes ]; then
+    cgroup_rw || warden_die "cannot remount /sys/fs/cgroup read-write, which slurm.conf's cgroup plugins" \
+        "(ProctrackType/TaskPlugin) need: the worker container needs CAP_SYS_ADMIN"
+    cgroup_v2_delegate
+    warden_log "cgroup: /sys/fs/cgroup is read-write for slurmd's cgroup plugins"
+fi
 
 # batch scripts (spool dir) and the SACK socket must be reachable from inside the jail
 warden_jail_binds "$spool:$spool:rw"

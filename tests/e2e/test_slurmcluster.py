@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import time
 import uuid
@@ -328,15 +329,22 @@ def test_gpu_group_added_by_helm_upgrade_is_usable_from_the_same_login(installed
 
 
 def test_gpus_job_on_the_gpu_group_completes(installed: Installed) -> None:
-    """`--gpus=1` in the GPU partition: Slurm gives the step one of the node's gres GPUs (device files
-    the kubelet's device plugin put into the worker pod, visible inside the jail)."""
+    """`--gpus=1` in the GPU partition: Slurm gives the step one of the node's gres GPUs. All the device
+    files the kubelet's device plugin put into the worker pod are visible inside the jail, and the job's
+    devices cgroup lets the step open only its own (the stand-ins are character devices (195, N) that
+    no driver owns: ENXIO when allowed, EPERM when denied)."""
     _needs_gpus(installed)
-    script = "#!/bin/sh\nsrun sh -c 'echo CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES; ls /dev/nvidia*'\n"
+    probe = (
+        "echo CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES; for d in /dev/nvidia[0-9]*; do "
+        'if msg=$( (exec 3<"$d") 2>&1 ); then echo "$d=open"; else echo "$d=${msg##*: }"; fi; done'
+    )
+    script = f"#!/bin/sh\nsrun sh -c {shlex.quote(probe)}\n"
     out = installed.ssh("sbatch --parsable -p gpu --gpus=1 -o /root/gpu-%j.out", input=script)
     assert out.returncode == 0, out.stderr
     job = out.stdout.strip().split(";")[0]
     assert _wait_job(installed, job) == "COMPLETED"
-    text = installed.ssh(f"cat /root/gpu-{job}.out").stdout.split()
+    cvd, *lines = installed.ssh(f"cat /root/gpu-{job}.out").stdout.strip().splitlines()
+    opened = dict(line.split("=", 1) for line in lines)
     fields = dict(f.split("=", 1) for f in installed.ssh(f"scontrol show job -o {job}").stdout.split() if "=" in f)
     node = fields["NodeList"]
     assert fields["Partition"] == "gpu" and node.startswith(f"{NAME}-worker-gpu-")
@@ -347,8 +355,11 @@ def test_gpus_job_on_the_gpu_group_completes(installed: Installed) -> None:
     *devices, gres_line = pod.strip().splitlines()
     assert len(devices) == GPUS_PER_NODE, pod
     assert gres_line == f"NodeName={node} Name=gpu Type=fake File={','.join(devices)}", pod
-    assert text[0] in {f"CUDA_VISIBLE_DEVICES={i}" for i in range(GPUS_PER_NODE)}, text
-    assert text[1:] == devices, text  # the pod's GPUs; the step uses one
+    assert cvd in {f"CUDA_VISIBLE_DEVICES={i}" for i in range(GPUS_PER_NODE)}, cvd
+    assert sorted(opened) == sorted(devices), lines  # the pod's GPUs are all there; the step uses one
+    assert sorted(opened.values()) == ["No such device or address"] + ["Operation not permitted"] * (
+        GPUS_PER_NODE - 1
+    ), lines
 
 
 #: A CUDA program's first steps, through ctypes in the jail's python3: libcuda.so.1 by soname (nothing

@@ -10,7 +10,7 @@ translates those manifests into `docker run` arguments, one container per pod:
   `emptyDir`s are per-container volumes (`medium: Memory` is a tmpfs);
 - env, capabilities, the seccomp profile (`Localhost` = images/worker/seccomp.json, the profile a
   kubelet would load) and AppArmor come from each container's spec; `nvidia.com/gpu` limits become
-  fake device files (see `FAKE_GPU_SOURCE`; numbered as on one host: the second 2-GPU pod gets
+  stand-in character devices (195, N) (`fakedriver.gpu_device`; numbered as on one host: the second 2-GPU pod gets
   /dev/nvidia2 and /dev/nvidia3) and a stand-in driver (tests.support.fakedriver), placed
   where GPU runtimes put it: the GPU pods take `drivers` in turn, alternately laid out as GKE does
   (/usr/local/nvidia) and as NVIDIA's container toolkit does (per-file mounts);
@@ -53,7 +53,7 @@ from typing import Any
 import pytest
 
 from tests.support.controlplane import pid_alive, sigterm_as_interrupt
-from tests.support.fakedriver import FakeDriver, build_all
+from tests.support.fakedriver import FakeDriver, build_all, gpu_device
 from warden import naming
 from warden.model import parse_spec
 from warden.render import cluster as render_cluster
@@ -67,9 +67,6 @@ LABEL_RUN = "dev.warden.dataplane.run"
 LABEL_PID = "dev.warden.dataplane.pid"
 LABEL_HOST = "dev.warden.dataplane.host"
 LABEL_POD = "dev.warden.dataplane.pod"
-#: GPU stand-in: no GPU exists here, so each GPU the pod would get from the device plugin is this
-#: harmless character device (/dev/null, 1:3) mapped to /dev/nvidia<N> (`docker run --device`).
-FAKE_GPU_SOURCE = "/dev/null"
 GPU_RESOURCE_SUFFIX = "/gpu"
 #: The init container that holds a pod until the jail is populated (warden.render.pods).
 WAIT_FOR_JAIL = "wait-for-jail"
@@ -397,7 +394,7 @@ class DockerCluster:
                 turn, n = self._gpu_pods, int(count)
                 self._gpu_pods += 1
                 for i in range(turn * n, turn * n + n):
-                    args += ["--device", f"{FAKE_GPU_SOURCE}:/dev/nvidia{i}"]
+                    args += ["--device", f"{gpu_device(i)}:/dev/nvidia{i}"]
                 args += self._driver_args(pod, turn)
         argv: list[str] = []
         if command:

@@ -11,6 +11,8 @@ directory, nvidia-smi in /usr/bin, no soname links).
 
 from __future__ import annotations
 
+import os
+import stat
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -70,3 +72,26 @@ def build_all() -> list[FakeDriver]:
 if __name__ == "__main__":
     for d in build_all():
         print(f"{d.version} {d.path}")
+
+
+#: NVIDIA's character-device major number: /dev/nvidia<N> is (195, N) on every driver.
+NVIDIA_MAJOR = 195
+
+
+def gpu_device(index: int) -> Path:
+    """A STAND-IN GPU device file: a character device (195, index) made in the cache, mode 0666 as the
+    driver makes its own. No driver owns major 195 here, so opening it fails with ENXIO where the
+    devices cgroup allows it and with EPERM where it does not: what job isolation tests look at.
+    Distinct numbers matter: a cgroup that denies one GPU must not deny the others (or /dev/null)."""
+    path = cache_dir() / "gpudev" / f"nvidia{index}"
+    if (
+        path.is_char_device()
+        and os.major(path.stat().st_rdev) == NVIDIA_MAJOR
+        and os.minor(path.stat().st_rdev) == index
+    ):
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.unlink(missing_ok=True)
+    os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(NVIDIA_MAJOR, index))
+    os.chmod(path, 0o666)
+    return path

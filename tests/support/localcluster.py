@@ -13,7 +13,7 @@ pods can reach the API server; this module adds the node:
 * a StorageClass ``warden-local`` (the default) served by tests/support/localvolumes.py (hostPath
   directories; ReadWriteMany works because there is one node);
 * STAND-IN GPUs: hack/fakegpu (a kubelet device plugin built from its Go module) advertises
-  ``FAKE_GPUS`` ``nvidia.com/gpu`` devices, each a bind of /dev/null at /dev/nvidiaN in the container (no
+  ``FAKE_GPUS`` ``nvidia.com/gpu`` devices, each a stand-in character device (195, N) at /dev/nvidiaN (no
   GPU exists here; ``WARDEN_LOCAL_FAKE_GPUS=0`` turns it off), and gives every GPU container a STAND-IN
   driver (tests/support/fakedriver.py), two versions in turn;
 * the project's images, imported from Docker into containerd's ``k8s.io`` namespace (no registry).
@@ -648,7 +648,8 @@ class LocalCluster:
             gpus = fake_gpu_count()
             if gpus:
                 drivers = ",".join(str(d.path) for d in fakedriver.build_all())
-                cp.spawn("fake-gpu-plugin", [str(build_fake_gpu_plugin()), f"-count={gpus}",
+                devices = {fakedriver.gpu_device(i).parent for i in range(gpus)}.pop()
+                cp.spawn("fake-gpu-plugin", [str(build_fake_gpu_plugin()), f"-count={gpus}", f"-device-dir={devices}",
                                              f"-resource={FAKE_GPU_RESOURCE}", f"-drivers={drivers}"])  # fmt: skip
             self._save(cp, bins)
             deadline = time.monotonic() + timeout

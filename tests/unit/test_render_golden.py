@@ -13,6 +13,7 @@ import pytest
 
 from tests.support.examples import EXAMPLES, load
 from tests.support.slurmconf import parse, parse_sshd
+from warden.model import WorkerGroup
 from warden.render import config
 from warden.render.context import Cluster
 
@@ -142,5 +143,33 @@ def test_external_accounting_points_slurmdbd_at_the_users_database() -> None:
 def test_node_conf_line_of_each_group() -> None:
     cluster = load("gpu-two-groups")
     lines = {g.name: config.slurmd_node_conf(g) for g in cluster.spec.worker_groups}
-    assert lines["h100"] == "CPUs=96 RealMemory=1024000 Gres=gpu:h100:8 Feature=warden-group-h100,nvlink,ib"
+    # 1000Gi less the 2 GiB kept for slurmd
+    assert lines["h100"] == "CPUs=96 RealMemory=1021952 Gres=gpu:h100:8 Feature=warden-group-h100,nvlink,ib"
     assert lines["cpu"] == "Feature=warden-group-cpu"
+
+
+@pytest.mark.parametrize(
+    ("limit", "jobs"),
+    [("1Gi", 896), ("4Gi", 3584), ("512Mi", 384), ("200Mi", 72), ("64Gi", 63488), ("1000Gi", 1021952)],
+)
+def test_jobs_get_the_pods_memory_less_a_reserve_for_slurmd(limit: str, jobs: int) -> None:
+    """An eighth of the limit, at least 128 MiB and at most 2 GiB, stays with slurmd: jobs filling their
+    node's RealMemory never push the pod's OOM killer onto it."""
+    group = WorkerGroup(name="g", resources={"limits": {"memory": limit}})
+    assert config.job_memory(group) == jobs
+
+
+def test_jobs_without_mem_share_nodes_by_cpu() -> None:
+    """Each partition's DefMemPerCPU is its groups' smallest memory per CPU; a group without CPU or
+    memory limits leaves it unset (Slurm then gives such jobs whole nodes' memory, said in the docs)."""
+    cluster = load("gpu-two-groups")
+    conf = parse(config.slurm_conf(cluster))
+    assert conf.get("SelectTypeParameters") == "CR_Core_Memory"
+    assert conf.get("ProctrackType") == "proctrack/cgroup"
+    assert conf.get("TaskPlugin") == "task/cgroup,task/affinity"
+    partitions = {p["partitionname"]: p for p in conf.records_of("PartitionName")}
+    assert partitions["h100"]["defmempercpu"] == "10645"  # 1021952 MiB / 96 CPUs
+    assert "defmempercpu" not in partitions["cpu"]  # the cpu group has no limits
+    cgroup = parse(config.cgroup_conf(cluster))
+    for key in ("ConstrainCores", "ConstrainRAMSpace", "ConstrainDevices", "ConstrainSwapSpace"):
+        assert cgroup.get(key) == "yes", key

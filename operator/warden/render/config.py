@@ -44,13 +44,14 @@ def slurm_conf(cluster: Cluster) -> str:
     accounting = None
     if spec.accounting.mode != "Disabled":
         accounting = {"host": names.accounting, "port": naming.SLURMDBD_PORT}
-    groups = {g.name for g in spec.worker_groups}
+    groups = {g.name: g for g in spec.worker_groups}
     partitions = [
         {
             "name": p.name,
             "nodes": [nodeset_name(w) for w in p.worker_groups if w in groups],
             "default": p.default,
             "max_time": p.max_time,
+            "def_mem_per_cpu": default_mem_per_cpu([groups[w] for w in p.worker_groups if w in groups]),
         }
         for p in spec.effective_partitions()
     ]
@@ -165,13 +166,42 @@ def slurmdbd_conf(cluster: Cluster) -> str:
     )
 
 
+#: Memory of a worker pod kept from jobs for slurmd, slurmstepd and the entrypoint: an eighth of the
+#: pod's limit, at least 128 MiB and at most 2 GiB. Job steps' cgroups live inside the pod's, so jobs
+#: that filled the whole limit would push the pod's OOM killer onto slurmd.
+RESERVED_MIB_MIN = 128
+RESERVED_MIB_MAX = 2048
+
+
+def job_memory(group: WorkerGroup) -> int | None:
+    """MiB of a node that jobs may allocate (its RealMemory): the pod's memory limit less the reserve."""
+    limit = _mebibytes(group.resources.limits.get("memory"))
+    if not limit:
+        return None
+    reserve = min(max(limit // 8, RESERVED_MIB_MIN), RESERVED_MIB_MAX)
+    return max(limit - reserve, 1)
+
+
+def default_mem_per_cpu(groups: list[WorkerGroup]) -> int | None:
+    """A partition's DefMemPerCPU: the smallest memory-per-CPU of its groups, so that jobs without
+    `--mem` share nodes by their CPUs. None when a group lacks a CPU or memory limit (Slurm then gives
+    such a job the whole memory of each node it gets)."""
+    ratios = []
+    for g in groups:
+        cpus, memory = _cpus(g.resources.limits.get("cpu")), job_memory(g)
+        if not cpus or not memory:
+            return None
+        ratios.append(memory // cpus)
+    return max(min(ratios), 1) if ratios else None
+
+
 def slurmd_node_conf(group: WorkerGroup) -> str:
     """The `slurmd -Z --conf` line of a worker group's nodes."""
     parts: list[str] = []
     cpus = _cpus(group.resources.limits.get("cpu"))
     if cpus:
         parts.append(f"CPUs={cpus}")
-    memory = _mebibytes(group.resources.limits.get("memory"))
+    memory = job_memory(group)
     if memory:
         parts.append(f"RealMemory={memory}")
     if group.gpus.count > 0:
