@@ -85,6 +85,19 @@ cgroup_v2_delegate() {
     done
     warden_log "cgroup: v2, controllers $(cat "$root/cgroup.subtree_control")"
 }
+# cgroup v1: ConstrainDevices allows a job's GPUs in its own cgroup as `c MAJ:MIN rwm`, and a child
+# may not allow more than its parent. Device plugins give the container its GPUs `rw` (NVIDIA's
+# does), so every job on the node would fail to start; add `m` for those devices, and only those.
+cgroup_v1_gpu_mknod() {
+    local list=/sys/fs/cgroup/devices/devices.allow f mm
+    [ -w "$list" ] || return 0
+    for f in /dev/nvidia[0-9]*; do
+        [ -c "$f" ] || continue
+        mm="$(stat -c '%t %T' "$f")"
+        mm="$(printf '%d:%d' "0x${mm% *}" "0x${mm#* }")"
+        echo "c $mm rwm" >"$list" || warden_die "cannot allow $f ($mm) in this container's devices cgroup"
+    done
+}
 uses_cgroups() { grep -Eiq '^[[:space:]]*(ProctrackType|TaskPlugin)[[:space:]]*=.*cgroup' "$SLURM_ETC/slurm.conf"; }
 cgroup_mode="${WARDEN_CGROUP_RW:-auto}"
 [ "$cgroup_mode" = auto ] && { uses_cgroups && cgroup_mode=yes || cgroup_mode=no; }
@@ -92,6 +105,7 @@ if [ "$cgroup_mode" = yes ]; then
     cgroup_rw || warden_die "cannot remount /sys/fs/cgroup read-write, which slurm.conf's cgroup plugins" \
         "(ProctrackType/TaskPlugin) need: the worker container needs CAP_SYS_ADMIN"
     cgroup_v2_delegate
+    cgroup_v1_gpu_mknod
     warden_log "cgroup: /sys/fs/cgroup is read-write for slurmd's cgroup plugins"
 fi
 

@@ -390,11 +390,12 @@ class DockerCluster:
         for res, count in limits.items():
             if res.endswith(GPU_RESOURCE_SUFFIX):
                 # numbered as a device plugin numbers a node's GPUs: the k-th GPU pod of n GPUs gets
-                # /dev/nvidia{k*n} .. /dev/nvidia{k*n+n-1}, as if they all shared one host
+                # /dev/nvidia{k*n} .. /dev/nvidia{k*n+n-1}, as if they all shared one host; `rw` as NVIDIA's
+                # device plugin gives them (no mknod)
                 turn, n = self._gpu_pods, int(count)
                 self._gpu_pods += 1
                 for i in range(turn * n, turn * n + n):
-                    args += ["--device", f"{gpu_device(i)}:/dev/nvidia{i}"]
+                    args += ["--device", f"{gpu_device(i)}:/dev/nvidia{i}:rw"]
                 args += self._driver_args(pod, turn)
         argv: list[str] = []
         if command:
