@@ -72,8 +72,12 @@ def dc(request: pytest.FixtureRequest, drivers: list[FakeDriver]) -> Iterator[Do
         yield c
 
 
-def srun(dc: DockerCluster, nodes: str, command: str, partition: str = "gpu") -> str:
-    return dc.exec(dc.names.controller_pod, f"srun -p {partition} -w {nodes} -N{len(nodes.split(','))} {command}").out
+def srun(dc: DockerCluster, nodes: str, command: str, partition: str = "gpu", gpus_per_node: int = 2) -> str:
+    """A step on `nodes`; in the GPU partition it asks for `gpus_per_node` GPUs of each node (by default
+    all: a step without GPUs cannot open any, its devices cgroup denies them; see test_isolation.py)."""
+    gpus = f" --gpus-per-node={gpus_per_node}" if partition == "gpu" else ""
+    nodes_flag = f"-w {nodes} -N{len(nodes.split(','))}"
+    return dc.exec(dc.names.controller_pod, f"srun -p {partition} {nodes_flag}{gpus} {command}").out
 
 
 def probe(dc: DockerCluster, nodes: str, partition: str = "gpu") -> dict[str, list[str]]:
@@ -132,7 +136,7 @@ def test_gres_follows_the_device_files_each_pod_got(dc: DockerCluster) -> None:
     line = dc.exec(gpu1, "grep ^NodeName= /etc/slurm/gres.conf").out.strip()
     assert line == f"NodeName={gpu1} Name=gpu Type=fake File=/dev/nvidia2,/dev/nvidia3", line
     script = "echo CVD=$CUDA_VISIBLE_DEVICES; ls /dev | grep -E '^nvidia[0-9]+$'"
-    out = srun(dc, gpu1, f"--gpus=1 sh -c {q(script)}").split()
+    out = srun(dc, gpu1, f"sh -c {q(script)}", gpus_per_node=1).split()
     assert out[0] in ("CVD=0", "CVD=1") and out[1:] == ["nvidia2", "nvidia3"], out
     detail = dc.exec(dc.names.controller_pod, f"scontrol show node {gpu1}").out
     assert "Gres=gpu:fake:2" in detail, detail

@@ -10,6 +10,7 @@ import pytest
 
 from tests.dataplane.conftest import JailUser
 from tests.support.dockercluster import DOCKER_DEFAULT_CAPS, DockerCluster
+from tests.support.fakedriver import gpu_device
 
 #: docs/images.md ("Images" table, "needs"): capabilities each component adds to Docker's defaults.
 DOCUMENTED_CAPS: dict[str, set[str]] = {
@@ -45,8 +46,10 @@ def test_no_container_is_privileged(cluster: DockerCluster) -> None:
     for name in containers:
         info = cluster.inspected[name] if "-populate-" in name else cluster.inspect(name)
         assert info["HostConfig"]["Privileged"] is False, name
-        assert not info["HostConfig"].get("Devices") or all(
-            d["PathOnHost"] == "/dev/null" for d in info["HostConfig"]["Devices"]
+        # the only devices: the GPU stand-ins of GPU workers (what a device plugin would pass)
+        assert all(
+            d["PathOnHost"] == str(gpu_device(int(d["PathInContainer"].removeprefix("/dev/nvidia"))))
+            for d in info["HostConfig"].get("Devices") or []
         ), f"{name}: host devices passed through: {info['HostConfig']['Devices']}"
 
 
