@@ -1,11 +1,16 @@
 #!/bin/bash
 # slurmctld in the foreground, logs on stderr. Extra arguments go to slurmctld;
 # `-V`/`--help` print and exit without any configuration.
+#   WARDEN_CONFIG_POLL   seconds between looks at the mounted config (default 2). When the operator
+#                        changed it, the files are copied again and `scontrol reconfigure` makes
+#                        slurmctld re-read them in place and tell every slurmd to do the same: the pod
+#                        is never replaced for a Slurm config change, the queue and running jobs go on.
 set -euo pipefail
 WARDEN_COMPONENT=controller
 . /usr/lib/warden/warden-lib.sh
 warden_passthrough slurmctld "$@"
 
+config_hash="$(warden_dirs_hash "$WARDEN_CONFIG_DIR")"
 warden_slurm_config
 warden_jail_users
 state="${WARDEN_STATE_DIR:-/var/spool/slurmctld}"
@@ -14,4 +19,25 @@ install -d -o slurm -g slurm -m 0755 "$state"
 chown slurm:slurm "$state"
 warden_log "starting slurmctld $(slurmctld -V | awk '{print $2}')"
 # shellcheck disable=SC2086
-exec slurmctld -D ${WARDEN_SLURMCTLD_ARGS:-} "$@"
+slurmctld -D ${WARDEN_SLURMCTLD_ARGS:-} "$@" &
+ctld_pid=$!
+
+reload() {
+    warden_slurm_config || return 1
+    if scontrol reconfigure; then
+        warden_log "config: slurmctld reconfigured (hash $(warden_dirs_hash "$WARDEN_CONFIG_DIR" | cut -c1-12))"
+    else
+        warden_log "config: scontrol reconfigure failed"
+        return 1
+    fi
+}
+warden_follow "$config_hash" reload "$WARDEN_CONFIG_DIR"
+trap 'kill -TERM "$ctld_pid" "$follow_pid" 2>/dev/null' TERM INT
+set +e
+wait "$ctld_pid"
+rc=$?
+# a signal interrupted the wait: slurmctld is stopping; wait for it
+while kill -0 "$ctld_pid" 2>/dev/null; do wait "$ctld_pid"; rc=$?; done
+kill -TERM "$follow_pid" 2>/dev/null
+warden_log "slurmctld exited (status $rc)"
+exit "$rc"

@@ -6,7 +6,7 @@
 #   /etc/warden/ssh-host-keys/ssh_host_ed25519_key{,.pub}   host key (generated, with a warning, if absent)
 #   WARDEN_SACKD_ARGS                  extra sackd flags
 #   WARDEN_CONFIG_POLL                 seconds between looks at the mounted Slurm and SSH config
-#                                      (default 10); changes are copied in and sshd is HUPed
+#                                      (default 2); changes are copied in and sshd is HUPed
 set -euo pipefail
 WARDEN_COMPONENT=login
 . /usr/lib/warden/warden-lib.sh

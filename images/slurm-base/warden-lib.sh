@@ -172,7 +172,7 @@ warden_follow() {
     (
         trap - TERM INT
         set +e
-        while sleep "${WARDEN_CONFIG_POLL:-10}"; do
+        while sleep "${WARDEN_CONFIG_POLL:-2}"; do
             warden_jail_rebind
             for h in ${WARDEN_POLL_HOOKS:-}; do "$h"; done
             now="$(warden_dirs_hash "$@")"

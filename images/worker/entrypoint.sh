@@ -11,7 +11,7 @@
 #   WARDEN_WORKER_GROUP  worker group: plugstack.<group>.conf (its node-local mounts) becomes plugstack.conf
 #   WARDEN_LEAVE_TIMEOUT seconds a terminating pod waits for its jobs after draining (default 40; keep it
 #                        under the pod's terminationGracePeriodSeconds)
-#   WARDEN_CONFIG_POLL   seconds between looks at the mounted config (default 10): when the operator
+#   WARDEN_CONFIG_POLL   seconds between looks at the mounted config (default 2): when the operator
 #                        changed it, the files are copied again and slurmd reloads them (SIGHUP)
 #   WARDEN_GPUS          GPUs of this worker group (0: a CPU worker). On a GPU worker, the driver files
 #                        the GPU runtime gave this container are shown to every job step (see

@@ -99,6 +99,7 @@ class ApplyResult:
     created_secrets: list[str] = field(default_factory=list)
     recreated: list[str] = field(default_factory=list)
     pruned: list[str] = field(default_factory=list)
+    marked: list[str] = field(default_factory=list)  # pods told of a new configuration
     errors: list[str] = field(default_factory=list)
     waiting: list[str] = field(default_factory=list)
 
@@ -183,6 +184,24 @@ class Applier:
         self._call("PATCH", path, body={"status": status}, content_type="application/merge-patch+json")
 
     # --- what reconciles use --------------------------------------------------------------------
+    def mark_pods(self, namespace: str, selector: dict[str, str], key: str, value: str, result: ApplyResult) -> None:
+        """Set annotation `key` to `value` on every live pod matching `selector` that lacks it. A pod's
+        metadata change makes its kubelet sync the pod at once, which refreshes its ConfigMap and Secret
+        volumes (otherwise they follow within the kubelet's sync period, about a minute). The pod is
+        not restarted: only its template, not its own annotations, could do that."""
+        for pod in self.list("v1", "Pod", namespace, selector):
+            meta = pod["metadata"]
+            if meta.get("deletionTimestamp") or (meta.get("annotations") or {}).get(key) == value:
+                continue
+            path = self._path("v1", "Pod", namespace, meta["name"])
+            try:
+                patch = {"metadata": {"annotations": {key: value}}}
+                self._call("PATCH", path, body=patch, content_type="application/merge-patch+json")
+                result.marked.append(meta["name"])
+            except ApiException as e:
+                if e.status != 404:  # a pod gone since the listing needs nothing
+                    raise
+
     def apply(self, obj: Manifest, owner: Owner | None, result: ApplyResult) -> None:
         obj = with_owner(obj, owner)
         kind = obj["kind"]

@@ -2,6 +2,10 @@
 
 - SlurmCluster created, spec changed, or operator (re)started: reconcile (render → apply → prune →
   status).
+- A child object was deleted, or changed by someone else (a person's `kubectl edit`, another
+  controller): reconcile its owner, which puts it back (self-healing, within seconds, no spec edit or
+  restart needed). Who changed an object last is read from its managedFields: changes by the operator's
+  own field manager and status writes are not drift.
 - A child StatefulSet/Job, or the health-check report ConfigMap, changed: refresh the owner's status.
   This is how readiness reaches status without polling. There is no timer or daemon on purpose:
   those would need a finalizer, and a SlurmCluster is deleted by garbage collection alone, whether
@@ -11,6 +15,8 @@
 from __future__ import annotations
 
 import logging
+import threading
+from collections import defaultdict
 from typing import Any
 
 import kopf
@@ -18,6 +24,7 @@ from kubernetes import client, config
 
 from warden.apply import Applier, ApplyResult
 from warden.model import API_GROUP, API_VERSION, PLURAL, parse_spec
+from warden.naming import FIELD_MANAGER
 from warden.observe import health_report
 from warden.reconcile import previous_status, reconcile, refresh_status
 from warden.render.context import Cluster
@@ -31,7 +38,10 @@ RETRY_DELAY_SECONDS = 10
 class State:
     """Process-wide handles, made once at startup (kopf passes them as `memo`)."""
 
-    applier: Applier | None = None
+    def __init__(self) -> None:
+        self.applier: Applier | None = None
+        #: one reconcile of a cluster at a time (the spec handler and child events run in parallel threads)
+        self.locks: defaultdict[tuple[str, str], threading.Lock] = defaultdict(threading.Lock)
 
 
 STATE = State()
@@ -81,7 +91,8 @@ def _post_events(body: kopf.Body, result: ApplyResult) -> None:
 @kopf.on.create(API_GROUP, API_VERSION, PLURAL)
 @kopf.on.update(API_GROUP, API_VERSION, PLURAL, field="spec")
 def reconcile_cluster(body: kopf.Body, **_: Any) -> None:
-    outcome = reconcile(applier(), dict(body))
+    with STATE.locks[(body["metadata"]["namespace"], body["metadata"]["name"])]:
+        outcome = reconcile(applier(), dict(body))
     if outcome.invalid is not None:
         kopf.warn(body, reason="InvalidSpec", message=outcome.invalid)
         raise kopf.PermanentError(outcome.invalid)
@@ -136,29 +147,88 @@ def _owner_name(owner_references: list[dict[str, Any]] | None) -> str | None:
     return None
 
 
-def _on_child_event(type: str | None, meta: kopf.Meta, namespace: str | None) -> None:
+def drifted(type: str | None, meta: kopf.Meta) -> bool:
+    """Whether a child's event means it no longer is what the operator made: deleted, or last written
+    (outside its status) by another field manager than the operator's."""
+    if type == "DELETED":
+        return True
+    if type != "MODIFIED":
+        return False
+    entries = [e for e in meta.get("managedFields") or [] if not e.get("subresource") and e.get("time")]
+    ours = max((e["time"] for e in entries if e.get("manager") == FIELD_MANAGER), default="")
+    return any(e["time"] >= ours for e in entries if e.get("manager") != FIELD_MANAGER)
+
+
+def _heal(namespace: str, name: str, what: str) -> None:
+    api = applier()
+    body = api.get(f"{API_GROUP}/{API_VERSION}", "SlurmCluster", namespace, name)
+    if body is None or body["metadata"].get("deletionTimestamp"):
+        return  # going away: its children go with it
+    log.info("SlurmCluster %s/%s: %s; reconciling", namespace, name, what)
+    with STATE.locks[(namespace, name)]:
+        outcome = reconcile(api, body)
+    if outcome.result is not None:
+        kopf.info(kopf.Body(body), reason="ObjectRestored", message=what)  # type: ignore[arg-type]
+        _post_events(kopf.Body(body), outcome.result)  # type: ignore[arg-type]
+
+
+def _on_child_event(type: str | None, meta: kopf.Meta, namespace: str | None, kind: str) -> None:
     if type is None or namespace is None:  # the initial listing: resume handles those clusters
         return
     owner = _owner_name(meta.get("ownerReferences"))
-    if owner is not None:
+    if owner is None:
+        return
+    if drifted(type, meta):
+        how = "deleted" if type == "DELETED" else "changed by someone else"
+        _heal(namespace, owner, f"{kind}/{meta.get('name')} {how}")
+    else:
         _refresh(namespace, owner)
 
 
 @kopf.on.event("apps", "v1", "statefulsets", labels=MANAGED)
 def statefulset_changed(type: str | None, meta: kopf.Meta, namespace: str | None, **_: Any) -> None:
-    _on_child_event(type, meta, namespace)
+    _on_child_event(type, meta, namespace, "StatefulSet")
 
 
 @kopf.on.event("batch", "v1", "jobs", labels=MANAGED)
 def job_changed(type: str | None, meta: kopf.Meta, namespace: str | None, **_: Any) -> None:
-    _on_child_event(type, meta, namespace)
+    _on_child_event(type, meta, namespace, "Job")
 
 
-@kopf.on.event("", "v1", "configmaps", labels={**MANAGED, "app.kubernetes.io/component": "health-check"})
+# Children whose only business with the operator is to stay as rendered.
+for _group, _version, _plural, _kind in (
+    ("", "v1", "configmaps", "ConfigMap"),
+    ("", "v1", "secrets", "Secret"),
+    ("", "v1", "services", "Service"),
+    ("", "v1", "serviceaccounts", "ServiceAccount"),
+    ("batch", "v1", "cronjobs", "CronJob"),
+    ("rbac.authorization.k8s.io", "v1", "roles", "Role"),
+    ("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding"),
+):
+
+    def _child_changed(type: str | None, meta: kopf.Meta, namespace: str | None, _kind: str = _kind, **_: Any) -> None:
+        if type is None or namespace is None or not drifted(type, meta):
+            return
+        if _kind == "ConfigMap" and type != "DELETED" and (meta.get("labels") or {}).get(COMPONENT) == HEALTH:
+            return  # the health report: the check writes it by design
+        owner = _owner_name(meta.get("ownerReferences"))
+        if owner is not None:
+            how = "deleted" if type == "DELETED" else "changed by someone else"
+            _heal(namespace, owner, f"{_kind}/{meta.get('name')} {how}")
+
+    kopf.on.event(_group, _version, _plural, labels=MANAGED, id=f"heal-{_plural}")(_child_changed)
+
+
+COMPONENT, HEALTH = "app.kubernetes.io/component", "health-check"
+
+
+@kopf.on.event("", "v1", "configmaps", labels={**MANAGED, COMPONENT: HEALTH})
 def health_report_changed(type: str | None, body: kopf.Body, meta: kopf.Meta, namespace: str | None, **_: Any) -> None:
-    _on_child_event(type, meta, namespace)
     owner = _owner_name(meta.get("ownerReferences"))
-    if type != "MODIFIED" or namespace is None or owner is None:
+    if type is None or namespace is None or owner is None:
+        return
+    _refresh(namespace, owner)  # the report reaches status.healthCheck
+    if type != "MODIFIED":
         return
     report = health_report(dict(body))
     cluster = applier().get(f"{API_GROUP}/{API_VERSION}", "SlurmCluster", namespace, owner)

@@ -49,6 +49,8 @@ DB_PASSWORD_KEY = "password"
 WORKER_GROUP_LABEL = f"{LABEL_PREFIX}/worker-group"
 SLURM_NODE_LABEL = f"{LABEL_PREFIX}/slurm-node"
 CONFIG_HASH_ANNOTATION = f"{LABEL_PREFIX}/config-hash"
+#: on running pods (not templates): the configuration the operator last told the pod's kubelet about
+POD_CONFIG_ANNOTATION = f"{LABEL_PREFIX}/config"
 
 
 @dataclass(frozen=True)

@@ -430,7 +430,11 @@ def test_chart_rbac_is_enough_for_the_real_operator(
             "list nodes": lambda: core.list_node(),
             "delete a namespace": lambda: core.delete_namespace(cluster_namespace, dry_run="All"),
             "read secrets outside watched namespaces": lambda: core.list_namespaced_secret(op_ns),
-            "list secrets in the watched namespace": lambda: core.list_namespaced_secret(cluster_namespace),
+            # Secrets of the watched namespace are listed and watched (a deleted generated Secret is made
+            # again), but never changed or deleted: the operator creates them once.
+            "delete a secret in the watched namespace": lambda: core.delete_collection_namespaced_secret(
+                cluster_namespace, dry_run="All"
+            ),
             "create pods": lambda: core.create_namespaced_pod(cluster_namespace, pod, dry_run="All"),
             "bind cluster-admin": lambda: client.RbacAuthorizationV1Api(sa_api).create_cluster_role_binding(
                 binding, dry_run="All"

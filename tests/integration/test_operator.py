@@ -192,8 +192,12 @@ def test_immutable_statefulset_change_recreates_it_without_killing_pods(
     wait_for("controller StatefulSet re-created with the new template", recreated, 60, on_fail=operator.log_tail)
     wait_ready(api_client, ns, "cpu", operator)
     assert core.read_namespaced_pod("cpu-controller-0", ns).metadata.uid == pod_uid, "the pod was not restarted"
-    events = core.list_namespaced_event(ns).items
-    assert any(e.reason == "ObjectRecreated" and "StatefulSet/cpu-controller" in (e.message or "") for e in events)
+
+    def said() -> bool:  # kopf posts Events in the background
+        events = core.list_namespaced_event(ns).items
+        return any(e.reason == "ObjectRecreated" and "StatefulSet/cpu-controller" in (e.message or "") for e in events)
+
+    wait_for("an ObjectRecreated Event", said, 15, on_fail=operator.log_tail)
 
 
 def test_operator_liveness_endpoint_answers(operator: OperatorProcess) -> None:

@@ -193,6 +193,7 @@ class Pod:
     group: str | None = None  # worker group
     argv: list[str] = field(default_factory=list)  # after the image: the container's command[1:] + args
     waits_for_jail: bool = False  # has the wait-for-jail init container: starts after populate-jail
+    volumes: list[Manifest] = field(default_factory=list)  # the pod's volumes (as in its spec)
 
 
 @dataclass
@@ -281,6 +282,27 @@ class DockerCluster:
         # the client trusts exactly the host key from the Secret, under every name of the login pod
         login_names = [self.names.login, f"{self.names.login}-0", self.login_address]
         (client / "known_hosts").write_text("".join(f"{n} {host_pub[0]} {host_pub[1]}\n" for n in login_names))
+
+    def update_configmap(self, name: str, data: Mapping[str, str]) -> list[str]:
+        """Change a ConfigMap the way the kubelet shows the change to pods that mount it: the files of
+        every pod's volume are replaced (each by rename, so no reader sees half a file). Returns the pods."""
+        pods = []
+        for d in sorted((self.dir / "volumes").glob("*/*")):
+            pod, vname = d.parent.name, d.name
+            if pod not in self.pods:
+                continue
+            volume = next((v for v in self.pods[pod].volumes if v["name"] == vname), None)
+            if volume is None or volume.get("configMap", {}).get("name") != name:
+                continue
+            items = volume["configMap"].get("items")
+            files = {i["path"]: data[i["key"]] for i in items if i["key"] in data} if items else dict(data)
+            for path, text in files.items():
+                tmp = d / f".{path}.new"
+                tmp.write_text(text)
+                tmp.chmod(volume["configMap"].get("defaultMode", 0o644))
+                tmp.rename(d / path)
+            pods.append(pod)
+        return pods
 
     def _mount_args(self, pod: str, volume: Manifest, mount: Manifest, claims: set[str]) -> list[str]:
         target = mount["mountPath"]
@@ -417,6 +439,7 @@ class DockerCluster:
             group=labels.get(naming.WORKER_GROUP_LABEL),
             argv=argv,
             waits_for_jail=any(c["name"] == WAIT_FOR_JAIL for c in spec.get("initContainers", [])),
+            volumes=list(spec.get("volumes", [])),
         )
 
     def _driver_args(self, pod: str, turn: int) -> list[str]:

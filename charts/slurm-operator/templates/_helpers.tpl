@@ -72,13 +72,23 @@ authorized as "create", of one that exists as "patch": both are needed for appli
 - apiGroups: [""]
   resources: ["configmaps"]
   verbs: ["get", "list", "watch", "create", "patch", "update", "delete"]
-# Generated Secrets and PVCs: created once when absent, never changed, listed or deleted.
+# Generated Secrets: created once when absent, never changed or deleted; watched (the operator's own,
+# by label) so a deleted one is made again. PVCs: created once when absent.
 - apiGroups: [""]
-  resources: ["secrets", "persistentvolumeclaims"]
+  resources: ["secrets"]
+  verbs: ["get", "list", "watch", "create"]
+- apiGroups: [""]
+  resources: ["persistentvolumeclaims"]
   verbs: ["get", "create"]
+# Every child is watched: one deleted or edited by someone else is put back.
 - apiGroups: [""]
   resources: ["services", "serviceaccounts"]
-  verbs: ["list", "create", "patch", "delete"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
+# Running pods get an annotation when their configuration changed: their kubelet then refreshes the
+# mounted ConfigMaps at once (pods are never created or deleted by the operator).
+- apiGroups: [""]
+  resources: ["pods"]
+  verbs: ["list", "patch"]
 # StatefulSets and Jobs are watched for readiness; a StatefulSet is deleted (orphaning pods) when an
 # immutable field changes, the populate Job when its template changes.
 - apiGroups: ["apps"]
@@ -89,11 +99,11 @@ authorized as "create", of one that exists as "patch": both are needed for appli
   verbs: ["get", "list", "watch", "create", "patch", "delete"]
 - apiGroups: ["batch"]
   resources: ["cronjobs"]
-  verbs: ["list", "create", "patch", "delete"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
 # The NCCL health check's Role and RoleBinding.
 - apiGroups: ["rbac.authorization.k8s.io"]
   resources: ["roles", "rolebindings"]
-  verbs: ["list", "create", "patch", "delete"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
 # kopf posts core/v1 Events (Reconciled, ApplyFailed, NodeDrained...).
 - apiGroups: [""]
   resources: ["events"]

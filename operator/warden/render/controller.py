@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 from warden import naming
-from warden.render import config
 from warden.render.context import Cluster
 from warden.render.pods import (
     Manifest,
     claim_spec,
     claim_template,
-    content_hash,
     daemon_probes,
     dns_config,
     jail_volume,
@@ -60,9 +58,8 @@ def controller_statefulset(cluster: Cluster) -> Manifest:
         service_name=names.controller,
         replicas=1,
         parallel=True,
-        # slurmctld reads slurm.conf only at start: a changed file rolls the (single) controller pod.
-        # Its state is on the PVC, so the queue and running jobs survive the restart.
-        annotations={naming.CONFIG_HASH_ANNOTATION: content_hash(config.slurm_config_files(cluster))},
+        # No config hash on the template: a changed slurm.conf never replaces slurmctld; its entrypoint
+        # follows the mounted files and runs `scontrol reconfigure` (see images/controller).
         pod_spec={
             "dnsConfig": dns_config(cluster),
             "terminationGracePeriodSeconds": 30,

@@ -1,0 +1,63 @@
+"""A Slurm config change reaches slurmctld, every slurmd and the login node in place: the ConfigMap's
+files change in every pod (as the kubelet shows them), and slurmctld, slurmd and the login node's clients
+take them without any daemon being replaced; a job running across the change finishes.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+
+from tests.dataplane.conftest import JailUser
+from tests.support.dockercluster import DockerCluster, wait_for
+
+
+def _config_value(cluster: DockerCluster, pod: str, key: str) -> str | None:
+    out = cluster.exec(pod, "scontrol show config", check=False).out
+    m = re.search(rf"^{key}\s*=\s*(.*?)\s*$", out, re.M)
+    return m.group(1) if m else None
+
+
+def _daemon_pid(cluster: DockerCluster, pod: str, daemon: str) -> str:
+    """The daemon's PID (by its command line: a reconfigured daemon re-executes itself in place, under
+    the same PID, as /proc/self/exe, so its process name is no longer the daemon's)."""
+    return cluster.exec(pod, f"pgrep -of '^{daemon} '").out.strip()
+
+
+def test_a_config_change_is_taken_live_by_every_daemon(cluster: DockerCluster, alice: JailUser) -> None:
+    controller = cluster.names.controller_pod
+    worker = cluster.worker_pods("cpu")[0]
+    started = {p: cluster.inspect(cluster.container(p))["State"]["StartedAt"] for p in cluster.pods}
+    ctld_pid = _daemon_pid(cluster, controller, "slurmctld")
+    slurmd_pid = _daemon_pid(cluster, worker, "slurmd")
+    job = alice.ssh(f"cd && sbatch -p cpu -w {worker} --mem=50M --parsable --wrap 'sleep 20; echo survived'").strip()
+
+    files = dict(cluster.manifest("ConfigMap", cluster.names.slurm_config)["data"])
+    assert "MessageTimeout=" not in files["slurm.conf"]
+    files["slurm.conf"] += "MessageTimeout=17\n"
+    changed_at = time.monotonic()
+    assert controller in cluster.update_configmap(cluster.names.slurm_config, files)
+
+    wait_for("slurmctld to show MessageTimeout=17",
+             lambda: _config_value(cluster, controller, "MessageTimeout") == "17 sec", 60, interval=0.5)  # fmt: skip
+    took = time.monotonic() - changed_at
+    # the login node's clients and the worker's slurmd read their own copies of the files
+    wait_for("the login pod's slurm.conf to have the line",
+             lambda: "MessageTimeout=17" in cluster.exec(f"{cluster.names.login}-0", "cat /etc/slurm/slurm.conf").out,
+             60, interval=1)  # fmt: skip
+    wait_for(
+        "slurmd to run with the new config",
+        lambda: "MessageTimeout=17" in cluster.exec(worker, "cat /etc/slurm/slurm.conf").out,
+        60,
+        interval=1,
+    )
+    print(f"\nCR-free config change to slurmctld's running config: {took:.1f}s")
+
+    # nothing was replaced: same containers, same daemons
+    assert {p: cluster.inspect(cluster.container(p))["State"]["StartedAt"] for p in cluster.pods} == started
+    assert _daemon_pid(cluster, controller, "slurmctld") == ctld_pid
+    assert _daemon_pid(cluster, worker, "slurmd") == slurmd_pid
+    # the job that ran across the change finishes
+    wait_for(f"job {job} to end",
+             lambda: "survived" in alice.ssh(f"cat ~/slurm-{job}.out 2>/dev/null || true"), 90, interval=2)  # fmt: skip
+    assert alice.ssh(f"srun -p cpu -w {worker} --mem=50M hostname").strip() == worker
