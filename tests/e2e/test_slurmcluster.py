@@ -27,7 +27,7 @@ import shlex
 import subprocess
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -291,13 +291,79 @@ def test_second_user_a_minute_later_and_a_group_added_to_a_user_who_ran_jobs(ins
     assert installed.restarts() == before, "a pod was restarted or replaced"
 
 
+def _controller_pod(installed: Installed) -> tuple[str, int]:
+    pod = installed.kube.json("-n", installed.namespace, "get", "pod", f"{NAME}-controller-0")
+    restarts = sum(c.get("restartCount", 0) for c in pod["status"].get("containerStatuses", []))
+    return pod["metadata"]["uid"], restarts
+
+
+def test_slurm_config_change_reaches_every_daemon_in_place(installed: Installed) -> None:
+    """`slurmConfig.extraLines` changed by `helm upgrade` with a job running: slurmctld shows the new
+    value within seconds, the workers' slurmd and the login node run with the new file, no pod is
+    replaced or restarted, and the job completes. Then the config ConfigMap deleted by hand is back
+    within seconds, without a spec edit."""
+    kube, ns = installed.kube, installed.namespace
+    before = _controller_pod(installed)
+    out = installed.ssh("sbatch --parsable -o /root/across-%j.out --wrap 'sleep 25; echo done'")
+    assert out.returncode == 0, out.stderr
+    job = out.stdout.strip().split(";")[0]
+
+    installed.values["slurmConfig"] = {"extraLines": ["MessageTimeout=17"]}
+    t0 = time.monotonic()
+    installed.helm_upgrade()
+
+    def timed(what: str, check: Callable[[], bool], timeout: float) -> float:
+        deadline = time.monotonic() + timeout
+        while not check():
+            assert time.monotonic() < deadline, f"{what}: not within {timeout:.0f}s"
+            time.sleep(0.5)
+        return time.monotonic() - t0
+
+    def shows_new_value() -> bool:
+        out = installed.ssh("scontrol show config | grep -E '^MessageTimeout'").stdout
+        return "17 sec" in out
+
+    worker = f"{NAME}-worker-cpu-0"
+
+    def worker_has_file() -> bool:
+        conf = kube.kubectl("-n", ns, "exec", worker, "-c", "slurmd", "--", "cat", "/etc/slurm/slurm.conf")
+        return "MessageTimeout=17" in conf
+
+    ctld = timed("slurmctld running with the new value", shows_new_value, 120)
+    wrk = timed(f"{worker}'s slurmd with the new slurm.conf", worker_has_file, 120)
+    login = timed(
+        "the login node's slurm.conf",
+        lambda: "MessageTimeout=17" in installed.ssh("cat /etc/slurm/slurm.conf").stdout,
+        120,
+    )
+    print(f"\nhelm upgrade (extraLines) to: slurmctld {ctld:.1f}s, worker slurm.conf {wrk:.1f}s, login {login:.1f}s")
+    assert _controller_pod(installed) == before, "slurmctld's pod was replaced or restarted"
+    assert _wait_job(installed, job) == "COMPLETED"
+    assert installed.ssh(f"cat /root/across-{job}.out").stdout.strip() == "done"
+
+    # self-healing: the ConfigMap deleted by hand comes back as it was
+    cm = f"{NAME}-slurm-config"
+    data = kube.json("-n", ns, "get", "configmap", cm)["data"]
+    kube.kubectl("-n", ns, "delete", "configmap", cm)
+    t0 = time.monotonic()
+
+    def back() -> bool:
+        obj = json.loads(kube.kubectl("-n", ns, "get", "configmap", cm, "-o", "json", "--ignore-not-found") or "{}")
+        return bool(obj.get("data") == data)
+
+    took = timed(f"ConfigMap {cm} back", back, 60)
+    print(f"deleted ConfigMap back after {took:.1f}s")
+    assert _controller_pod(installed) == before
+
+
 def test_gpu_group_added_by_helm_upgrade_is_usable_from_the_same_login(installed: Installed) -> None:
     """A GPU group, its partition and the NCCL check added to the running cluster: the new workers join
-    Slurm with their GPUs (gres), and the login pod, not restarted, follows the new slurm.conf (its
-    clients then know the `gpu` partition and gres type) while slurmctld restarts with it."""
+    Slurm with their GPUs (gres), and the login pod and slurmctld, neither restarted, follow the new
+    slurm.conf (the login's clients then know the `gpu` partition and gres type)."""
     _needs_gpus(installed)
     kube, ns = installed.kube, installed.namespace
     login_uid = kube.json("-n", ns, "get", "pod", f"{NAME}-login-0")["metadata"]["uid"]
+    controller = _controller_pod(installed)
     _add_gpu_group(installed.values)
     installed.helm_upgrade()
     workers = 2 + GPU_NODES
@@ -326,6 +392,7 @@ def test_gpu_group_added_by_helm_upgrade_is_usable_from_the_same_login(installed
     assert nodes == want, "the GPU workers did not join with their gres"
     assert "GresTypes=gpu" in config and "PartitionName=gpu" in config, config
     assert kube.json("-n", ns, "get", "pod", f"{NAME}-login-0")["metadata"]["uid"] == login_uid
+    assert _controller_pod(installed) == controller, "slurmctld's pod was replaced or restarted"
 
 
 def test_gpus_job_on_the_gpu_group_completes(installed: Installed) -> None:
