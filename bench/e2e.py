@@ -6,17 +6,24 @@ a fresh namespace. Then the clock starts: `helm install` of slurm-cluster with o
 (status.phase), then over SSH through the login Service `sbatch --wrap hostname`, retried until the
 login answers, and `scontrol show job` polled until COMPLETED. Everything is removed afterwards.
 
+On the same cluster, then: a SlurmCluster edit (`spec.slurmConfig.extraLines`, by kubectl patch) to the
+new value in `scontrol show config` on the controller, and in the slurm.conf a worker's slurmd runs
+with, with the number of slurmctld restarts and pod replacements it caused; and a deleted child
+(the slurm-config ConfigMap) to its return.
+
 Never asserted: figures for the record. Usage: python bench/e2e.py
 """
 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -71,7 +78,56 @@ def first_job(kube: Kube, namespace: str, key: Path, timeout: float = 300) -> No
     raise LocalClusterError(f"job {job} still {state or 'unknown'} after {timeout:.0f}s")
 
 
-def measure(kube: Kube, tmp: Path) -> tuple[float, float]:
+def until(what: str, check: Callable[[], bool], t0: float, timeout: float = 180) -> float:
+    while not check():
+        if time.monotonic() - t0 > timeout:
+            raise LocalClusterError(f"{what}: not within {timeout:.0f}s")
+        time.sleep(0.25)
+    return time.monotonic() - t0
+
+
+def controller_pod(kube: Kube, ns: str) -> tuple[str, int]:
+    pod = kube.json("-n", ns, "get", "pod", f"{NAME}-controller-0")
+    return pod["metadata"]["uid"], sum(c.get("restartCount", 0) for c in pod["status"].get("containerStatuses", []))
+
+
+def config_change(kube: Kube, ns: str) -> dict[str, float]:
+    """Seconds from the CR edit to the value on the controller and in a worker's file; restarts."""
+    before = controller_pod(kube, ns)
+    value = str(10 + int(time.time()) % 50)
+    patch = json.dumps({"spec": {"slurmConfig": {"extraLines": [f"MessageTimeout={value}"]}}})
+    t0 = time.monotonic()
+    kube.kubectl("-n", ns, "patch", "slurmcluster", NAME, "--type=merge", "-p", patch)
+
+    def ctld() -> bool:
+        out = kube.kubectl("-n", ns, "exec", f"{NAME}-controller-0", "--", "scontrol", "show", "config", check=False)
+        return re.search(rf"^MessageTimeout\s*=\s*{value} sec$", out, re.M) is not None
+
+    def worker() -> bool:
+        pod = f"{NAME}-worker-cpu-0"
+        out = kube.kubectl("-n", ns, "exec", pod, "-c", "slurmd", "--", "cat", "/etc/slurm/slurm.conf", check=False)
+        return f"MessageTimeout={value}" in out
+
+    figures = {"controller": until("slurmctld with the new value", ctld, t0)}
+    figures["worker"] = until("the worker's slurm.conf", worker, t0)
+    after = controller_pod(kube, ns)
+    figures["restarts"] = after[1] - before[1]
+    figures["replaced"] = float(after[0] != before[0])
+    return figures
+
+
+def child_deleted(kube: Kube, ns: str) -> float:
+    cm = f"{NAME}-slurm-config"
+    kube.kubectl("-n", ns, "delete", "configmap", cm)
+    t0 = time.monotonic()
+
+    def back() -> bool:
+        return bool(kube.kubectl("-n", ns, "get", "configmap", cm, "--ignore-not-found", check=False).strip())
+
+    return until(f"ConfigMap {cm} back", back, t0)
+
+
+def measure(kube: Kube, tmp: Path) -> tuple[float, float, list[dict[str, float]], float]:
     key = tmp / "id_ed25519"
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "warden-bench", "-f", str(key)], check=True)
     suffix = uuid.uuid4().hex[:6]
@@ -100,7 +156,8 @@ def measure(kube: Kube, tmp: Path) -> tuple[float, float]:
         t1 = time.monotonic()
         first_job(kube, ns, key)
         t2 = time.monotonic()
-        return t1 - t0, t2 - t1
+        changes = [config_change(kube, ns) for _ in range(3)]
+        return t1 - t0, t2 - t1, changes, child_deleted(kube, ns)
     finally:
         for release in (NAME, operator, "slurm-operator-crds"):
             kube.helm("uninstall", release, "-n", ns, "--ignore-not-found", "--wait", check=False)
@@ -119,7 +176,7 @@ def main() -> int:
             started = True
         cluster.import_images(chart_images())
         with tempfile.TemporaryDirectory(prefix="warden-bench-e2e-") as tmp:
-            ready, job = measure(cluster.kube(), Path(tmp))
+            ready, job, changes, healed = measure(cluster.kube(), Path(tmp))
     except LocalClusterError as e:
         print(f"bench/e2e: {e}", file=sys.stderr)
         return 1
@@ -130,6 +187,12 @@ def main() -> int:
     print(f"  helm install slurm-cluster -> first job COMPLETED  {ready + job:6.1f} s")
     print(f"    helm install -> SlurmCluster Ready              {ready:6.1f} s")
     print(f"    Ready -> first job COMPLETED (sbatch over SSH)  {job:6.1f} s")
+    for i, c in enumerate(changes, 1):
+        print(
+            f"  CR edit {i} (extraLines) -> slurmctld's running config {c['controller']:5.1f} s, worker's slurm.conf "
+            f"{c['worker']:5.1f} s; slurmctld restarts {c['restarts']:.0f}, pod replaced {c['replaced']:.0f}"
+        )
+    print(f"  deleted child (slurm-config ConfigMap) -> back      {healed:6.1f} s")
     return 0
 
 
