@@ -1,6 +1,7 @@
 """Idempotency under failure: the operator is SIGKILLed at random points of its reconcile, 20 times,
-and restarted each time. It must still converge, make no duplicate objects, and never regenerate a
-Secret."""
+and restarted each time, while its children are deleted and edited by hand (with the operator alive
+and dead). It must still converge to exactly what a clean run renders, make no duplicate objects, and
+never regenerate a Secret."""
 
 from __future__ import annotations
 
@@ -10,7 +11,11 @@ from typing import Any
 
 from kubernetes import client
 
+from tests.support.controlplane import wait_for
 from tests.support.operator import OperatorProcess, apply_cluster, load_example, owned_objects, wait_ready
+from warden.model import parse_spec
+from warden.render.cluster import render
+from warden.render.context import Cluster
 
 KILLS = 20
 
@@ -38,12 +43,41 @@ def test_operator_killed_twenty_times_still_converges(
     def secret_data() -> dict[str, Any]:
         return {str(s.metadata.name): s.data for s in core.list_namespaced_secret(ns).items}
 
+    apps, batch = client.AppsV1Api(api_client), client.BatchV1Api(api_client)
+    ignore_missing = (client.ApiException,)
+
+    def vandalise() -> str:
+        """One hand-made change to a child: deleted or edited (a 404 when it is not there yet is fine)."""
+        what = rng.choice(["delete-config", "edit-config", "delete-service", "edit-image", "delete-cronjob", "scale"])
+        try:
+            if what == "delete-config":
+                core.delete_namespaced_config_map("gpu-slurm-config", ns)
+            elif what == "edit-config":
+                core.patch_namespaced_config_map("gpu-slurm-config", ns, {"data": {"slurm.conf": "# vandalised\n"}})
+            elif what == "delete-service":
+                core.delete_namespaced_service("gpu-controller", ns)
+            elif what == "edit-image":
+                container = {"name": "slurmctld", "image": "example.invalid/vandal:1"}
+                apps.patch_namespaced_stateful_set(
+                    "gpu-controller", ns, {"spec": {"template": {"spec": {"containers": [container]}}}}
+                )
+            elif what == "delete-cronjob":
+                batch.delete_namespaced_cron_job("gpu-nccl-check", ns)
+            else:
+                apps.patch_namespaced_stateful_set("gpu-worker-cpu", ns, {"spec": {"replicas": 9}})
+        except ignore_missing:
+            pass
+        return what
+
     secrets_seen: dict[str, Any] = {}
     for i in range(KILLS):
         operator.start()
         # Startup (imports, login, watches) takes ~1-2 s here; kill anywhere in the first reconcile.
-        time.sleep(rng.uniform(0.5, 4.0))
+        time.sleep(rng.uniform(0.5, 2.0))
+        vandalise()  # with the operator alive
+        time.sleep(rng.uniform(0.0, 2.0))
         operator.kill()
+        vandalise()  # and while it is dead
         for name, data in secret_data().items():
             if name.startswith("gpu-"):
                 previous = secrets_seen.setdefault(name, data)
@@ -58,6 +92,27 @@ def test_operator_killed_twenty_times_still_converges(
     assert operator.starts == KILLS + 1
     assert obj["status"]["workers"] == "7/7"
 
+    # and, with the last incarnation settled (its resume reconcile done), more hand-made changes
+    for _ in range(3):
+        vandalise()
+        time.sleep(0.5)
+
+    # every object is what a clean run renders (the fields the operator sets; the API server adds defaults)
+    cluster = Cluster(name="gpu", namespace=ns, spec=parse_spec(obj["spec"]))
+    wanted = {f"{o['kind']}/{o['metadata']['name']}": o for o in render(cluster).objects}
+
+    def differences() -> list[str]:
+        live = owned_objects(api_client, ns, uid)
+        out = [f"{key}: missing" for key in wanted if key not in live]
+        for key, want in wanted.items():
+            if key in live and not key.startswith("PersistentVolumeClaim/"):
+                for field in ("data", "spec"):
+                    if field in want and (where := _difference(want[field], live[key].get(field), field)):
+                        out.append(f"{key}: {where}")
+        return out
+
+    wait_for("every child as rendered", lambda: not differences(), 30, on_fail=lambda: str(differences()))
+
     children = owned_objects(api_client, ns, uid)
     # No duplicates: every child name is the one the naming module gives, exactly once per kind.
     kinds_names = [tuple(k.split("/", 1)) for k in children]
@@ -71,3 +126,26 @@ def test_operator_killed_twenty_times_still_converges(
             assert data == secrets_seen[name], f"{name} regenerated"
     jobs = [n for k, n in kinds_names if k == "Job"]
     assert jobs == ["gpu-populate-jail"]
+
+
+def _difference(want: Any, have: Any, path: str) -> str | None:
+    """Where a value set in `want` is not in `have` (dicts by key, lists item by item), or None."""
+    if isinstance(want, dict):
+        if not isinstance(have, dict):
+            return f"{path}: {have!r}"
+        for k, v in want.items():
+            if k not in have:
+                if v in (0, False, "", None, {}, []):  # the API server leaves out zero values
+                    continue
+                return f"{path}.{k} missing"
+            if where := _difference(v, have[k], f"{path}.{k}"):
+                return where
+        return None
+    if isinstance(want, list):
+        if not isinstance(have, list) or len(want) != len(have):
+            return f"{path}: {have!r}"
+        return next(
+            (w for i, (a, b) in enumerate(zip(want, have, strict=True)) if (w := _difference(a, b, f"{path}[{i}]"))),
+            None,
+        )
+    return None if want == have else f"{path}: {want!r} != {have!r}"
