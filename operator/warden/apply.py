@@ -99,7 +99,6 @@ class ApplyResult:
     created_secrets: list[str] = field(default_factory=list)
     recreated: list[str] = field(default_factory=list)
     pruned: list[str] = field(default_factory=list)
-    marked: list[str] = field(default_factory=list)  # pods told of a new configuration
     errors: list[str] = field(default_factory=list)
     waiting: list[str] = field(default_factory=list)
 
@@ -184,7 +183,7 @@ class Applier:
         self._call("PATCH", path, body={"status": status}, content_type="application/merge-patch+json")
 
     # --- what reconciles use --------------------------------------------------------------------
-    def mark_pods(self, namespace: str, selector: dict[str, str], key: str, value: str, result: ApplyResult) -> None:
+    def mark_pods(self, namespace: str, selector: dict[str, str], key: str, value: str) -> None:
         """Set annotation `key` to `value` on every live pod matching `selector` that lacks it. A pod's
         metadata change makes its kubelet sync the pod at once, which refreshes its ConfigMap and Secret
         volumes (otherwise they follow within the kubelet's sync period, about a minute). The pod is
@@ -197,7 +196,7 @@ class Applier:
             try:
                 patch = {"metadata": {"annotations": {key: value}}}
                 self._call("PATCH", path, body=patch, content_type="application/merge-patch+json")
-                result.marked.append(meta["name"])
+                log.info("pod %s: marked with configuration %s", meta["name"], value)
             except ApiException as e:
                 if e.status != 404:  # a pod gone since the listing needs nothing
                     raise

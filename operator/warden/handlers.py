@@ -172,16 +172,20 @@ def _heal(namespace: str, name: str, what: str) -> None:
         _post_events(kopf.Body(body), outcome.result)  # type: ignore[arg-type]
 
 
+def _heal_if_drifted(type: str | None, meta: kopf.Meta, namespace: str, owner: str, kind: str) -> bool:
+    """Reconcile the owner when the event says the child drifted; whether it did."""
+    if not drifted(type, meta):
+        return False
+    how = "deleted" if type == "DELETED" else "changed by someone else"
+    _heal(namespace, owner, f"{kind}/{meta.get('name')} {how}")
+    return True
+
+
 def _on_child_event(type: str | None, meta: kopf.Meta, namespace: str | None, kind: str) -> None:
     if type is None or namespace is None:  # the initial listing: resume handles those clusters
         return
     owner = _owner_name(meta.get("ownerReferences"))
-    if owner is None:
-        return
-    if drifted(type, meta):
-        how = "deleted" if type == "DELETED" else "changed by someone else"
-        _heal(namespace, owner, f"{kind}/{meta.get('name')} {how}")
-    else:
+    if owner is not None and not _heal_if_drifted(type, meta, namespace, owner, kind):
         _refresh(namespace, owner)
 
 
@@ -195,6 +199,8 @@ def job_changed(type: str | None, meta: kopf.Meta, namespace: str | None, **_: A
     _on_child_event(type, meta, namespace, "Job")
 
 
+COMPONENT, HEALTH = "app.kubernetes.io/component", "health-check"
+
 # Children whose only business with the operator is to stay as rendered.
 for _group, _version, _plural, _kind in (
     ("", "v1", "configmaps", "ConfigMap"),
@@ -207,19 +213,15 @@ for _group, _version, _plural, _kind in (
 ):
 
     def _child_changed(type: str | None, meta: kopf.Meta, namespace: str | None, _kind: str = _kind, **_: Any) -> None:
-        if type is None or namespace is None or not drifted(type, meta):
+        if type is None or namespace is None:
             return
         if _kind == "ConfigMap" and type != "DELETED" and (meta.get("labels") or {}).get(COMPONENT) == HEALTH:
             return  # the health report: the check writes it by design
         owner = _owner_name(meta.get("ownerReferences"))
         if owner is not None:
-            how = "deleted" if type == "DELETED" else "changed by someone else"
-            _heal(namespace, owner, f"{_kind}/{meta.get('name')} {how}")
+            _heal_if_drifted(type, meta, namespace, owner, _kind)
 
     kopf.on.event(_group, _version, _plural, labels=MANAGED, id=f"heal-{_plural}")(_child_changed)
-
-
-COMPONENT, HEALTH = "app.kubernetes.io/component", "health-check"
 
 
 @kopf.on.event("", "v1", "configmaps", labels={**MANAGED, COMPONENT: HEALTH})

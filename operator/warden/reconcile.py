@@ -106,7 +106,6 @@ def reconcile(applier: Applier, body: Manifest) -> Outcome:
         cluster.names.instance_selector(),
         naming.POD_CONFIG_ANNOTATION,
         config_hash(rendered.objects),
-        result,
     )
     steps.append(("pods: new configuration", mark))
     run_steps(steps, result)
