@@ -35,6 +35,8 @@ OPERATOR_OWNED_SLURM_KEYS = (
     "AccountingStorageHost",
     "AccountingStoragePort",
     "AccountingStorageType",
+    "AuthAltParameters",
+    "AuthAltTypes",
     "AuthType",
     "ClusterName",
     "CredType",
@@ -192,6 +194,12 @@ class Controller(Spec):
 
     resources: ResourceRequirements = Field(default_factory=ResourceRequirements)
     state_volume: StateVolume = Field(default_factory=StateVolume)
+
+
+class RestApi(Spec):
+    """slurmrestd: Slurm's REST API with JWT auth, for people (`scontrol token`) and the operator."""
+
+    resources: ResourceRequirements = Field(default_factory=ResourceRequirements)
 
 
 class LoginService(Spec):
@@ -453,6 +461,7 @@ class SlurmClusterSpec(Spec):
     images: Images = Field(default_factory=Images)
     jail: Jail = Field(default_factory=Jail)
     controller: Controller = Field(default_factory=Controller)
+    rest_api: RestApi = Field(default_factory=RestApi)
     login: Login = Field(default_factory=Login)
     worker_groups: list[WorkerGroup] = Field(
         min_length=1,

@@ -16,6 +16,9 @@ LABEL_PREFIX = API_GROUP  # slurm.warden.dev/...
 # Paths inside pods: the pod contract in docs/architecture.md.
 SLURM_CONFIG_DIR = "/etc/warden/slurm"
 SLURM_KEY_DIR = "/etc/warden/auth"
+JWT_KEY_DIR = "/etc/warden/jwt"
+#: where the entrypoints put the working copies of the config and keys (owned by SlurmUser)
+SLURM_ETC = "/etc/slurm"
 SLURMDBD_CONFIG_DIR = "/etc/warden/slurmdbd"
 DB_PASSWORD_DIR = "/etc/warden/db"
 SSH_CONFIG_DIR = "/etc/warden/ssh"
@@ -37,11 +40,16 @@ JAIL_POPULATED_SENTINEL = ".warden-populated"
 SLURMCTLD_PORT = 6817
 SLURMD_PORT = 6818
 SLURMDBD_PORT = 6819
+RESTAPI_PORT = 6820
+#: the one slurmrestd OpenAPI version the operator speaks (Slurm 24.11 serves v0.0.40 to v0.0.42)
+RESTAPI_VERSION = "v0.0.42"
 MARIADB_PORT = 3306
 SSH_PORT = 22
 
 # Keys inside the Secrets the operator generates.
 SLURM_KEY = "slurm.key"
+#: auth/jwt HS256 key (slurmctld signs `scontrol token`s with it; the operator mints its own)
+JWT_KEY = "jwt_hs256.key"
 SSH_HOST_KEY = "ssh_host_ed25519_key"
 DB_PASSWORD_KEY = "password"
 
@@ -73,6 +81,15 @@ class Names:
     def controller_address(self) -> str:
         return f"{self.controller_pod}.{self.controller}.{self.namespace}.svc.cluster.local"
 
+    @property
+    def restapi(self) -> str:
+        """slurmrestd: its Deployment and Service."""
+        return f"{self.cluster}-restapi"
+
+    @property
+    def restapi_url(self) -> str:
+        return f"http://{self.restapi}.{self.namespace}.svc.cluster.local:{RESTAPI_PORT}"
+
     # --- Slurm nodes (workers, login) --------------------------------------------------------
     def worker(self, group: str) -> str:
         return f"{self.cluster}-worker-{group}"
@@ -98,6 +115,10 @@ class Names:
     @property
     def slurm_key(self) -> str:
         return f"{self.cluster}-slurm-key"
+
+    @property
+    def jwt_key(self) -> str:
+        return f"{self.cluster}-jwt-key"
 
     @property
     def sshd_config(self) -> str:

@@ -92,7 +92,7 @@ authorized as "create", of one that exists as "patch": both are needed for appli
 # StatefulSets and Jobs are watched for readiness; a StatefulSet is deleted (orphaning pods) when an
 # immutable field changes, the populate Job when its template changes.
 - apiGroups: ["apps"]
-  resources: ["statefulsets"]
+  resources: ["statefulsets", "deployments"]
   verbs: ["get", "list", "watch", "create", "patch", "delete"]
 - apiGroups: ["batch"]
   resources: ["jobs"]

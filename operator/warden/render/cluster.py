@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from warden.render import accounting, configmaps, controller, health, jail, nodes
+from warden.render import accounting, configmaps, controller, health, jail, nodes, restapi
 from warden.render.context import Cluster
 from warden.render.pods import Manifest
 from warden.render.secrets import SecretSpec, secret_specs
@@ -23,6 +23,7 @@ def render(cluster: Cluster) -> Rendered:
     objects += jail.render(cluster)
     objects += accounting.render(cluster)
     objects += controller.render(cluster)
+    objects += restapi.render(cluster)
     objects += nodes.render(cluster)
     objects += health.render(cluster)
     return Rendered(secrets=secret_specs(cluster), objects=objects)

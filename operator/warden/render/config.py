@@ -65,6 +65,7 @@ def slurm_conf(cluster: Cluster) -> str:
         state_save_location=naming.STATE_SAVE_LOCATION,
         slurmd_spool_dir=naming.SLURMD_SPOOL_DIR,
         run_dir=naming.SLURM_RUN_DIR,
+        jwt_key=f"{naming.SLURM_ETC}/{naming.JWT_KEY}",
         max_node_count=max(MIN_MAX_NODE_COUNT, 2 * cluster.total_workers),
         gres_types=["gpu"] if cluster.gpu_groups else [],
         quick_check=(

@@ -13,6 +13,7 @@ from warden.render.pods import (
     jail_volume,
     mount,
     resources,
+    secret_volume,
     service,
     slurm_mounts,
     slurm_volumes,
@@ -45,6 +46,8 @@ def controller_statefulset(cluster: Cluster) -> Manifest:
             *slurm_mounts(),
             mount("state", naming.STATE_SAVE_LOCATION),
             mount("jail", naming.JAIL_MOUNT, read_only=True),
+            # auth/jwt: slurmctld checks the tokens slurmrestd passes on (the entrypoint copies it)
+            mount("jwt-key", naming.JWT_KEY_DIR, read_only=True),
         ],
         **daemon_probes(naming.SLURMCTLD_PORT, liveness_delay=30),
         "resources": resources(spec.controller.resources),
@@ -64,7 +67,7 @@ def controller_statefulset(cluster: Cluster) -> Manifest:
             "dnsConfig": dns_config(cluster),
             "terminationGracePeriodSeconds": 30,
             "containers": [container],
-            "volumes": [*slurm_volumes(cluster), jail_volume(cluster)],
+            "volumes": [*slurm_volumes(cluster), jail_volume(cluster), secret_volume("jwt-key", names.jwt_key)],
         },
         claims=[claim_template("state", labels, claim_spec(state.size, state.storage_class_name))],
     )

@@ -33,6 +33,11 @@ def slurm_key() -> dict[str, str]:
     return {naming.SLURM_KEY: secrets.token_hex(512)}
 
 
+def jwt_key() -> dict[str, str]:
+    """auth/jwt HS256 key: Slurm uses the file's bytes as they are (here 64 hex digits, 256 bits)."""
+    return {naming.JWT_KEY: secrets.token_hex(32)}
+
+
 def ssh_host_key() -> dict[str, str]:
     key = Ed25519PrivateKey.generate()
     private = key.private_bytes(
@@ -60,6 +65,7 @@ def secret_specs(cluster: Cluster) -> list[SecretSpec]:
     names = cluster.names
     out = [
         _secret(cluster, names.slurm_key, "slurm", slurm_key),
+        _secret(cluster, names.jwt_key, "slurm", jwt_key),
         _secret(cluster, names.ssh_host_keys, "login", ssh_host_key),
     ]
     if cluster.spec.accounting.mode == "InCluster":

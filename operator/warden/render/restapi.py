@@ -1,0 +1,79 @@
+"""slurmrestd: Slurm's REST API with JWT auth, a stateless Deployment and its Service.
+
+slurmrestd runs as ``nobody`` with nothing but slurm.conf: it holds no key. Each request carries a
+JSON Web Token (``X-SLURM-USER-NAME``, ``X-SLURM-USER-TOKEN``) that slurmrestd hands to slurmctld, which
+checks it with the key from Secret ``<cluster>-jwt-key`` (``AuthAltTypes=auth/jwt``). People get a
+token from ``scontrol token`` on a login node; the operator signs its own with the same key.
+"""
+
+from __future__ import annotations
+
+from warden import naming
+from warden.render.context import Cluster
+from warden.render.pods import (
+    Manifest,
+    config_map_volume,
+    dns_config,
+    meta,
+    mount,
+    resources,
+    service,
+    tcp_probe,
+)
+
+COMPONENT = "restapi"
+NOBODY = 65534
+
+
+def restapi_service(cluster: Cluster) -> Manifest:
+    names = cluster.names
+    return service(cluster, names.restapi, COMPONENT, names.selector(COMPONENT), [("http", naming.RESTAPI_PORT)])
+
+
+def restapi_deployment(cluster: Cluster) -> Manifest:
+    names = cluster.names
+    spec = cluster.spec
+    container: Manifest = {
+        "name": "slurmrestd",
+        "image": spec.images.controller,
+        "imagePullPolicy": spec.images.pull_policy,
+        "command": ["slurmrestd"],
+        # rest_auth/jwt only: no request is trusted for who it comes from but by its token.
+        "args": ["-a", "rest_auth/jwt", "-s", "openapi/slurmctld", f"0.0.0.0:{naming.RESTAPI_PORT}"],
+        # slurm.conf straight from the ConfigMap (gres.conf, cgroup.conf beside it); no key needed.
+        "env": [{"name": "SLURM_CONF", "value": f"{naming.SLURM_CONFIG_DIR}/slurm.conf"}],
+        "ports": [{"name": "http", "containerPort": naming.RESTAPI_PORT}],
+        "volumeMounts": [mount("slurm-config", naming.SLURM_CONFIG_DIR, read_only=True)],
+        "readinessProbe": tcp_probe(naming.RESTAPI_PORT, period=5),
+        "livenessProbe": tcp_probe(naming.RESTAPI_PORT, period=20, failures=6, initial_delay=10),
+        "resources": resources(spec.rest_api.resources),
+        "securityContext": {
+            "runAsUser": NOBODY,
+            "runAsGroup": NOBODY,
+            "runAsNonRoot": True,
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "capabilities": {"drop": ["ALL"]},
+        },
+    }
+    labels = names.labels(COMPONENT)
+    template = {
+        "metadata": {"labels": labels},
+        "spec": {
+            "enableServiceLinks": False,
+            "dnsConfig": dns_config(cluster),
+            "automountServiceAccountToken": False,
+            "containers": [container],
+            "volumes": [config_map_volume("slurm-config", names.slurm_config)],
+        },
+    }
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": meta(cluster, names.restapi, COMPONENT),
+        "spec": {"replicas": 1, "selector": {"matchLabels": names.selector(COMPONENT)}, "template": template},
+    }
+
+
+def render(cluster: Cluster) -> list[Manifest]:
+    return [restapi_service(cluster), restapi_deployment(cluster)]
