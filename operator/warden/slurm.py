@@ -41,6 +41,7 @@ __all__ = [
     "StepResult",
     "first_line",
     "gpu_count",
+    "nodes_from_doc",
     "parse_nodes_json",
     "run_command",
 ]
@@ -209,11 +210,16 @@ def parse_nodes_json(text: str) -> list[Node]:
         doc = json.loads(text)
     except json.JSONDecodeError as e:
         raise SlurmParseError(f"scontrol printed no JSON: {e}: {text[:200]!r}") from e
+    return nodes_from_doc(doc)
+
+
+def nodes_from_doc(doc: Any) -> list[Node]:
+    """Nodes from a data_parser document (``scontrol ... --json``, slurmrestd's ``/nodes``)."""
     if not isinstance(doc, dict) or not isinstance(doc.get("nodes"), list):
-        raise SlurmParseError(f"no 'nodes' list in scontrol's JSON: {text[:200]!r}")
+        raise SlurmParseError(f"no 'nodes' list in Slurm's JSON: {str(doc)[:200]!r}")
     errors = doc.get("errors") or []
     if errors:
-        raise SlurmParseError(f"scontrol reported errors: {errors}")
+        raise SlurmParseError(f"Slurm reported errors: {errors}")
     return [_node_from_json(n) for n in doc["nodes"] if isinstance(n, dict)]
 
 

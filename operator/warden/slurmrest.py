@@ -1,0 +1,160 @@
+"""The operator's client of slurmrestd: one pinned OpenAPI version (``naming.RESTAPI_VERSION``), JWT auth.
+
+Everything the operator asks of or does to slurmctld goes through ``SlurmRest`` (``warden.slurm`` is the
+command-line half, used by the health check inside the cluster). The node JSON slurmrestd serves is
+what ``scontrol show node --json`` prints for the same data_parser version, so both halves share
+``warden.slurm.Node``.
+
+Tokens: ``mint_token`` signs an HS256 JSON Web Token with the cluster's JWT key (Secret
+``<cluster>-jwt-key``), the same way slurmctld signs ``scontrol token``'s: claims ``iat``, ``exp`` and
+``sun`` (the Slurm user name). The operator acts as ``slurm`` (SlurmUser: a Slurm administrator).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import quote
+
+import urllib3
+
+from warden.naming import RESTAPI_VERSION
+from warden.slurm import Node, SlurmError, SlurmNodeUnknown, SlurmParseError, nodes_from_doc
+
+__all__ = ["SlurmRest", "SlurmRestError", "SlurmUnreachable", "mint_token"]
+
+OPERATOR_USER = "slurm"
+
+
+class SlurmRestError(SlurmError):
+    """slurmrestd answered with an error status; ``str()`` says what for and Slurm's own words."""
+
+    def __init__(self, what: str, status: int, errors: list[str]) -> None:
+        self.status = status
+        self.errors = errors
+        super().__init__(f"{what}: HTTP {status}: {'; '.join(errors) or '(no error text)'}")
+
+
+class SlurmUnreachable(SlurmError):
+    """No answer from slurmrestd (not running, not resolvable, timed out)."""
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def mint_token(key: bytes, user: str, lifetime_s: int = 300, now: float | None = None) -> str:
+    """An HS256 JWT for Slurm user ``user``, valid ``lifetime_s`` seconds from ``now``."""
+    if not key:
+        raise ValueError("empty JWT key")
+    issued = int(time.time() if now is None else now)
+    header = _b64(json.dumps({"alg": "HS256", "typ": "JWT"}, separators=(",", ":")).encode())
+    claims = {"iat": issued, "exp": issued + lifetime_s, "sun": user}
+    payload = _b64(json.dumps(claims, separators=(",", ":")).encode())
+    signature = hmac.new(key, f"{header}.{payload}".encode(), hashlib.sha256).digest()
+    return f"{header}.{payload}.{_b64(signature)}"
+
+
+def _error_texts(doc: Any) -> list[str]:
+    if not isinstance(doc, dict):
+        return []
+    out = []
+    for e in doc.get("errors") or []:
+        if isinstance(e, dict):
+            text = e.get("description") or e.get("error") or ""
+            out.append(str(text) if text else json.dumps(e))
+    return out
+
+
+class SlurmRest:
+    """slurmrestd at ``base_url`` (``http://<cluster>-restapi.<ns>.svc.cluster.local:6820``).
+
+    ``token`` is called for each request (so a caller may cache and renew); requests run as ``user``."""
+
+    def __init__(
+        self,
+        base_url: str,
+        token: Callable[[], str],
+        user: str = OPERATOR_USER,
+        timeout: float = 10.0,
+        http: urllib3.PoolManager | None = None,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.token = token
+        self.user = user
+        self.timeout = urllib3.Timeout(connect=min(3.0, timeout), read=timeout)
+        self.http = http or urllib3.PoolManager(retries=False)
+
+    def _request(self, method: str, path: str, what: str, body: dict[str, Any] | None = None) -> Any:
+        url = f"{self.base_url}/slurm/{RESTAPI_VERSION}/{path}"
+        headers = {
+            "X-SLURM-USER-NAME": self.user,
+            "X-SLURM-USER-TOKEN": self.token(),
+            "Accept": "application/json",
+        }
+        data = None
+        if body is not None:
+            headers["Content-Type"] = "application/json"
+            data = json.dumps(body).encode()
+        try:
+            response = self.http.request(method, url, body=data, headers=headers, timeout=self.timeout)
+        except urllib3.exceptions.HTTPError as e:
+            raise SlurmUnreachable(f"{what}: {self.base_url} did not answer: {e}") from e
+        text = response.data.decode(errors="replace")
+        try:
+            doc = json.loads(text) if text.strip() else {}
+        except json.JSONDecodeError:
+            doc = None
+        if not 200 <= response.status <= 299:
+            errors = _error_texts(doc) or ([text.strip()[:200]] if text.strip() else [])
+            raise SlurmRestError(what, response.status, errors)
+        if doc is None:
+            raise SlurmParseError(f"{what}: slurmrestd sent no JSON: {text[:200]!r}")
+        errors = _error_texts(doc)
+        if errors:
+            raise SlurmRestError(what, response.status, errors)
+        return doc
+
+    def ping(self) -> None:
+        """slurmctld answers through slurmrestd (raises otherwise)."""
+        doc = self._request("GET", "ping", "ping")
+        pings = doc.get("pings") if isinstance(doc, dict) else None
+        if not pings or not any(isinstance(p, dict) and p.get("pinged") == "UP" for p in pings):
+            raise SlurmUnreachable(f"ping: slurmctld did not answer through slurmrestd: {pings}")
+
+    def nodes(self) -> list[Node]:
+        """Every node slurmctld knows (dynamic worker nodes register themselves)."""
+        return nodes_from_doc(self._request("GET", "nodes", "list nodes"))
+
+    def _update(self, name: str, what: str, body: dict[str, Any]) -> None:
+        try:
+            self._request("POST", f"node/{quote(name, safe='')}", what, body)
+        except SlurmRestError as e:
+            if _unknown_node(e):
+                raise SlurmNodeUnknown(str(e)) from e
+            raise
+
+    def drain(self, name: str, reason: str) -> None:
+        if not reason.strip():
+            raise ValueError("Slurm requires a reason to drain a node")
+        self._update(name, f"drain {name}", {"state": ["DRAIN"], "reason": reason})
+
+    def resume(self, name: str) -> None:
+        self._update(name, f"resume {name}", {"state": ["RESUME"]})
+
+    def delete_node(self, name: str) -> None:
+        """Remove a (dynamic) node record; one that is already gone is not an error."""
+        try:
+            self._request("DELETE", f"node/{quote(name, safe='')}", f"delete node {name}")
+        except SlurmRestError as e:
+            if not _unknown_node(e):
+                raise
+
+
+def _unknown_node(e: SlurmRestError) -> bool:
+    return e.status == 404 or any("Invalid node name" in t or "not found" in t.lower() for t in e.errors)

@@ -1,0 +1,130 @@
+"""The slurmrestd client: tokens slurmctld can check, requests as slurmrestd wants them, errors named.
+
+A loopback HTTP server stands in for slurmrestd here (the real one answers in the dataplane tier,
+tests/dataplane/test_restapi.py): it records what the client sent and replies as slurmrestd does.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+from warden.slurm import SlurmNodeUnknown
+from warden.slurmrest import SlurmRest, SlurmRestError, SlurmUnreachable, mint_token
+
+
+def _unb64(part: str) -> bytes:
+    return base64.urlsafe_b64decode(part + "=" * (-len(part) % 4))
+
+
+def test_token_is_an_hs256_jwt_for_the_user_signed_with_the_key() -> None:
+    token = mint_token(b"k" * 64, "slurm", lifetime_s=120, now=1_700_000_000)
+    header, payload, signature = token.split(".")
+    assert json.loads(_unb64(header)) == {"alg": "HS256", "typ": "JWT"}
+    assert json.loads(_unb64(payload)) == {"iat": 1_700_000_000, "exp": 1_700_000_120, "sun": "slurm"}
+    expected = hmac.new(b"k" * 64, f"{header}.{payload}".encode(), hashlib.sha256).digest()
+    assert _unb64(signature) == expected
+    assert mint_token(b"x" * 64, "slurm", now=1_700_000_000) != mint_token(b"k" * 64, "slurm", now=1_700_000_000)
+
+
+def test_empty_key_is_refused() -> None:
+    with pytest.raises(ValueError):
+        mint_token(b"", "slurm")
+
+
+class FakeSlurmrestd:
+    def __init__(self) -> None:
+        self.requests: list[tuple[str, str, dict[str, str], Any]] = []
+        self.replies: dict[tuple[str, str], tuple[int, Any]] = {}
+
+
+@pytest.fixture
+def server() -> Iterator[tuple[FakeSlurmrestd, str]]:
+    fake = FakeSlurmrestd()
+
+    class Handler(BaseHTTPRequestHandler):
+        def _reply(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            body = json.loads(self.rfile.read(length)) if length else None
+            fake.requests.append((self.command, self.path, dict(self.headers), body))
+            status, doc = fake.replies.get((self.command, self.path), (404, {"errors": [{"description": "no route"}]}))
+            data = json.dumps(doc).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        do_GET = do_POST = do_DELETE = _reply
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield fake, f"http://127.0.0.1:{httpd.server_address[1]}"
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+NODE = {"name": "demo-worker-cpu-0", "state": ["IDLE", "DRAIN"], "reason": "maintenance", "gres": "", "features": []}
+
+
+def test_nodes_are_read_with_the_users_token(server: tuple[FakeSlurmrestd, str]) -> None:
+    fake, url = server
+    fake.replies[("GET", "/slurm/v0.0.42/nodes")] = (200, {"nodes": [NODE], "errors": [], "warnings": []})
+    rest = SlurmRest(url, token=lambda: "TOKEN")
+    [node] = rest.nodes()
+    assert (node.name, node.state, node.drained, node.reason) == ("demo-worker-cpu-0", "IDLE", True, "maintenance")
+    _, _, headers, _ = fake.requests[0]
+    assert headers["X-SLURM-USER-NAME"] == "slurm" and headers["X-SLURM-USER-TOKEN"] == "TOKEN"
+
+
+def test_drain_and_resume_post_the_node_update(server: tuple[FakeSlurmrestd, str]) -> None:
+    fake, url = server
+    fake.replies[("POST", "/slurm/v0.0.42/node/n1")] = (200, {"errors": []})
+    rest = SlurmRest(url, token=lambda: "T")
+    rest.drain("n1", "warden: Kubernetes node k1 cordoned")
+    rest.resume("n1")
+    assert [r[3] for r in fake.requests] == [
+        {"state": ["DRAIN"], "reason": "warden: Kubernetes node k1 cordoned"},
+        {"state": ["RESUME"]},
+    ]
+    with pytest.raises(ValueError):
+        rest.drain("n1", " ")
+
+
+def test_errors_carry_slurms_words_and_unknown_nodes_are_told_apart(server: tuple[FakeSlurmrestd, str]) -> None:
+    fake, url = server
+    fake.replies[("POST", "/slurm/v0.0.42/node/ghost")] = (
+        500,
+        {"errors": [{"description": "Invalid node name specified", "error_number": 2017}]},
+    )
+    fake.replies[("GET", "/slurm/v0.0.42/nodes")] = (401, {"errors": [{"description": "Authentication failure"}]})
+    fake.replies[("DELETE", "/slurm/v0.0.42/node/ghost")] = (
+        500,
+        {"errors": [{"description": "Invalid node name specified"}]},
+    )
+    rest = SlurmRest(url, token=lambda: "T")
+    with pytest.raises(SlurmNodeUnknown):
+        rest.drain("ghost", "x")
+    with pytest.raises(SlurmRestError, match="HTTP 401: Authentication failure"):
+        rest.nodes()
+    rest.delete_node("ghost")  # already gone: nothing to do
+
+
+def test_no_server_is_unreachable_not_a_hang() -> None:
+    rest = SlurmRest("http://127.0.0.1:9", token=lambda: "T", timeout=2)
+    with pytest.raises(SlurmUnreachable):
+        rest.nodes()
