@@ -21,6 +21,7 @@ the step waits (`RetryLater`) and the retry creates it afresh once it is gone.
 
 from __future__ import annotations
 
+import datetime
 import json
 import logging
 import time
@@ -183,6 +184,52 @@ class Applier:
     def patch_status(self, name: str, namespace: str, status: Manifest) -> None:
         path = self._path(f"{API_GROUP}/{API_VERSION}", "SlurmCluster", namespace, name) + "/status"
         self._call("PATCH", path, body={"status": status}, content_type="application/merge-patch+json")
+
+    def get_node(self, name: str) -> Manifest | None:
+        """A Kubernetes Node (cluster-scoped)."""
+        try:
+            out: Manifest = self._call("GET", f"/api/v1/nodes/{name}")
+            return out
+        except ApiException as e:
+            if e.status == 404:
+                return None
+            raise
+
+    def set_pod_condition(self, namespace: str, pod: str, condition: Manifest) -> None:
+        """Add or replace one condition of a pod's status (conditions merge by type; the kubelet keeps
+        types it does not own, as it does for readiness gates)."""
+        path = self._path("v1", "Pod", namespace, pod) + "/status"
+        body = {"status": {"conditions": [condition]}}
+        try:
+            self._call("PATCH", path, body=body, content_type="application/strategic-merge-patch+json")
+        except ApiException as e:
+            if e.status != 404:
+                raise
+
+    def post_event(self, involved: Manifest, warning: bool, reason: str, message: str) -> None:
+        """A core/v1 Event about ``involved`` (an object as read from the API)."""
+        meta = involved["metadata"]
+        stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        event = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
+            "involvedObject": {
+                "apiVersion": involved["apiVersion"],
+                "kind": involved["kind"],
+                "name": meta["name"],
+                "namespace": meta["namespace"],
+                "uid": meta["uid"],
+            },
+            "reason": reason,
+            "message": message[:1024],
+            "type": "Warning" if warning else "Normal",
+            "source": {"component": FIELD_MANAGER},
+            "firstTimestamp": stamp,
+            "lastTimestamp": stamp,
+            "count": 1,
+        }
+        self._call("POST", f"/api/v1/namespaces/{meta['namespace']}/events", body=event)
 
     # --- what reconciles use --------------------------------------------------------------------
     def mark_pods(self, namespace: str, selector: dict[str, str], key: str, value: str) -> None:

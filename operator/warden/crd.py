@@ -26,6 +26,12 @@ PRINTER_COLUMNS = [
     {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
     {"name": "Workers", "type": "string", "jsonPath": ".status.workers", "description": "ready/desired"},
     {"name": "Login", "type": "string", "jsonPath": ".status.login", "description": "ready/desired"},
+    {
+        "name": "Usable",
+        "type": "integer",
+        "jsonPath": ".status.slurmNodes.usable",
+        "description": "worker nodes Slurm may start jobs on",
+    },
     {"name": "Jail", "type": "boolean", "jsonPath": ".status.jailPopulated", "description": "populated"},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
 ]

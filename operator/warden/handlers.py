@@ -7,9 +7,11 @@
   restart needed). Who changed an object last is read from its managedFields: changes by the operator's
   own field manager and status writes are not drift.
 - A child StatefulSet/Job, or the health-check report ConfigMap, changed: refresh the owner's status.
-  This is how readiness reaches status without polling. There is no timer or daemon on purpose:
+  This is how readiness reaches status without polling. There is no kopf timer or daemon on purpose:
   those would need a finalizer, and a SlurmCluster is deleted by garbage collection alone, whether
   or not the operator runs.
+- Slurm's side is read every few seconds by one thread (`warden.slurmsync`) for every SlurmCluster
+  the handlers above have seen: node states to pod conditions and status, cordons to drains.
 """
 
 from __future__ import annotations
@@ -23,11 +25,12 @@ import kopf
 from kubernetes import client, config
 
 from warden.apply import Applier, ApplyResult
-from warden.model import API_GROUP, API_VERSION, PLURAL, parse_spec
+from warden.model import API_GROUP, API_VERSION, PLURAL, SlurmNodesStatus, parse_spec
 from warden.naming import FIELD_MANAGER
 from warden.observe import health_report
 from warden.reconcile import previous_status, reconcile, refresh_status
 from warden.render.context import Cluster
+from warden.slurmsync import Settings, SlurmSync
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +45,13 @@ class State:
         self.applier: Applier | None = None
         #: one reconcile of a cluster at a time (the spec handler and child events run in parallel threads)
         self.locks: defaultdict[tuple[str, str], threading.Lock] = defaultdict(threading.Lock)
+        self.sync_settings = Settings()
+        self.sync: SlurmSync | None = None
+
+    def seen(self, namespace: str, name: str) -> None:
+        """A SlurmCluster this operator handles: its Slurm side is synced from now on."""
+        if self.sync is not None:
+            self.sync.watch(namespace, name)
 
 
 STATE = State()
@@ -74,6 +84,14 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.watching.client_timeout = 330
     settings.execution.max_workers = 8
     STATE.applier = Applier(_load_kube_config())
+    STATE.sync = SlurmSync(STATE.applier, STATE.sync_settings, _refresh)
+    STATE.sync.start()
+
+
+@kopf.on.cleanup()
+def stop_sync(**_: Any) -> None:
+    if STATE.sync is not None:
+        STATE.sync.stop()
 
 
 def _post_events(body: kopf.Body, result: ApplyResult) -> None:
@@ -91,6 +109,7 @@ def _post_events(body: kopf.Body, result: ApplyResult) -> None:
 @kopf.on.create(API_GROUP, API_VERSION, PLURAL)
 @kopf.on.update(API_GROUP, API_VERSION, PLURAL, field="spec")
 def reconcile_cluster(body: kopf.Body, **_: Any) -> None:
+    STATE.seen(body["metadata"]["namespace"], body["metadata"]["name"])
     with STATE.locks[(body["metadata"]["namespace"], body["metadata"]["name"])]:
         outcome = reconcile(applier(), dict(body))
     if outcome.invalid is not None:
@@ -108,7 +127,14 @@ def reconcile_cluster(body: kopf.Body, **_: Any) -> None:
     )
 
 
-def _refresh(namespace: str, name: str) -> None:
+def _refresh(namespace: str, name: str, slurm: SlurmNodesStatus | None = None) -> None:
+    """Fold what is observed now into status; ``slurm``: what slurmctld said (from the sync thread)."""
+    STATE.seen(namespace, name)
+    with STATE.locks[(namespace, name)]:  # read and write status in one go, not between a reconcile's
+        _refresh_locked(namespace, name, slurm)
+
+
+def _refresh_locked(namespace: str, name: str, slurm: SlurmNodesStatus | None) -> None:
     api = applier()
     body = api.get(f"{API_GROUP}/{API_VERSION}", "SlurmCluster", namespace, name)
     if body is None or body["metadata"].get("deletionTimestamp"):
@@ -122,7 +148,7 @@ def _refresh(namespace: str, name: str) -> None:
     generation = int(body["metadata"].get("generation", 0))
     if previous is not None and previous.observed_generation is not None:
         generation = previous.observed_generation  # only the reconcile handler moves it forward
-    refresh_status(api, cluster, generation, previous)
+    refresh_status(api, cluster, generation, previous, slurm=slurm)
 
 
 def _announce_health(cluster: dict[str, Any], report: dict[str, Any]) -> None:

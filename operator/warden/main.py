@@ -6,7 +6,8 @@ import argparse
 
 import kopf
 
-from warden import handlers  # noqa: F401  (registers the handlers)
+from warden import handlers  # registers the handlers
+from warden.slurmsync import Settings
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -17,7 +18,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--liveness", default="http://0.0.0.0:8080/healthz", help="liveness endpoint URL")
     parser.add_argument("--log-format", choices=["plain", "full", "json"], default="full")
     parser.add_argument("--verbose", "-v", action="store_true")
+    parser.add_argument(
+        "--slurm-sync-interval", type=float, default=5.0, metavar="S",
+        help="seconds between looks at Slurm's node states through slurmrestd (default 5)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--register-timeout", type=float, default=300.0, metavar="S",
+        help="a worker pod whose slurmd runs this long without registering is recreated (default 300)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
+    handlers.STATE.sync_settings = Settings(interval=args.slurm_sync_interval, register_timeout=args.register_timeout)
     kopf.configure(verbose=args.verbose, log_format=kopf.LogFormat[args.log_format.upper()])
     kopf.run(
         standalone=True,

@@ -547,6 +547,19 @@ class DrainedNode(BaseModel):
     reason: str
 
 
+class SlurmNodesStatus(BaseModel):
+    """Worker nodes as slurmctld sees them (read through slurmrestd every few seconds)."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True)
+
+    registered: int = Field(default=0, description="Worker pods whose slurmd registered with slurmctld.")
+    usable: int = Field(default=0, description="Registered nodes Slurm may start jobs on (not drained or down).")
+    drained: list[DrainedNode] = Field(
+        default_factory=list, description="Every drained node and why, whoever drained it."
+    )
+    down: list[DrainedNode] = Field(default_factory=list, description="Nodes down or not responding.")
+
+
 class HealthCheckStatus(BaseModel):
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True)
 
@@ -575,3 +588,6 @@ class SlurmClusterStatus(BaseModel):
     jail_populated: bool = False
     worker_groups: list[WorkerGroupStatus] = Field(default_factory=list)
     health_check: HealthCheckStatus = Field(default_factory=HealthCheckStatus)
+    slurm_nodes: SlurmNodesStatus | None = Field(
+        default=None, description="Worker nodes as slurmctld sees them; absent until slurmrestd answered once."
+    )

@@ -6,6 +6,7 @@ operator may be killed at any line and the next run finishes the job.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import logging
 from collections.abc import Callable
@@ -16,7 +17,7 @@ from pydantic import ValidationError
 
 from warden import naming
 from warden.apply import Applier, ApplyResult, Owner, run_steps
-from warden.model import SlurmClusterStatus, parse_spec
+from warden.model import SlurmClusterStatus, SlurmNodesStatus, parse_spec
 from warden.observe import observe
 from warden.render.cluster import render
 from warden.render.context import Cluster
@@ -120,8 +121,9 @@ def refresh_status(
     previous: SlurmClusterStatus | None,
     errors: list[str] | None = None,
     waiting: list[str] | None = None,
+    slurm: SlurmNodesStatus | None = None,
 ) -> SlurmClusterStatus:
-    observed = observe(applier, cluster)
+    observed = dataclasses.replace(observe(applier, cluster), slurm=slurm)
     status = fold(cluster.spec, generation, observed, previous, now(), errors, waiting)
     if previous is None or status != previous:
         applier.patch_status(cluster.name, cluster.namespace, status.model_dump(by_alias=True, exclude_none=True))

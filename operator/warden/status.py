@@ -11,6 +11,7 @@ from warden.model import (
     HealthCheckStatus,
     SlurmClusterSpec,
     SlurmClusterStatus,
+    SlurmNodesStatus,
     WorkerGroupStatus,
 )
 
@@ -37,6 +38,8 @@ class Observed:
     jail_failed: bool = False
     accounting: Workload | None = None  # None when accounting is disabled
     health_report: dict[str, Any] | None = None
+    #: what slurmctld said of the worker nodes (warden.nodesync); None: not asked this time
+    slurm: SlurmNodesStatus | None = None
 
 
 def _condition(
@@ -144,8 +147,33 @@ def fold(
             "slurmdbd is ready" if a.is_ready else "slurmdbd (or its database) is not ready yet",
         )
 
-    parts = [jail, controller, login, workers, accounting]
-    failing = [p.type for p in parts if p.status != "True"]
+    # Slurm: Ready needs the workers registered with slurmctld, not just running. Unknown until
+    # slurmrestd answered once (a cluster still starting, or no Slurm at all in a test tier).
+    slurm = observed.slurm if observed.slurm is not None else (previous.slurm_nodes if previous else None)
+    if slurm is None:
+        registered = Condition(
+            type="SlurmNodesRegistered",
+            status="Unknown",
+            reason="NotObserved",
+            message="slurmrestd has not answered yet",
+            last_transition_time=prev["SlurmNodesRegistered"].last_transition_time
+            if "SlurmNodesRegistered" in prev and prev["SlurmNodesRegistered"].status == "Unknown"
+            else now,
+            observed_generation=generation,
+        )
+    else:
+        all_in = slurm.registered >= desired_total
+        registered = cond(
+            "SlurmNodesRegistered",
+            all_in,
+            "NodesRegistered" if all_in else "NodesNotRegistered",
+            f"{slurm.registered}/{desired_total} worker nodes registered with slurmctld, {slurm.usable} usable"
+            + (f", {len(slurm.drained)} drained" if slurm.drained else "")
+            + (f", {len(slurm.down)} down" if slurm.down else ""),
+        )
+
+    parts = [jail, controller, login, workers, accounting, registered]
+    failing = [p.type for p in parts if p.status == "False"]
     if errors:
         ready = cond("Ready", False, "ReconcileFailed", "; ".join(errors)[:1024])
     elif waiting:
@@ -170,12 +198,13 @@ def fold(
     return SlurmClusterStatus(
         phase=phase,
         observed_generation=generation,
-        conditions=[ready, jail, controller, login, workers, accounting],
+        conditions=[ready, jail, controller, login, workers, accounting, registered],
         workers=f"{ready_total}/{desired_total}",
         login=f"{min(lg.ready, spec.login.replicas)}/{spec.login.replicas}",
         jail_populated=observed.jail_populated,
         worker_groups=groups,
         health_check=health_status(observed.health_report, previous),
+        slurm_nodes=slurm,
     )
 
 

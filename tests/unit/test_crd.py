@@ -46,6 +46,7 @@ def test_printer_columns_tell_health_at_a_glance() -> None:
         "Phase": ".status.phase",
         "Workers": ".status.workers",
         "Login": ".status.login",
+        "Usable": ".status.slurmNodes.usable",
         "Jail": ".status.jailPopulated",
         "Age": ".metadata.creationTimestamp",
     }

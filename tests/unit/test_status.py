@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from warden.model import SlurmClusterSpec, SlurmClusterStatus, parse_spec
+from warden.model import DrainedNode, SlurmClusterSpec, SlurmClusterStatus, SlurmNodesStatus, parse_spec
 from warden.status import Observed, Workload, fold, invalid_spec_status
 
 SPEC = parse_spec(
@@ -23,6 +23,7 @@ def ready_cluster() -> Observed:
         workers={"cpu": Workload(True, 2, 2), "gpu": Workload(True, 1, 1)},
         jail_populated=True,
         accounting=Workload(True, 1, 1),
+        slurm=SlurmNodesStatus(registered=3, usable=3),
     )
 
 
@@ -40,6 +41,7 @@ def test_nothing_exists_yet_is_pending() -> None:
         "LoginReady": "False",
         "WorkersReady": "False",
         "AccountingReady": "False",
+        "SlurmNodesRegistered": "Unknown",
     }
     assert status.workers == "0/3" and status.login == "0/1"
 
@@ -164,3 +166,34 @@ def test_reconcile_failure_is_not_hidden_by_a_later_child_event() -> None:
     # The next reconcile that succeeds clears it.
     fixed = fold(SPEC, 1, ready_cluster(), refreshed, T1, errors=[])
     assert fixed.phase == "Ready"
+
+
+def test_ready_needs_the_workers_registered_with_slurmctld_not_just_running() -> None:
+    observed = ready_cluster()
+    missing = Observed(**{**observed.__dict__, "slurm": SlurmNodesStatus(registered=2, usable=2)})
+    status = fold(SPEC, 3, missing, None, T0)
+    assert conditions(status)["SlurmNodesRegistered"] == "False"
+    assert conditions(status)["Ready"] == "False"
+    registered = next(c for c in status.conditions if c.type == "SlurmNodesRegistered")
+    assert registered.message == "2/3 worker nodes registered with slurmctld, 2 usable"
+
+
+def test_drained_nodes_are_listed_but_the_cluster_stays_ready() -> None:
+    drained = [DrainedNode(node="demo-worker-cpu-1", reason="bob: disk swap")]
+    view = SlurmNodesStatus(registered=3, usable=2, drained=drained)
+    status = fold(SPEC, 3, Observed(**{**ready_cluster().__dict__, "slurm": view}), None, T0)
+    assert status.phase == "Ready"
+    assert status.slurm_nodes is not None and status.slurm_nodes.drained == drained
+    registered = next(c for c in status.conditions if c.type == "SlurmNodesRegistered")
+    assert registered.message == "3/3 worker nodes registered with slurmctld, 2 usable, 1 drained"
+
+
+def test_a_refresh_without_slurm_keeps_what_slurm_said_last() -> None:
+    first = fold(SPEC, 3, ready_cluster(), None, T0)
+    again = fold(SPEC, 3, Observed(**{**ready_cluster().__dict__, "slurm": None}), first, T1)
+    assert again.slurm_nodes == first.slurm_nodes and conditions(again)["SlurmNodesRegistered"] == "True"
+
+
+def test_without_any_slurm_view_readiness_is_the_pods_alone() -> None:
+    status = fold(SPEC, 3, Observed(**{**ready_cluster().__dict__, "slurm": None}), None, T0)
+    assert status.phase == "Ready" and conditions(status)["SlurmNodesRegistered"] == "Unknown"

@@ -85,10 +85,14 @@ authorized as "create", of one that exists as "patch": both are needed for appli
   resources: ["services", "serviceaccounts"]
   verbs: ["get", "list", "watch", "create", "patch", "delete"]
 # Running pods get an annotation when their configuration changed: their kubelet then refreshes the
-# mounted ConfigMaps at once (pods are never created or deleted by the operator).
+# mounted ConfigMaps at once. Worker pods carry their Slurm node state as a status condition; one whose
+# slurmd never registered is deleted (its StatefulSet makes it again).
 - apiGroups: [""]
   resources: ["pods"]
-  verbs: ["list", "patch"]
+  verbs: ["list", "patch", "delete"]
+- apiGroups: [""]
+  resources: ["pods/status"]
+  verbs: ["patch"]
 # StatefulSets and Jobs are watched for readiness; a StatefulSet is deleted (orphaning pods) when an
 # immutable field changes, the populate Job when its template changes.
 - apiGroups: ["apps"]

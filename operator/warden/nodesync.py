@@ -1,0 +1,138 @@
+"""Slurm and Kubernetes node state, both ways: a pure planner (observations in, actions out).
+
+Slurm to Kubernetes: every worker pod carries the condition ``slurm.warden.dev/SlurmNode`` (True when
+Slurm may start jobs there; the reason is the node's state: Idle, Allocated, Mixed, Drained,
+Draining, Down, NotResponding, NotRegistered; the message Slurm's own state and reason), status
+counts what registered, and Events mark nodes going down or drained.
+
+Kubernetes to Slurm: a worker pod on a cordoned Kubernetes node (``kubectl cordon``/``drain``) gets its
+Slurm node drained with a reason starting ``CORDON_PREFIX``; once the Kubernetes node is schedulable
+again the Slurm node is resumed, and only then. A drain whose reason does not start with that prefix
+(a person's, the health checks') is never undone here.
+
+Housekeeping: a Slurm node record whose pod is gone is deleted (no DOWN ghosts), and a pod whose
+slurmd has run ``register_timeout`` seconds without registering is deleted, so its StatefulSet
+makes it afresh.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from warden.model import DrainedNode, SlurmNodesStatus
+from warden.slurm import Node
+
+#: the pod condition type that carries the Slurm node state
+CONDITION = "slurm.warden.dev/SlurmNode"
+#: reason prefix of the drains made for a cordoned Kubernetes node (the only drains undone here)
+CORDON_PREFIX = "warden: Kubernetes node "
+
+# Reasons of a condition whose node takes no new jobs (Events on the way in).
+UNUSABLE = {"Drained": "SlurmNodeDrained", "Draining": "SlurmNodeDrained", "Down": "SlurmNodeDown",
+            "NotResponding": "SlurmNodeDown"}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class PodCondition:
+    status: str  # "True" | "False"
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class WorkerPod:
+    name: str  # also its Slurm node name
+    k8s_node: str | None  # spec.nodeName
+    #: seconds slurmd's container has been running; None when it is not running
+    running_for: float | None
+    condition: PodCondition | None  # what the pod carries now
+    deleting: bool = False
+
+
+@dataclass(frozen=True)
+class Event:
+    warning: bool
+    reason: str
+    message: str
+
+
+@dataclass
+class Plan:
+    conditions: dict[str, PodCondition] = field(default_factory=dict)  # pod -> changed condition
+    drains: list[tuple[str, str]] = field(default_factory=list)  # (node, reason)
+    resumes: list[str] = field(default_factory=list)
+    delete_nodes: list[str] = field(default_factory=list)
+    delete_pods: list[tuple[str, str]] = field(default_factory=list)  # (pod, why)
+    events: list[Event] = field(default_factory=list)
+    summary: SlurmNodesStatus = field(default_factory=SlurmNodesStatus)
+
+
+def cordon_reason(k8s_node: str) -> str:
+    return f"{CORDON_PREFIX}{k8s_node} cordoned"
+
+
+def condition_of(node: Node | None) -> PodCondition:
+    if node is None:
+        return PodCondition("False", "NotRegistered", "slurmd has not registered with slurmctld")
+    message = node.describe_state() + (f": {node.held_reason}" if node.held_reason else "")
+    if node.drained:
+        return PodCondition("False", "Draining" if node.busy else "Drained", message)
+    if "NOT_RESPONDING" in node.flags:
+        return PodCondition("False", "NotResponding", message)
+    if node.down:
+        return PodCondition("False", "Down", message)
+    return PodCondition("True", node.state.capitalize(), message)
+
+
+def plan(
+    pods: Iterable[WorkerPod],
+    nodes: Iterable[Node],
+    cordoned: Mapping[str, bool],
+    register_timeout: float,
+) -> Plan:
+    """``nodes``: what slurmctld listed, read BEFORE ``pods`` (a node listed there had its pod then, so
+    one missing from ``pods`` is gone for good). ``cordoned``: Kubernetes node name -> unschedulable."""
+    out = Plan()
+    by_name = {n.name: n for n in nodes}
+    live = {p.name: p for p in pods}
+    registered = usable = 0
+    drained: list[DrainedNode] = []
+    down: list[DrainedNode] = []
+
+    for name in sorted(set(by_name) - set(live)):
+        out.delete_nodes.append(name)
+
+    for pod in sorted(live.values(), key=lambda p: p.name):
+        if pod.deleting:
+            continue  # slurmd drains and deletes its own node on the way out
+        node = by_name.get(pod.name)
+        cond = condition_of(node)
+        if cond != pod.condition:
+            out.conditions[pod.name] = cond
+            before = pod.condition.reason if pod.condition else None
+            if cond.reason in UNUSABLE and UNUSABLE.get(before or "") != UNUSABLE[cond.reason]:
+                out.events.append(Event(True, UNUSABLE[cond.reason], f"{pod.name}: {cond.message}"))
+            elif cond.status == "True" and before in UNUSABLE:
+                out.events.append(Event(False, "SlurmNodeUsable", f"{pod.name}: {cond.message}"))
+        if node is None:
+            if pod.running_for is not None and pod.running_for > register_timeout:
+                why = f"slurmd has run {pod.running_for:.0f}s without registering with slurmctld"
+                out.delete_pods.append((pod.name, why))
+            continue
+        registered += 1
+        usable += cond.status == "True"
+        if node.drained:
+            drained.append(DrainedNode(node=node.name, reason=node.reason))
+        elif node.down:
+            down.append(DrainedNode(node=node.name, reason=node.held_reason or node.describe_state()))
+
+        is_cordoned = pod.k8s_node is not None and cordoned.get(pod.k8s_node, False)
+        if is_cordoned and not node.drained:
+            assert pod.k8s_node is not None
+            out.drains.append((node.name, cordon_reason(pod.k8s_node)))
+        elif not is_cordoned and node.drained and node.reason.startswith(CORDON_PREFIX):
+            out.resumes.append(node.name)
+
+    out.summary = SlurmNodesStatus(registered=registered, usable=usable, drained=drained, down=down)
+    return out

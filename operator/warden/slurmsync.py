@@ -1,0 +1,181 @@
+"""Every few seconds, for each SlurmCluster the operator handles: read the worker nodes from slurmctld
+(through slurmrestd) and the worker pods and their Kubernetes nodes, plan (``warden.nodesync``) and
+carry out: pod conditions, drains and resumes, ghost node records deleted, unregistered pods
+recreated, Events, and the status's Slurm view.
+
+A plain thread, not a kopf timer: a timer would need a finalizer on every SlurmCluster, and a cluster
+is deleted by garbage collection alone, whether or not the operator runs. It skips a cluster until
+its slurmrestd Deployment has a ready pod (so a cluster still starting, or a test tier without Slurm,
+costs nothing), and one cluster's failure never stops the others.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+
+from warden import naming
+from warden.apply import Applier
+from warden.model import API_GROUP, API_VERSION, SlurmNodesStatus, parse_spec
+from warden.naming import Names
+from warden.nodesync import CONDITION, PodCondition, WorkerPod, plan
+from warden.render.pods import Manifest
+from warden.slurm import SlurmError
+from warden.slurmrest import SlurmRest, mint_token
+
+log = logging.getLogger(__name__)
+
+TOKEN_LIFETIME_S = 300
+
+Refresh = Callable[[str, str, SlurmNodesStatus], None]
+
+
+@dataclass(frozen=True)
+class Settings:
+    interval: float = 5.0
+    register_timeout: float = 300.0
+
+
+def _parse_time(text: str) -> datetime.datetime:
+    return datetime.datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.UTC)
+
+
+def worker_pod(pod: Manifest, now: datetime.datetime) -> WorkerPod:
+    meta, spec, status = pod["metadata"], pod.get("spec") or {}, pod.get("status") or {}
+    running_for = None
+    for cs in status.get("containerStatuses") or []:
+        started = ((cs.get("state") or {}).get("running") or {}).get("startedAt")
+        if cs.get("name") == "slurmd" and started:
+            running_for = (now - _parse_time(started)).total_seconds()
+    condition = None
+    for c in status.get("conditions") or []:
+        if c.get("type") == CONDITION:
+            condition = PodCondition(c.get("status", ""), c.get("reason", ""), c.get("message", ""))
+    return WorkerPod(
+        name=meta["name"],
+        k8s_node=spec.get("nodeName"),
+        running_for=running_for,
+        condition=condition,
+        deleting=bool(meta.get("deletionTimestamp")),
+    )
+
+
+class SlurmSync:
+    def __init__(self, applier: Applier, settings: Settings, refresh: Refresh) -> None:
+        self.applier = applier
+        self.settings = settings
+        self.refresh = refresh
+        self.clusters: set[tuple[str, str]] = set()
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._failed: set[tuple[str, str]] = set()  # (cluster, action) whose failure was told
+
+    def watch(self, namespace: str, name: str) -> None:
+        with self._lock:
+            self.clusters.add((namespace, name))
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="slurm-sync", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.settings.interval):
+            with self._lock:
+                clusters = sorted(self.clusters)
+            for namespace, name in clusters:
+                try:
+                    if not self.sync(namespace, name):
+                        with self._lock:
+                            self.clusters.discard((namespace, name))
+                except Exception:  # one cluster's trouble must not stop the others
+                    log.exception("SlurmCluster %s/%s: Slurm state sync failed", namespace, name)
+
+    def sync(self, namespace: str, name: str) -> bool:
+        """One round for one cluster; False when the SlurmCluster is gone (stop watching it)."""
+        api = self.applier
+        body = api.get(f"{API_GROUP}/{API_VERSION}", "SlurmCluster", namespace, name)
+        if body is None or body["metadata"].get("deletionTimestamp"):
+            return False
+        try:
+            parse_spec(body.get("spec") or {})
+        except ValueError:
+            return True  # the reconcile handler reports invalid specs
+        names = Names(cluster=name, namespace=namespace)
+        deployment = api.get("apps/v1", "Deployment", namespace, names.restapi)
+        if not deployment or int((deployment.get("status") or {}).get("readyReplicas", 0)) < 1:
+            return True
+        secret = api.get("v1", "Secret", namespace, names.jwt_key)
+        encoded = ((secret or {}).get("data") or {}).get(naming.JWT_KEY)
+        if not encoded:
+            log.warning("SlurmCluster %s/%s: Secret %s has no %s", namespace, name, names.jwt_key, naming.JWT_KEY)
+            return True
+        key = base64.b64decode(encoded)
+        rest = SlurmRest(names.restapi_url, token=lambda: mint_token(key, "slurm", TOKEN_LIFETIME_S))
+        try:
+            nodes = rest.nodes()  # before the pods: see nodesync.plan
+        except SlurmError as e:
+            log.warning("SlurmCluster %s/%s: %s", namespace, name, e)
+            return True
+        now = datetime.datetime.now(datetime.UTC)
+        pods = [worker_pod(p, now) for p in api.list("v1", "Pod", namespace, names.selector("worker"))]
+        cordoned: dict[str, bool] = {}
+        for k8s_node in {p.k8s_node for p in pods if p.k8s_node}:
+            node = api.get_node(k8s_node)
+            cordoned[k8s_node] = bool(node and (node.get("spec") or {}).get("unschedulable"))
+        todo = plan(pods, nodes, cordoned, self.settings.register_timeout)
+        self._carry_out(body, rest, todo.drains, todo.resumes, todo.delete_nodes)
+        stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
+        for pod_name, cond in todo.conditions.items():
+            api.set_pod_condition(
+                namespace,
+                pod_name,
+                {
+                    "type": CONDITION,
+                    "status": cond.status,
+                    "reason": cond.reason,
+                    "message": cond.message,
+                    "lastTransitionTime": stamp,
+                },
+            )
+        for pod_name, why in todo.delete_pods:
+            log.info("SlurmCluster %s/%s: deleting pod %s: %s", namespace, name, pod_name, why)
+            api.delete("v1", "Pod", namespace, pod_name, "Background")
+            api.post_event(body, True, "WorkerRecreated", f"{pod_name}: {why}; its StatefulSet makes it afresh")
+        for event in todo.events:
+            api.post_event(body, event.warning, event.reason, event.message)
+        self.refresh(namespace, name, todo.summary)
+        return True
+
+    def _carry_out(
+        self, body: Manifest, rest: SlurmRest, drains: list[tuple[str, str]], resumes: list[str], ghosts: list[str]
+    ) -> None:
+        for node, reason in drains:
+            self._act(body, partial(rest.drain, node, reason), "SlurmNodeCordoned", f"{node}: drained: {reason}")
+        for node in resumes:
+            self._act(body, partial(rest.resume, node), "SlurmNodeUncordoned", f"{node}: resumed")
+        for node in ghosts:
+            self._act(body, partial(rest.delete_node, node), "GhostNodeRemoved", f"{node}: its pod is gone")
+
+    def _act(self, body: Manifest, action: Callable[[], None], reason: str, message: str) -> None:
+        """Run one Slurm action and say so in an Event; a failure is told once, not every round."""
+        cluster = body["metadata"]["name"]
+        try:
+            action()
+        except SlurmError as e:
+            log.warning("SlurmCluster %s: %s", cluster, e)
+            if (cluster, message) not in self._failed:
+                self._failed.add((cluster, message))
+                self.applier.post_event(body, True, "SlurmActionFailed", str(e))
+            return
+        self._failed.discard((cluster, message))
+        log.info("SlurmCluster %s: %s", cluster, message)
+        self.applier.post_event(body, False, reason, message)

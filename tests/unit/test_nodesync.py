@@ -1,0 +1,88 @@
+"""Slurm and Kubernetes node state both ways: what the planner decides from what it observed."""
+
+from __future__ import annotations
+
+from warden.nodesync import CORDON_PREFIX, PodCondition, WorkerPod, condition_of, cordon_reason, plan
+from warden.slurm import Node
+
+TIMEOUT = 300.0
+
+
+def node(name: str, state: str = "IDLE", *flags: str, reason: str = "") -> Node:
+    return Node(name=name, state=state, flags=frozenset(flags), reason=reason, gres="", features=(), partitions=())
+
+
+def pod(name: str, k8s: str = "k1", running_for: float | None = 60.0, condition: PodCondition | None = None,
+        deleting: bool = False) -> WorkerPod:  # fmt: skip
+    return WorkerPod(name=name, k8s_node=k8s, running_for=running_for, condition=condition, deleting=deleting)
+
+
+def test_each_pod_carries_its_slurm_state_and_reason() -> None:
+    assert condition_of(node("a")) == PodCondition("True", "Idle", "IDLE")
+    assert condition_of(node("a", "MIXED")).reason == "Mixed"
+    assert condition_of(node("a", "ALLOCATED")).reason == "Allocated"
+    assert condition_of(node("a", "IDLE", "DRAIN", reason="bob: bad disk")) == PodCondition(
+        "False", "Drained", "IDLE+DRAIN: bob: bad disk"
+    )
+    assert condition_of(node("a", "ALLOCATED", "DRAIN", reason="x")).reason == "Draining"
+    assert condition_of(node("a", "IDLE", "NOT_RESPONDING")).reason == "NotResponding"
+    assert condition_of(node("a", "DOWN", reason="Not responding")).reason == "Down"
+    assert condition_of(None).reason == "NotRegistered"
+
+
+def test_only_changed_conditions_are_written_and_transitions_make_events() -> None:
+    idle = condition_of(node("a"))
+    out = plan([pod("a", condition=idle), pod("b", condition=idle)],
+               [node("a"), node("b", "IDLE", "DRAIN", reason="health: slow")], {}, TIMEOUT)  # fmt: skip
+    assert list(out.conditions) == ["b"]
+    [event] = out.events
+    assert event.warning and event.reason == "SlurmNodeDrained" and "health: slow" in event.message
+    back = plan([pod("b", condition=out.conditions["b"])], [node("b")], {}, TIMEOUT)
+    assert [(e.warning, e.reason) for e in back.events] == [(False, "SlurmNodeUsable")]
+    assert plan([pod("b", condition=out.conditions["b"])],
+                [node("b", "IDLE", "DRAIN", reason="health: slow")], {}, TIMEOUT).events == []  # fmt: skip
+
+
+def test_status_counts_registered_usable_and_lists_every_drain_whoever_made_it() -> None:
+    out = plan(
+        [pod("a"), pod("b"), pod("c"), pod("d")],
+        [node("a"), node("b", "IDLE", "DRAIN", reason="alice: firmware"), node("c", "DOWN", reason="Not responding")],
+        {},
+        TIMEOUT,
+    )
+    s = out.summary
+    assert (s.registered, s.usable) == (3, 1)
+    assert [(d.node, d.reason) for d in s.drained] == [("b", "alice: firmware")]
+    assert [(d.node, d.reason) for d in s.down] == [("c", "Not responding")]
+
+
+def test_cordon_drains_with_the_owner_prefix_and_uncordon_resumes_only_that() -> None:
+    nodes = [node("a"), node("b", "IDLE", "DRAIN", reason="bob: keep off")]
+    cordoned = plan([pod("a", "k1"), pod("b", "k1")], nodes, {"k1": True}, TIMEOUT)
+    assert cordoned.drains == [("a", cordon_reason("k1"))]  # b is drained already: bob's reason stays
+    assert cordon_reason("k1").startswith(CORDON_PREFIX) and "k1" in cordon_reason("k1")
+
+    after = [node("a", "IDLE", "DRAIN", reason=cordon_reason("k1")), node("b", "IDLE", "DRAIN", reason="bob: keep off")]
+    uncordoned = plan([pod("a", "k1"), pod("b", "k1")], after, {"k1": False}, TIMEOUT)
+    assert uncordoned.resumes == ["a"] and uncordoned.drains == []
+    still = plan([pod("a", "k1"), pod("b", "k1")], after, {"k1": True}, TIMEOUT)
+    assert still.resumes == [] and still.drains == []
+
+
+def test_a_drain_someone_else_made_on_a_cordoned_node_is_never_resumed() -> None:
+    looks_similar = node("a", "IDLE", "DRAIN", reason="warden: pod terminating")
+    assert plan([pod("a")], [looks_similar], {"k1": False}, TIMEOUT).resumes == []
+
+
+def test_ghost_nodes_of_gone_pods_are_deleted_not_those_of_pods_on_their_way_out() -> None:
+    out = plan([pod("a"), pod("b", deleting=True)], [node("a"), node("b"), node("gone", "DOWN")], {}, TIMEOUT)
+    assert out.delete_nodes == ["gone"]
+    assert "b" not in out.conditions
+
+
+def test_a_pod_that_never_registers_is_recreated_after_the_timeout_only() -> None:
+    assert plan([pod("a", running_for=TIMEOUT - 1)], [], {}, TIMEOUT).delete_pods == []
+    assert plan([pod("a", running_for=None)], [], {}, TIMEOUT).delete_pods == []
+    [(name, why)] = plan([pod("a", running_for=TIMEOUT + 5)], [], {}, TIMEOUT).delete_pods
+    assert name == "a" and "without registering" in why
+    assert plan([pod("a", running_for=TIMEOUT + 5)], [node("a")], {}, TIMEOUT).delete_pods == []
