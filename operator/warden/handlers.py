@@ -48,6 +48,11 @@ class State:
         self.sync_settings = Settings()
         self.sync: SlurmSync | None = None
 
+    @property
+    def slurm_required(self) -> bool:
+        """Whether Ready waits for slurmctld's word (the operator reads Slurm unless told not to)."""
+        return self.sync_settings.interval > 0
+
     def seen(self, namespace: str, name: str) -> None:
         """A SlurmCluster this operator handles: its Slurm side is synced from now on."""
         if self.sync is not None:
@@ -84,8 +89,9 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.watching.client_timeout = 330
     settings.execution.max_workers = 8
     STATE.applier = Applier(_load_kube_config())
-    STATE.sync = SlurmSync(STATE.applier, STATE.sync_settings, _refresh)
-    STATE.sync.start()
+    if STATE.slurm_required:
+        STATE.sync = SlurmSync(STATE.applier, STATE.sync_settings, _refresh)
+        STATE.sync.start()
 
 
 @kopf.on.cleanup()
@@ -111,7 +117,7 @@ def _post_events(body: kopf.Body, result: ApplyResult) -> None:
 def reconcile_cluster(body: kopf.Body, **_: Any) -> None:
     STATE.seen(body["metadata"]["namespace"], body["metadata"]["name"])
     with STATE.locks[(body["metadata"]["namespace"], body["metadata"]["name"])]:
-        outcome = reconcile(applier(), dict(body))
+        outcome = reconcile(applier(), dict(body), STATE.slurm_required)
     if outcome.invalid is not None:
         kopf.warn(body, reason="InvalidSpec", message=outcome.invalid)
         raise kopf.PermanentError(outcome.invalid)
@@ -148,7 +154,7 @@ def _refresh_locked(namespace: str, name: str, slurm: SlurmNodesStatus | None) -
     generation = int(body["metadata"].get("generation", 0))
     if previous is not None and previous.observed_generation is not None:
         generation = previous.observed_generation  # only the reconcile handler moves it forward
-    refresh_status(api, cluster, generation, previous, slurm=slurm)
+    refresh_status(api, cluster, generation, previous, slurm=slurm, slurm_required=STATE.slurm_required)
 
 
 def _announce_health(cluster: dict[str, Any], report: dict[str, Any]) -> None:
@@ -192,7 +198,7 @@ def _heal(namespace: str, name: str, what: str) -> None:
         return  # going away: its children go with it
     log.info("SlurmCluster %s/%s: %s; reconciling", namespace, name, what)
     with STATE.locks[(namespace, name)]:
-        outcome = reconcile(api, body)
+        outcome = reconcile(api, body, STATE.slurm_required)
     if outcome.result is not None:
         kopf.info(kopf.Body(body), reason="ObjectRestored", message=what)  # type: ignore[arg-type]
         _post_events(kopf.Body(body), outcome.result)  # type: ignore[arg-type]

@@ -20,7 +20,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--verbose", "-v", action="store_true")
     parser.add_argument(
         "--slurm-sync-interval", type=float, default=5.0, metavar="S",
-        help="seconds between looks at Slurm's node states through slurmrestd (default 5)",
+        help="seconds between looks at Slurm's node states through slurmrestd (default 5; 0: never, and Ready"
+        " then does not wait for slurmctld's word that the workers registered)",
     )  # fmt: skip
     parser.add_argument(
         "--register-timeout", type=float, default=300.0, metavar="S",

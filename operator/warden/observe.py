@@ -63,6 +63,7 @@ def observe(applier: Applier, cluster: Cluster) -> Observed:
         report = health_report(applier.get("v1", "ConfigMap", ns, names.nccl_check))
     return Observed(
         controller=workload(sts(names.controller)),
+        restapi=workload(applier.get("apps/v1", "Deployment", ns, names.restapi)),
         login=workload(sts(names.login)),
         workers={g.name: workload(sts(names.worker(g.name))) for g in cluster.spec.worker_groups},
         jail_populated=populated,

@@ -74,7 +74,7 @@ def previous_status(body: Manifest) -> SlurmClusterStatus | None:
         return None
 
 
-def reconcile(applier: Applier, body: Manifest) -> Outcome:
+def reconcile(applier: Applier, body: Manifest, slurm_required: bool = False) -> Outcome:
     meta = body["metadata"]
     generation = int(meta.get("generation", 0))
     previous = previous_status(body)
@@ -110,7 +110,9 @@ def reconcile(applier: Applier, body: Manifest) -> Outcome:
     )
     steps.append(("pods: new configuration", mark))
     run_steps(steps, result)
-    status = refresh_status(applier, cluster, generation, previous, list(result.errors), list(result.waiting))
+    status = refresh_status(
+        applier, cluster, generation, previous, list(result.errors), list(result.waiting), slurm_required=slurm_required
+    )
     return Outcome(status=status, result=result)
 
 
@@ -122,9 +124,10 @@ def refresh_status(
     errors: list[str] | None = None,
     waiting: list[str] | None = None,
     slurm: SlurmNodesStatus | None = None,
+    slurm_required: bool = False,
 ) -> SlurmClusterStatus:
     observed = dataclasses.replace(observe(applier, cluster), slurm=slurm)
-    status = fold(cluster.spec, generation, observed, previous, now(), errors, waiting)
+    status = fold(cluster.spec, generation, observed, previous, now(), errors, waiting, slurm_required)
     if previous is None or status != previous:
         applier.patch_status(cluster.name, cluster.namespace, status.model_dump(by_alias=True, exclude_none=True))
     return status

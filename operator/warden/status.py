@@ -32,6 +32,7 @@ class Workload:
 @dataclass(frozen=True)
 class Observed:
     controller: Workload = Workload()
+    restapi: Workload = Workload()
     login: Workload = Workload()
     workers: dict[str, Workload] = field(default_factory=dict)
     jail_populated: bool = False
@@ -74,8 +75,12 @@ def fold(
     now: str,
     errors: list[str] | None = None,
     waiting: list[str] | None = None,
+    slurm_required: bool = False,
 ) -> SlurmClusterStatus:
-    """``errors``/``waiting``: what the reconcile that just ran could not do, or must wait for (an object
+    """``slurm_required``: the operator reads Slurm's node states (always, unless started with
+    ``--slurm-sync-interval=0``): then Ready waits for slurmctld's word that the workers registered.
+
+    ``errors``/``waiting``: what the reconcile that just ran could not do, or must wait for (an object
     still being deleted); None when no reconcile ran (a child changed): the last reconcile's then still
     stand until the next one, which passes its own (possibly empty) lists."""
     prev = {c.type: c for c in (previous.conditions if previous else [])}
@@ -147,8 +152,17 @@ def fold(
             "slurmdbd is ready" if a.is_ready else "slurmdbd (or its database) is not ready yet",
         )
 
+    # slurmrestd
+    r = observed.restapi
+    restapi = cond(
+        "RestApiReady",
+        r.is_ready,
+        "SlurmrestdReady" if r.is_ready else "SlurmrestdNotReady",
+        "slurmrestd is ready" if r.is_ready else "slurmrestd is not ready yet",
+    )
+
     # Slurm: Ready needs the workers registered with slurmctld, not just running. Unknown until
-    # slurmrestd answered once (a cluster still starting, or no Slurm at all in a test tier).
+    # slurmrestd answered once; that blocks Ready only when the operator reads Slurm at all.
     slurm = observed.slurm if observed.slurm is not None else (previous.slurm_nodes if previous else None)
     if slurm is None:
         registered = Condition(
@@ -172,8 +186,8 @@ def fold(
             + (f", {len(slurm.down)} down" if slurm.down else ""),
         )
 
-    parts = [jail, controller, login, workers, accounting, registered]
-    failing = [p.type for p in parts if p.status == "False"]
+    parts = [jail, controller, restapi, login, workers, accounting, registered]
+    failing = [p.type for p in parts if p.status == "False" or (p.status == "Unknown" and slurm_required)]
     if errors:
         ready = cond("Ready", False, "ReconcileFailed", "; ".join(errors)[:1024])
     elif waiting:
@@ -198,7 +212,7 @@ def fold(
     return SlurmClusterStatus(
         phase=phase,
         observed_generation=generation,
-        conditions=[ready, jail, controller, login, workers, accounting, registered],
+        conditions=[ready, jail, controller, restapi, login, workers, accounting, registered],
         workers=f"{ready_total}/{desired_total}",
         login=f"{min(lg.ready, spec.login.replicas)}/{spec.login.replicas}",
         jail_populated=observed.jail_populated,

@@ -42,7 +42,10 @@ STANDIN_DIR = "/var/lib/warden-nccl-standin"  # in the jail: the stand-in's per-
 GPU_NODES = 2  # two, so one can be slow while the other stays in service
 GPUS_PER_NODE = 2  # the check compares bus bandwidth only on nodes with at least two GPUs
 MIN_BUSBW = 100.0
-CONDITIONS = ("Ready", "JailPopulated", "ControllerReady", "LoginReady", "WorkersReady", "AccountingReady")
+CONDITIONS = ("Ready", "JailPopulated", "ControllerReady", "RestApiReady", "LoginReady", "WorkersReady",
+              "AccountingReady", "SlurmNodesRegistered")  # fmt: skip
+# A worker pod whose slurmd has not registered this long is recreated (the operator's default is 300 s).
+REGISTER_TIMEOUT = 40
 INSTANCE = f"app.kubernetes.io/instance={NAME}"
 
 
@@ -151,7 +154,8 @@ def installed(kube: Kube, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     values = _values(key.with_suffix(".pub").read_text().strip(), workers=2)
     t0 = time.monotonic()
     try:
-        install_charts(kube, namespace, namespace, values, tmp / "values.json", operator_release=operator, crds="chart")
+        install_charts(kube, namespace, namespace, values, tmp / "values.json", operator_release=operator, crds="chart",
+                       operator_set={"slurmSync.registerTimeoutSeconds": str(REGISTER_TIMEOUT)})  # fmt: skip
         status = wait_slurmcluster_ready(kube, namespace, NAME, timeout=600)
         print(f"\nSlurmCluster {namespace}/{NAME} Ready {time.monotonic() - t0:.0f}s after helm install")
         yield Installed(kube, namespace, values, tmp / "values.json", key, status, gpus, tmp, {})
@@ -169,11 +173,153 @@ def test_helm_install_makes_a_ready_slurmcluster(installed: Installed) -> None:
     groups = {g["name"]: (g["readyReplicas"], g["replicas"]) for g in status["workerGroups"]}
     assert groups == {"cpu": (2, 2)}
     assert (status["workers"], status["login"], status["jailPopulated"]) == ("2/2", "1/1", True)
+    # Ready means registered with slurmctld, not just running
+    assert status["slurmNodes"]["registered"] == 2 and status["slurmNodes"]["usable"] == 2, status["slurmNodes"]
     # what `kubectl get slurm` shows (the CRD's printer columns)
     table = installed.kube.kubectl("-n", installed.namespace, "get", "slurm")
     header, row = table.splitlines()
-    assert header.split() == ["NAME", "PHASE", "WORKERS", "LOGIN", "JAIL", "AGE"]
-    assert row.split()[:5] == [NAME, "Ready", "2/2", "1/1", "true"]
+    assert header.split() == ["NAME", "PHASE", "WORKERS", "LOGIN", "USABLE", "JAIL", "AGE"]
+    assert row.split()[:6] == [NAME, "Ready", "2/2", "1/1", "2", "true"]
+
+
+SLURM_CONDITION = "slurm.warden.dev/SlurmNode"
+
+
+def _eventually(what: str, check: Callable[[], Any], timeout: float = 60, interval: float = 1) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        got = check()
+        if got:
+            return got
+        assert time.monotonic() < deadline, f"{what}: not within {timeout:.0f}s"
+        time.sleep(interval)
+
+
+def _slurm_condition(installed: Installed, pod: str) -> dict[str, Any]:
+    obj = installed.kube.json("-n", installed.namespace, "get", "pod", pod)
+    return next((c for c in obj["status"].get("conditions", []) if c["type"] == SLURM_CONDITION), {})
+
+
+def _events(installed: Installed, reason: str) -> list[str]:
+    items = installed.kube.json("-n", installed.namespace, "get", "events", "--field-selector", f"reason={reason}")
+    return [e["message"] for e in items["items"]]
+
+
+def _sinfo_reasons(installed: Installed) -> dict[str, str]:
+    out = installed.ssh("sinfo -h -R -N -o '%N|%E'")
+    return dict(line.split("|", 1) for line in out.stdout.splitlines() if "|" in line)
+
+
+def test_rest_api_answers_a_user_with_a_token_from_scontrol_token(installed: Installed) -> None:
+    """What docs/operations.md tells a user: `scontrol token` on the login node, then curl slurmrestd
+    with it. Without a token, or with a forged one, slurmrestd says 401."""
+    key = installed.make_user("restuser")
+    url = f"http://{NAME}-restapi:6820/slurm/v0.0.42"
+    script = (
+        "export $(scontrol token lifespan=300) && "
+        f'curl -sf -H "X-SLURM-USER-NAME: $USER" -H "X-SLURM-USER-TOKEN: $SLURM_JWT" {url}/nodes'
+    )
+    out = installed.ssh(script, user="restuser", key=key)
+    assert out.returncode == 0, out.stderr
+    names = {n["name"] for n in json.loads(out.stdout)["nodes"]}
+    assert names == {f"{NAME}-worker-cpu-0", f"{NAME}-worker-cpu-1"}
+    for headers in ("", "-H 'X-SLURM-USER-NAME: restuser' -H 'X-SLURM-USER-TOKEN: e30.e30.forged'"):
+        code = installed.ssh(
+            f"curl -s -o /dev/null -w '%{{http_code}}' {headers} {url}/nodes", user="restuser", key=key
+        )
+        assert code.stdout.strip() == "401", (headers, code.stdout, code.stderr)
+    # a user's token cannot drain a node: only Slurm administrators (the operator acts as SlurmUser)
+    drain = installed.ssh(
+        "export $(scontrol token) && curl -s -X POST -H 'Content-Type: application/json' "
+        f"-H \"X-SLURM-USER-NAME: $USER\" -H \"X-SLURM-USER-TOKEN: $SLURM_JWT\" "
+        f"-d '{{\"state\":[\"DRAIN\"],\"reason\":\"mine\"}}' {url}/node/{NAME}-worker-cpu-0",
+        user="restuser", key=key,
+    )  # fmt: skip
+    assert "DRAIN" not in installed.ssh(f"sinfo -h -n {NAME}-worker-cpu-0 -o %T").stdout.upper(), drain.stdout
+
+
+def test_drains_reach_pods_status_and_events_and_cordon_drains_only_its_own(installed: Installed) -> None:
+    """A person drains a Slurm node: its pod's condition, the SlurmCluster's status and an Event say so.
+    Then the Kubernetes node is cordoned: every other Slurm node on it is drained with a reason naming
+    the cordon; uncordoned, those are resumed, and the person's drain stays as it was."""
+    kube, ns = installed.kube, installed.namespace
+    mine, other = f"{NAME}-worker-cpu-1", f"{NAME}-worker-cpu-0"
+    out = installed.ssh(f"scontrol update nodename={mine} state=drain reason='alice: swapping a disk'")
+    assert out.returncode == 0, out.stderr
+    cond = _eventually(
+        f"{mine}'s pod condition says Drained",
+        lambda: (c := _slurm_condition(installed, mine)).get("reason") == "Drained" and c,
+        timeout=30,
+    )
+    assert cond["status"] == "False" and "alice: swapping a disk" in cond["message"], cond
+    assert _slurm_condition(installed, other)["reason"] in ("Idle", "Mixed", "Allocated")
+
+    def status_lists_it() -> bool:
+        status = kube.json("-n", ns, "get", "slurmcluster", NAME)["status"]
+        return {"node": mine, "reason": "alice: swapping a disk"} in status.get("slurmNodes", {}).get("drained", [])
+
+    _eventually("status.slurmNodes.drained lists the person's drain", status_lists_it, timeout=30)
+    _eventually("a SlurmNodeDrained Event", lambda: any(mine in m for m in _events(installed, "SlurmNodeDrained")))
+
+    k8s_node = kube.json("-n", ns, "get", "pod", other)["spec"]["nodeName"]
+    kube.kubectl("cordon", k8s_node)
+    try:
+        reasons = _eventually(
+            f"{other} drained for the cordon",
+            lambda: (r := _sinfo_reasons(installed)).get(other, "").startswith("warden: Kubernetes node") and r,
+            timeout=30,
+        )
+        assert k8s_node in reasons[other] and "cordoned" in reasons[other], reasons
+        assert reasons[mine] == "alice: swapping a disk", "the person's drain was overwritten"
+    finally:
+        kube.kubectl("uncordon", k8s_node)
+    _eventually(f"{other} resumed after uncordon", lambda: other not in _sinfo_reasons(installed), timeout=30)
+    assert _sinfo_reasons(installed).get(mine) == "alice: swapping a disk", "the person's drain was undone"
+    _eventually(
+        f"{other}'s pod condition back to usable",
+        lambda: _slurm_condition(installed, other).get("status") == "True",
+        timeout=30,
+    )
+    installed.ssh(f"scontrol update nodename={mine} state=resume")
+    _eventually(f"{mine} usable again", lambda: _slurm_condition(installed, mine).get("status") == "True", timeout=30)
+
+
+def test_ghost_node_records_go_and_a_pod_that_lost_its_registration_is_recreated(installed: Installed) -> None:
+    """A Slurm node record without a pod (a pod killed without leaving) is deleted within seconds. A
+    worker whose node record vanished while its slurmd runs (never registered, for slurmctld) is
+    recreated after the register timeout and joins again."""
+    kube, ns = installed.kube, installed.namespace
+    ghost = f"{NAME}-worker-cpu-7"
+    out = installed.ssh(f"scontrol create nodename={ghost} state=future")
+    assert out.returncode == 0, out.stderr
+    assert ghost in installed.ssh(f"scontrol show node {ghost}").stdout
+    _eventually(
+        "the ghost node record deleted",
+        lambda: installed.ssh(f"scontrol show node {ghost}").returncode != 0,
+        timeout=30,
+    )
+    assert any(ghost in m for m in _events(installed, "GhostNodeRemoved"))
+
+    victim = f"{NAME}-worker-cpu-1"
+    uid = kube.json("-n", ns, "get", "pod", victim)["metadata"]["uid"]
+    out = installed.ssh(f"scontrol delete nodename={victim}")
+    assert out.returncode == 0, out.stderr
+    _eventually(
+        f"{victim}'s pod condition says NotRegistered",
+        lambda: _slurm_condition(installed, victim).get("reason") == "NotRegistered",
+        timeout=30,
+    )
+
+    def recreated_and_registered() -> bool:
+        pod = json.loads(kube.kubectl("-n", ns, "get", "pod", victim, "-o", "json", "--ignore-not-found") or "{}")
+        return (
+            bool(pod) and pod["metadata"]["uid"] != uid and _slurm_condition(installed, victim).get("status") == "True"
+        )
+
+    _eventually(
+        f"{victim} recreated and registered", recreated_and_registered, timeout=REGISTER_TIMEOUT + 180, interval=3
+    )
+    assert any(victim in m for m in _events(installed, "WorkerRecreated"))
 
 
 def test_ssh_through_login_service_lands_in_the_jail(installed: Installed) -> None:

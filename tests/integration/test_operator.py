@@ -43,9 +43,12 @@ def test_cluster_converges_to_ready_with_owned_labelled_children(
         "Ready": "True",
         "JailPopulated": "True",
         "ControllerReady": "True",
+        "RestApiReady": "True",
         "LoginReady": "True",
         "WorkersReady": "True",
         "AccountingReady": "True",
+        # kwok pods run no Slurm, and this operator is told not to read it (--slurm-sync-interval=0)
+        "SlurmNodesRegistered": "Unknown",
     }
     assert status["workers"] == "2/2" and status["login"] == "1/1" and status["jailPopulated"] is True
 
@@ -55,10 +58,13 @@ def test_cluster_converges_to_ready_with_owned_labelled_children(
         f"ConfigMap/{names.sshd_config}",
         f"Secret/{names.slurm_key}",
         f"Secret/{names.ssh_host_keys}",
+        f"Secret/{names.jwt_key}",
         f"PersistentVolumeClaim/{names.jail}",
         f"Job/{names.populate_jail}",
         f"Service/{names.controller}",
         f"StatefulSet/{names.controller}",
+        f"Service/{names.restapi}",
+        f"Deployment/{names.restapi}",
         f"Service/{names.nodes_service}",
         f"Service/{names.login}",
         f"StatefulSet/{names.login}",

@@ -920,12 +920,13 @@ def install_charts(
     operator_release: str = "slurm-operator",
     crds: str = "subchart",
     cluster: bool = True,
+    operator_set: dict[str, str] | None = None,
 ) -> None:
     """helm upgrade --install the charts: the operator watching only ``cluster_ns`` (so several
     installations can share a cluster) and slurm-cluster with ``values``. ``crds``: "subchart" installs
     the CRD through the operator chart (crds.enabled), "chart" as its own slurm-operator-crds release;
     either way a CRD that a live release of another installation owns is left to it (``claim_crd``).
-    ``cluster=False`` stops after the operator."""
+    ``cluster=False`` stops after the operator. ``operator_set``: more ``--set`` values of the operator chart."""
     charts = REPO_ROOT / "charts"
     kube.apply([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": n}} for n in {operator_ns, cluster_ns}])
     crd_release = operator_release if crds == "subchart" else "slurm-operator-crds"
@@ -936,7 +937,8 @@ def install_charts(
     kube.helm("dependency", "build", str(charts / "slurm-operator"))
     kube.helm("upgrade", "--install", operator_release, str(charts / "slurm-operator"), "-n", operator_ns,
               "--set", f"crds.enabled={'true' if crds == 'subchart' else 'false'}",
-              "--set", f"watchNamespaces[0]={cluster_ns}", "--wait", "--timeout=5m")  # fmt: skip
+              "--set", f"watchNamespaces[0]={cluster_ns}", "--wait", "--timeout=5m",
+              *[a for k, v in (operator_set or {}).items() for a in ("--set", f"{k}={v}")])  # fmt: skip
     if not cluster:
         return
     values_file.parent.mkdir(parents=True, exist_ok=True)

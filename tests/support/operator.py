@@ -44,7 +44,18 @@ class OperatorProcess:
         log.write(f"\n--- start #{self.starts + 1} ---\n".encode())
         log.flush()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "warden.main", "-n", self.namespace, "--liveness", liveness, "-v"],
+            # no Slurm behind the kwok pods: the operator does not read Slurm's node states here
+            [
+                sys.executable,
+                "-m",
+                "warden.main",
+                "-n",
+                self.namespace,
+                "--liveness",
+                liveness,
+                "-v",
+                "--slurm-sync-interval=0",
+            ],
             env=env,
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -118,6 +129,7 @@ def owned_objects(api: Any, ns: str, uid: str) -> dict[str, dict[str, Any]]:
         "ServiceAccount": core.list_namespaced_service_account,
         "PersistentVolumeClaim": core.list_namespaced_persistent_volume_claim,
         "StatefulSet": apps.list_namespaced_stateful_set,
+        "Deployment": apps.list_namespaced_deployment,
         "Job": batch.list_namespaced_job,
         "CronJob": batch.list_namespaced_cron_job,
         "Role": rbac.list_namespaced_role,

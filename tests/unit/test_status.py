@@ -19,6 +19,7 @@ T0, T1 = "2026-11-22T00:00:00Z", "2026-11-22T00:05:00Z"
 def ready_cluster() -> Observed:
     return Observed(
         controller=Workload(True, 1, 1),
+        restapi=Workload(True, 1, 1),
         login=Workload(True, 1, 1),
         workers={"cpu": Workload(True, 2, 2), "gpu": Workload(True, 1, 1)},
         jail_populated=True,
@@ -38,6 +39,7 @@ def test_nothing_exists_yet_is_pending() -> None:
         "Ready": "False",
         "JailPopulated": "False",
         "ControllerReady": "False",
+        "RestApiReady": "False",
         "LoginReady": "False",
         "WorkersReady": "False",
         "AccountingReady": "False",
@@ -118,7 +120,12 @@ def test_waiting_for_a_terminating_object_says_so_until_the_next_reconcile() -> 
 
 def test_accounting_disabled_is_ready() -> None:
     spec = SlurmClusterSpec.model_validate({"workerGroups": [{"name": "a", "replicas": 0}], "login": {"replicas": 0}})
-    observed = Observed(controller=Workload(True, 1, 1), workers={"a": Workload(True, 0, 0)}, jail_populated=True)
+    observed = Observed(
+        controller=Workload(True, 1, 1),
+        restapi=Workload(True, 1, 1),
+        workers={"a": Workload(True, 0, 0)},
+        jail_populated=True,
+    )
     status = fold(spec, 1, observed, None, T0)
     accounting = next(c for c in status.conditions if c.type == "AccountingReady")
     assert (accounting.status, accounting.reason) == ("True", "AccountingDisabled")
@@ -194,6 +201,10 @@ def test_a_refresh_without_slurm_keeps_what_slurm_said_last() -> None:
     assert again.slurm_nodes == first.slurm_nodes and conditions(again)["SlurmNodesRegistered"] == "True"
 
 
-def test_without_any_slurm_view_readiness_is_the_pods_alone() -> None:
-    status = fold(SPEC, 3, Observed(**{**ready_cluster().__dict__, "slurm": None}), None, T0)
-    assert status.phase == "Ready" and conditions(status)["SlurmNodesRegistered"] == "Unknown"
+def test_without_any_slurm_view_ready_waits_unless_the_operator_does_not_read_slurm() -> None:
+    unseen = Observed(**{**ready_cluster().__dict__, "slurm": None})
+    status = fold(SPEC, 3, unseen, None, T0, slurm_required=True)
+    assert status.phase == "Provisioning" and conditions(status)["SlurmNodesRegistered"] == "Unknown"
+    assert "SlurmNodesRegistered" in next(c for c in status.conditions if c.type == "Ready").message
+    status = fold(SPEC, 3, unseen, None, T0, slurm_required=False)
+    assert status.phase == "Ready"
