@@ -101,6 +101,8 @@ class ApplyResult:
     applied: list[str] = field(default_factory=list)
     created_secrets: list[str] = field(default_factory=list)
     recreated: list[str] = field(default_factory=list)
+    #: StatefulSets whose pods the apply replaces (a pod template change), with what changed
+    replaced: list[str] = field(default_factory=list)
     pruned: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     waiting: list[str] = field(default_factory=list)

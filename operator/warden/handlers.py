@@ -105,6 +105,12 @@ def _post_events(body: kopf.Body, result: ApplyResult) -> None:
         kopf.info(body, reason="SecretCreated", message="generated " + ", ".join(result.created_secrets))
     if result.recreated:
         kopf.info(body, reason="ObjectRecreated", message="immutable fields changed: " + ", ".join(result.recreated))
+    for what in result.replaced:
+        kopf.info(
+            body,
+            reason="PodsReplaced",
+            message=f"{what} (a pod's make-up cannot change live; Slurm configuration changes never replace pods)",
+        )
     if result.pruned:
         kopf.info(body, reason="ObjectsPruned", message="no longer needed: " + ", ".join(result.pruned))
     for error in result.errors:

@@ -22,6 +22,7 @@ from warden.observe import observe
 from warden.render.cluster import render
 from warden.render.context import Cluster
 from warden.render.pods import Manifest, content_hash
+from warden.restarts import template_changes
 from warden.status import fold, invalid_spec_status
 
 log = logging.getLogger(__name__)
@@ -64,6 +65,21 @@ def config_hash(objects: list[Manifest]) -> str:
     return content_hash(maps)
 
 
+def replaced_pods(applier: Applier, objects: list[Manifest]) -> list[str]:
+    """For each StatefulSet whose pods the apply is about to replace: which one and why (read before it)."""
+    out = []
+    for obj in objects:
+        if obj["kind"] != "StatefulSet":
+            continue
+        live = applier.get("apps/v1", "StatefulSet", obj["metadata"]["namespace"], obj["metadata"]["name"])
+        if live is None:
+            continue
+        changes = template_changes(live["spec"]["template"], obj["spec"]["template"])
+        if changes:
+            out.append(f"{obj['metadata']['name']}: {'; '.join(changes)}")
+    return out
+
+
 def previous_status(body: Manifest) -> SlurmClusterStatus | None:
     raw = body.get("status")
     if not raw:
@@ -91,6 +107,7 @@ def reconcile(applier: Applier, body: Manifest, slurm_required: bool = False) ->
     rendered = render(cluster)
     result = ApplyResult()
     jail_owner = None if spec.jail.retain_on_delete else owner
+    result.replaced = replaced_pods(applier, rendered.objects)
 
     steps: list[tuple[str, Callable[[], None]]] = [
         (f"Secret/{s.name}", partial(applier.ensure_secret, s, owner, result)) for s in rendered.secrets

@@ -109,6 +109,17 @@ def test_spec_changes_converge_and_removed_group_is_pruned(
     assert "MaxJobCount=5000" in slurm_conf and "NodeSet=ns_big Feature=warden-group-big" in slurm_conf
     assert new_key in core.read_namespaced_config_map("cpu-sshd-config", ns).data["authorized_keys"]
 
+    def replaced() -> list[str]:
+        events = core.list_namespaced_event(ns).items
+        return [e.message for e in events if e.reason == "PodsReplaced" and e.involved_object.name == "cpu"]
+
+    # Scaling, a new group and Slurm config replace no pod; a controller resources change does, and says so.
+    assert replaced() == []
+    spec["controller"] = {"resources": {"limits": {"memory": "3Gi"}}}
+    apply_cluster(api_client, changed)
+    [message] = wait_for("a PodsReplaced Event", lambda: replaced() or None, 60, on_fail=operator.log_tail)
+    assert message.startswith("cpu-controller: slurmctld: resources {} -> {'limits': {'memory': '3Gi'}}"), message
+
     # Remove the group again: its StatefulSet goes, the rest stays.
     spec["workerGroups"] = [g for g in spec["workerGroups"] if g["name"] != "big"]
     apply_cluster(api_client, changed)
