@@ -66,7 +66,7 @@ def _error_texts(doc: Any) -> list[str]:
     out = []
     for e in doc.get("errors") or []:
         if isinstance(e, dict):
-            text = e.get("description") or e.get("error") or ""
+            text = ": ".join(str(e[k]) for k in ("description", "error") if e.get(k))
             out.append(str(text) if text else json.dumps(e))
     return out
 
