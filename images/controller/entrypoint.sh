@@ -5,6 +5,8 @@
 #                        changed it, the files are copied again and `scontrol reconfigure` makes
 #                        slurmctld re-read them in place and tell every slurmd to do the same: the pod
 #                        is never replaced for a Slurm config change, the queue and running jobs go on.
+#   WARDEN_JWT_KEY       the auth/jwt HS256 key (default /etc/warden/jwt/jwt_hs256.key, Secret
+#                        <cluster>-jwt-key), installed as /etc/slurm/jwt_hs256.key (slurm, 0600)
 set -euo pipefail
 WARDEN_COMPONENT=controller
 . /usr/lib/warden/warden-lib.sh
@@ -12,6 +14,7 @@ warden_passthrough slurmctld "$@"
 
 config_hash="$(warden_dirs_hash "$WARDEN_CONFIG_DIR")"
 warden_slurm_config
+warden_jwt_key
 warden_jail_users
 state="${WARDEN_STATE_DIR:-/var/spool/slurmctld}"
 install -d -o slurm -g slurm -m 0755 "$state"
@@ -24,6 +27,7 @@ ctld_pid=$!
 
 reload() {
     warden_slurm_config || return 1
+    warden_jwt_key || return 1
     if scontrol reconfigure; then
         warden_log "config: slurmctld reconfigured (hash $(warden_dirs_hash "$WARDEN_CONFIG_DIR" | cut -c1-12))"
     else

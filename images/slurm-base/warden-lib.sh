@@ -5,6 +5,7 @@
 
 WARDEN_CONFIG_DIR="${WARDEN_CONFIG_DIR:-/etc/warden/slurm}"
 WARDEN_AUTH_KEY="${WARDEN_AUTH_KEY:-/etc/warden/auth/slurm.key}"
+WARDEN_JWT_KEY="${WARDEN_JWT_KEY:-/etc/warden/jwt/jwt_hs256.key}"
 WARDEN_JAIL="${WARDEN_JAIL:-/mnt/jail}"
 SLURM_ETC="${SLURM_ETC:-/etc/slurm}"
 
@@ -41,6 +42,20 @@ warden_slurm_key() {
         install -m 0600 -o slurm -g slurm "$WARDEN_AUTH_KEY" "$SLURM_ETC/slurm.key"
     elif [ ! -f "$SLURM_ETC/slurm.key" ]; then
         warden_die "no auth key at $WARDEN_AUTH_KEY (Secret <cluster>-slurm-key)"
+    fi
+}
+
+# auth/jwt (slurm.conf: AuthAltTypes=auth/jwt, AuthAltParameters=jwt_key=$SLURM_ETC/jwt_hs256.key):
+# slurmctld alone reads the HS256 key, to sign `scontrol token` and check the tokens slurmrestd
+# passes on. A copy owned by SlurmUser, mode 0600, like slurm.key. The Secret never changes, but the
+# copy is made again on every reload, as the other files are. Nothing to do for a slurm.conf without
+# auth/jwt (images/smoke.sh).
+warden_jwt_key() {
+    grep -qiE '^[[:space:]]*AuthAltTypes[[:space:]]*=.*auth/jwt' "$SLURM_ETC/slurm.conf" || return 0
+    if [ -f "$WARDEN_JWT_KEY" ]; then
+        install -m 0600 -o slurm -g slurm "$WARDEN_JWT_KEY" "$SLURM_ETC/jwt_hs256.key"
+    elif [ ! -f "$SLURM_ETC/jwt_hs256.key" ]; then
+        warden_die "no JWT key at $WARDEN_JWT_KEY (Secret <cluster>-jwt-key, key jwt_hs256.key): slurmctld needs it for AuthAltTypes=auth/jwt"
     fi
 }
 
@@ -93,10 +108,11 @@ warden_start_sackd() {
 
 WARDEN_CLIENT_CONFIG=/run/warden/slurm-client
 
-# The client configuration the jail sees at /etc/slurm: $SLURM_ETC without its secrets.
+# The client configuration the jail sees at /etc/slurm: $SLURM_ETC without its secrets (the auth/slurm
+# key, the auth/jwt key, slurmdbd.conf).
 warden_client_config() {
     install -d -m 0755 "$WARDEN_CLIENT_CONFIG"
-    find "$SLURM_ETC" -maxdepth 1 -type f ! -name 'slurm.key' ! -name 'slurm.jwks' ! -name 'slurmdbd.conf' \
+    find "$SLURM_ETC" -maxdepth 1 -type f ! -name 'slurm.key' ! -name 'slurm.jwks' ! -name 'jwt_hs256.key' ! -name 'slurmdbd.conf' \
         -exec cp -p {} "$WARDEN_CLIENT_CONFIG/" \;
 }
 

@@ -40,8 +40,17 @@ def restapi_deployment(cluster: Cluster) -> Manifest:
         "command": ["slurmrestd"],
         # rest_auth/jwt only: no request is trusted for who it comes from but by its token.
         "args": ["-a", "rest_auth/jwt", "-s", "openapi/slurmctld", f"0.0.0.0:{naming.RESTAPI_PORT}"],
-        # slurm.conf straight from the ConfigMap (gres.conf, cgroup.conf beside it); no key needed.
-        "env": [{"name": "SLURM_CONF", "value": f"{naming.SLURM_CONFIG_DIR}/slurm.conf"}],
+        "env": [
+            # slurm.conf straight from the ConfigMap (gres.conf, cgroup.conf beside it); no key needed.
+            {"name": "SLURM_CONF", "value": f"{naming.SLURM_CONFIG_DIR}/slurm.conf"},
+            # auth/jwt as slurmrestd's own auth plugin, so each request's token goes on to slurmctld
+            # (without it: "Rejecting thread config token for user ..." and 401 to every request)
+            {"name": "SLURM_JWT", "value": "daemon"},
+            # slurmrestd unshares its SysV IPC namespace and file table at start; the runtime's default
+            # seccomp profile refuses unshare() without CAP_SYS_ADMIN ("fatal: Unable to unshare System
+            # V namespace: Operation not permitted"). Its remaining checks stay: not root, not SlurmUser.
+            {"name": "SLURMRESTD_SECURITY", "value": "disable_unshare_sysv,disable_unshare_files"},
+        ],
         "ports": [{"name": "http", "containerPort": naming.RESTAPI_PORT}],
         "volumeMounts": [mount("slurm-config", naming.SLURM_CONFIG_DIR, read_only=True)],
         "readinessProbe": tcp_probe(naming.RESTAPI_PORT, period=5),

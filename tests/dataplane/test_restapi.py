@@ -1,0 +1,249 @@
+"""Slurm's REST API (slurmrestd, the `<cluster>-restapi` Deployment) with JSON Web Tokens, as a user
+and as the operator use it.
+
+A user gets a token with `scontrol token` on the login node (inside the jail: the client needs no
+key and no auth/jwt plugin there, slurmctld signs the token) and calls `http://<cluster>-restapi:6820`
+with `X-SLURM-USER-NAME` and `X-SLURM-USER-TOKEN`. slurmrestd checks nothing itself: it hands each
+token on to slurmctld, which decides (facts of Slurm 24.11.5, checked here):
+
+- no token (or a name without one): 401 from slurmrestd itself;
+- a token slurmctld refuses (garbage, another key, another user's name): HTTP 511 "Protocol
+  authentication error" on data requests, and `/ping` answers 200 with the controller "DOWN";
+- a user's token reads the nodes but cannot change them (500 "Invalid user id"); a token for
+  `slurm` (SlurmUser, an administrator) can; only root or slurm get one for another user.
+
+The operator's client (`warden.slurmrest`) signs its own tokens with the key of Secret
+`<cluster>-jwt-key` and is checked against the real slurmrestd here: ping, nodes, drain, resume,
+delete a dynamic node. The session's one cluster is used (no cluster of its own); every drain is
+undone before the test ends.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+
+import pytest
+
+from tests.dataplane.conftest import JailUser
+from tests.support.dockercluster import DockerCluster, wait_for
+from warden import naming
+from warden.slurm import SlurmNodeUnknown
+from warden.slurmrest import SlurmRest, SlurmRestError, mint_token
+
+q = shlex.quote
+API = f"/slurm/{naming.RESTAPI_VERSION}"
+
+
+@pytest.fixture(scope="module")
+def erin(cluster: DockerCluster) -> JailUser:
+    """A plain jail user (no accounting admin level), made for this module."""
+    user = JailUser(cluster, f"erin{uuid.uuid4().hex[:4]}")
+    cluster.ssh("root", f"warden-useradd --key {q(user.public_key)} {user.name}")
+    return user
+
+
+def _restapi_pod(cluster: DockerCluster) -> str:
+    (pod,) = [p.name for p in cluster.pods.values() if p.component == "restapi"]
+    return pod
+
+
+def _token(run: Callable[[str], str], args: str = "") -> str:
+    """`scontrol token` in a login session: prints SLURM_JWT=<token>."""
+    out = run(f"scontrol token lifespan=600 {args}").strip()
+    assert out.startswith("SLURM_JWT="), out
+    return out.removeprefix("SLURM_JWT=")
+
+
+def _curl(
+    cluster: DockerCluster,
+    run: Callable[[str], str],
+    path: str,
+    user: str | None = None,
+    token: str | None = None,
+    method: str = "GET",
+    body: Mapping[str, object] | None = None,
+) -> tuple[int, str]:
+    """curl the REST API by its Service name from a login session: (HTTP status, body)."""
+    argv = ["curl", "-sS", "-X", method, "-w", r"\nHTTP %{http_code}"]
+    if user is not None:
+        argv += ["-H", f"X-SLURM-USER-NAME: {user}"]
+    if token is not None:
+        argv += ["-H", f"X-SLURM-USER-TOKEN: {token}"]
+    if body is not None:
+        argv += ["-H", "Content-Type: application/json", "--data", json.dumps(body)]
+    argv.append(f"http://{cluster.names.restapi}:{naming.RESTAPI_PORT}{API}{path}")
+    out = run(shlex.join(argv))
+    text, _, status = out.rpartition("\nHTTP ")
+    return int(status.strip()), text
+
+
+def _errors(text: str) -> list[str]:
+    return [str(e.get("error")) for e in json.loads(text).get("errors", [])]
+
+
+def _reasons(cluster: DockerCluster) -> dict[str, str]:
+    """`sinfo -R` on the login node (root, inside the jail): node -> "reason|user"."""
+    out = cluster.ssh("root", "sinfo -R -h -N -o '%N|%E|%u'").out
+    return {n: rest for n, _, rest in (line.partition("|") for line in out.splitlines() if line)}
+
+
+@pytest.fixture
+def worker(cluster: DockerCluster) -> Iterator[str]:
+    """A CPU worker node, idle again (not drained) after the test whatever it did."""
+    node = cluster.worker_pods("cpu")[-1]
+    yield node
+    ctl = cluster.names.controller_pod
+    if node in _reasons(cluster):
+        cluster.exec(ctl, f"scontrol update nodename={node} state=resume")
+
+
+def test_restapi_runs_as_rendered_nobody_read_only_no_capabilities(cluster: DockerCluster) -> None:
+    pod = _restapi_pod(cluster)
+    out = cluster.exec(pod, "id -u; id -g; grep -E '^(CapBnd|CapEff|NoNewPrivs):' /proc/1/status; cat /proc/1/cmdline")
+    lines = out.out.splitlines()
+    assert lines[:2] == ["65534", "65534"], out
+    assert "CapBnd:\t0000000000000000" in lines and "CapEff:\t0000000000000000" in lines, out
+    assert "NoNewPrivs:\t1" in lines, out
+    assert lines[-1].split("\0")[0] == "slurmrestd", out
+    denied = cluster.exec(pod, "touch /tmp/x", check=False)
+    assert not denied.ok and "Read-only file system" in denied.err, denied
+    # no key of any kind: the token of each request is all it acts on
+    keys = cluster.exec(pod, "ls /etc/slurm /etc/warden; ls /etc/warden/* 2>&1", check=False).out
+    assert "slurm.key" not in keys and "jwt" not in keys, keys
+
+
+def test_the_jwt_key_is_the_controllers_alone(cluster: DockerCluster, alice: JailUser) -> None:
+    """slurmctld's copy is SlurmUser's, 0600, the Secret's bytes; the jail's client config has none."""
+    ctl = cluster.names.controller_pod
+    key = cluster.secrets[cluster.names.jwt_key][naming.JWT_KEY]
+    assert cluster.exec(ctl, "stat -c '%U %G %a' /etc/slurm/jwt_hs256.key").out.split() == ["slurm", "slurm", "600"]
+    assert cluster.exec(ctl, "cat /etc/slurm/jwt_hs256.key").out == key
+    login = f"{cluster.names.login}-0"
+    assert "slurm.conf" in cluster.exec(login, "ls /mnt/jail/etc/slurm").out.split()
+    assert "jwt" not in cluster.exec(login, "ls /mnt/jail/etc/slurm /etc/slurm").out
+    assert "jwt" not in alice.ssh("ls /etc/slurm")
+
+
+def test_a_user_gets_a_token_on_the_login_node_and_lists_the_nodes(cluster: DockerCluster, erin: JailUser) -> None:
+    """What the docs tell users: `scontrol token`, then curl with their name and the token."""
+    token = _token(erin.ssh)
+    status, text = _curl(cluster, erin.ssh, "/nodes", user=erin.name, token=token)
+    assert status == 200, text
+    doc = json.loads(text)
+    workers = sorted(cluster.worker_pods("cpu") + cluster.worker_pods("gpu"))
+    assert sorted(n["name"] for n in doc["nodes"]) == workers, text
+    assert all("IDLE" in n["state"] for n in doc["nodes"]), [(n["name"], n["state"]) for n in doc["nodes"]]
+    # root gets one too, and the name header is optional: the token's own user is taken
+    as_root: Callable[[str], str] = lambda script: cluster.ssh("root", script).out  # noqa: E731
+    status, text = _curl(cluster, as_root, "/ping", token=_token(as_root))
+    assert status == 200 and json.loads(text)["pings"][0]["pinged"] == "UP", text
+
+
+def test_no_or_a_bad_token_gets_nothing(cluster: DockerCluster, erin: JailUser) -> None:
+    status, text = _curl(cluster, erin.ssh, "/nodes")
+    assert (status, text.strip()) == (401, "Authentication failure")
+    status, text = _curl(cluster, erin.ssh, "/nodes", user=erin.name)
+    assert status == 401, text
+    # a well-formed token signed with another key: slurmctld refuses it, slurmrestd says so
+    forged = mint_token(b"0" * 64, erin.name)
+    status, text = _curl(cluster, erin.ssh, "/nodes", user=erin.name, token=forged)
+    assert status == 511 and _errors(text) == ["Protocol authentication error"], text
+    assert json.loads(text).get("nodes", []) == []
+    # ping answers 200 either way; slurmctld refused the request, so the controller shows "DOWN"
+    status, text = _curl(cluster, erin.ssh, "/ping", user=erin.name, token="not-a-token")
+    assert status == 200 and json.loads(text)["pings"][0]["pinged"] == "DOWN", text
+
+
+def test_a_users_token_acts_for_that_user_only(cluster: DockerCluster, erin: JailUser) -> None:
+    token = _token(erin.ssh)
+    status, text = _curl(cluster, erin.ssh, "/nodes", user="slurm", token=token)
+    assert status == 511 and _errors(text) == ["Protocol authentication error"], text
+    refused = erin.ssh("scontrol token username=slurm 2>&1 || true")
+    assert "SLURM_JWT=" not in refused and "Invalid user id" in refused, refused
+
+
+def test_a_user_cannot_drain_a_node_slurm_can(cluster: DockerCluster, erin: JailUser, worker: str) -> None:
+    reason = f"rest-{uuid.uuid4().hex[:6]}"
+    drain = {"state": ["DRAIN"], "reason": reason}
+    status, text = _curl(cluster, erin.ssh, f"/node/{worker}", erin.name, _token(erin.ssh), "POST", drain)
+    assert status == 500 and _errors(text) == ["Invalid user id"], text
+    assert worker not in _reasons(cluster)
+
+    # root on the login node may get a token for slurm (SlurmUser: a Slurm administrator)
+    admin = _token(lambda s: cluster.ssh("root", s).out, "username=slurm")
+    status, text = _curl(cluster, erin.ssh, f"/node/{worker}", "slurm", admin, "POST", drain)
+    assert status == 200 and _errors(text) == [], text
+    assert _reasons(cluster).get(worker) == f"{reason}|slurm"
+    status, text = _curl(cluster, erin.ssh, f"/node/{worker}", "slurm", admin, "POST", {"state": ["RESUME"]})
+    assert status == 200, text
+    assert worker not in _reasons(cluster)
+
+
+# --- the operator's client --------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def rest(cluster: DockerCluster) -> SlurmRest:
+    """The operator's client as the operator builds it: tokens for `slurm` minted from the Secret."""
+    key = cluster.secrets[cluster.names.jwt_key][naming.JWT_KEY].encode()
+    url = f"http://{cluster.ip(_restapi_pod(cluster))}:{naming.RESTAPI_PORT}"
+    return SlurmRest(url, token=lambda: mint_token(key, "slurm", lifetime_s=60))
+
+
+def test_client_pings_and_lists_the_worker_nodes(cluster: DockerCluster, rest: SlurmRest) -> None:
+    rest.ping()
+    # (a job of an earlier test may still be completing; a node resumed a moment ago is NOT_RESPONDING
+    # until its slurmd answers the next ping)
+    wait_for("every worker idle", lambda: all(n.state == "IDLE" and not n.down for n in rest.nodes()), 60)
+    nodes = {n.name: n for n in rest.nodes()}
+    gpu = cluster.worker_pods("gpu")
+    assert sorted(nodes) == sorted(cluster.worker_pods("cpu") + gpu)
+    for node in nodes.values():
+        assert node.state == "IDLE" and not node.drained and not node.down, node
+    assert [nodes[g].gpus for g in gpu] == [2] * len(gpu)
+    assert all("cpu" in nodes[w].partitions for w in cluster.worker_pods("cpu"))
+
+
+def test_client_drains_and_resumes_a_node(cluster: DockerCluster, rest: SlurmRest, worker: str) -> None:
+    reason = f"warden: rest client test {uuid.uuid4().hex[:6]}"
+    rest.drain(worker, reason)
+    assert _reasons(cluster).get(worker) == f"{reason}|slurm"
+    (node,) = [n for n in rest.nodes() if n.name == worker]
+    assert node.drained and node.held_reason == reason, node
+    rest.resume(worker)
+    assert worker not in _reasons(cluster)
+    wait_for(f"{worker} idle again",
+             lambda: any(n.name == worker and not n.drained and not n.down for n in rest.nodes()), 30)  # fmt: skip
+
+
+def test_client_deletes_a_dynamic_node(cluster: DockerCluster, rest: SlurmRest) -> None:
+    name = f"gone-{uuid.uuid4().hex[:6]}"
+    ctl = cluster.names.controller_pod
+    cluster.exec(ctl, f"scontrol create NodeName={name} CPUs=1 State=FUTURE")
+    # a FUTURE node in no partition: only `scontrol --future` shows it
+    show = f"scontrol --future show node {name}"
+    assert f"NodeName={name} " in cluster.exec(ctl, show).out
+    rest.delete_node(name)
+    gone = cluster.exec(ctl, show, check=False)
+    assert not gone.ok and f"Node {name} not found" in gone.out + gone.err, gone
+    rest.delete_node(name)  # already gone: nothing to do
+
+
+def test_client_tells_unknown_nodes_and_refusals_apart(cluster: DockerCluster, rest: SlurmRest, erin: JailUser) -> None:
+    with pytest.raises(SlurmNodeUnknown):
+        rest.drain("no-such-node", "x")
+    key = cluster.secrets[cluster.names.jwt_key][naming.JWT_KEY].encode()
+    as_erin = SlurmRest(rest.base_url, token=lambda: mint_token(key, erin.name), user=erin.name)
+    assert len(as_erin.nodes()) == len(rest.nodes())  # a user may look
+    worker = cluster.worker_pods("cpu")[0]
+    with pytest.raises(SlurmRestError) as denied:
+        as_erin.drain(worker, "not allowed")
+    assert denied.value.status == 500 and "Invalid user id" in str(denied.value), denied.value
+    assert worker not in _reasons(cluster)
+    forged = SlurmRest(rest.base_url, token=lambda: mint_token(b"0" * 64, "slurm"))
+    with pytest.raises(SlurmRestError) as refused:
+        forged.nodes()
+    assert refused.value.status == 511 and "Protocol authentication error" in str(refused.value), refused.value
