@@ -58,7 +58,8 @@ def _structural(node: Any, defs: dict[str, Any]) -> Any:
         branches = [b for b in node["anyOf"] if b.get("type") != "null"]
         if len(branches) == 1:
             rest = {k: v for k, v in node.items() if k not in ("anyOf", "default")}
-            return _structural({**branches[0], **rest}, defs)
+            # absent means None: never defaulted to {} (see _default_nested_objects)
+            return {**_structural({**branches[0], **rest}, defs), _OPTIONAL: True}
     out: dict[str, Any] = {}
     for key, value in node.items():
         if key in _DROPPED:
@@ -84,6 +85,9 @@ def _structural(node: Any, defs: dict[str, Any]) -> Any:
     return out
 
 
+_OPTIONAL = "x-warden-optional"  # a marker _structural leaves for _default_nested_objects, then removed
+
+
 def _default_nested_objects(schema: dict[str, Any]) -> None:
     """Give optional object-valued properties `default: {}` so their own defaults apply.
 
@@ -92,7 +96,7 @@ def _default_nested_objects(schema: dict[str, Any]) -> None:
     """
     required = set(schema.get("required", []))
     for name, sub in schema["properties"].items():
-        if name in required or "default" in sub or sub.get("type") != "object":
+        if sub.pop(_OPTIONAL, False) or name in required or "default" in sub or sub.get("type") != "object":
             continue
         if "properties" in sub and not sub.get("required"):
             sub["default"] = {}

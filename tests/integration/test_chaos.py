@@ -120,7 +120,7 @@ def test_operator_killed_twenty_times_still_converges(
     statefulsets = sorted(n for k, n in kinds_names if k == "StatefulSet")
     assert statefulsets == ["gpu-controller", "gpu-login", "gpu-worker-a100", "gpu-worker-cpu", "gpu-worker-h100"]
     secrets = sorted(n for k, n in kinds_names if k == "Secret")
-    assert secrets == ["gpu-slurm-key", "gpu-ssh-host-keys"]
+    assert secrets == ["gpu-jwt-key", "gpu-slurm-key", "gpu-ssh-host-keys"]
     for name, data in secret_data().items():
         if name in secrets_seen:
             assert data == secrets_seen[name], f"{name} regenerated"

@@ -111,7 +111,7 @@ def test_spec_changes_converge_and_removed_group_is_pruned(
 
     def replaced() -> list[str]:
         events = core.list_namespaced_event(ns).items
-        return [e.message for e in events if e.reason == "PodsReplaced" and e.involved_object.name == "cpu"]
+        return [str(e.message) for e in events if e.reason == "PodsReplaced" and e.involved_object.name == "cpu"]
 
     # Scaling, a new group and Slurm config replace no pod; a controller resources change does, and says so.
     assert replaced() == []

@@ -178,4 +178,9 @@ def wait_ready(api: Any, ns: str, name: str, operator: OperatorProcess, timeout:
             return obj
         return None
 
-    return dict(wait_for(f"SlurmCluster {ns}/{name} Ready", ready, timeout, on_fail=operator.log_tail))
+    def last_status() -> str:
+        conditions = get_cluster(api, ns, name).get("status", {}).get("conditions", [])
+        told = "; ".join(f"{c['type']}={c['status']} ({c.get('message', '')})" for c in conditions)
+        return f"last conditions: {told}\n{operator.log_tail()}"
+
+    return dict(wait_for(f"SlurmCluster {ns}/{name} Ready", ready, timeout, on_fail=last_status))

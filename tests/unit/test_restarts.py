@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from typing import Any
 
 from warden.model import parse_spec
 from warden.render.cluster import render
@@ -10,15 +11,15 @@ from warden.render.context import Cluster
 from warden.render.pods import Manifest
 from warden.restarts import template_changes
 
-BASE = {"workerGroups": [{"name": "cpu", "replicas": 2}]}
+BASE: dict[str, Any] = {"workerGroups": [{"name": "cpu", "replicas": 2}]}
 
 
-def templates(spec: dict[str, object]) -> dict[str, Manifest]:
+def templates(spec: dict[str, Any]) -> dict[str, Manifest]:
     cluster = Cluster(name="demo", namespace="ns", spec=parse_spec(spec))
     return {o["metadata"]["name"]: o["spec"]["template"] for o in render(cluster).objects if o["kind"] == "StatefulSet"}
 
 
-def changes(old: dict[str, object], new: dict[str, object]) -> dict[str, list[str]]:
+def changes(old: dict[str, Any], new: dict[str, Any]) -> dict[str, list[str]]:
     before, after = templates(old), templates(new)
     return {name: c for name in after if name in before and (c := template_changes(before[name], after[name]))}
 
