@@ -54,6 +54,7 @@ KINDS: dict[tuple[str, str], tuple[str, str]] = {
     ("apps/v1", "StatefulSet"): ("/apis/apps/v1", "statefulsets"),
     ("apps/v1", "Deployment"): ("/apis/apps/v1", "deployments"),
     ("batch/v1", "Job"): ("/apis/batch/v1", "jobs"),
+    ("policy/v1", "PodDisruptionBudget"): ("/apis/policy/v1", "poddisruptionbudgets"),
     ("batch/v1", "CronJob"): ("/apis/batch/v1", "cronjobs"),
     ("rbac.authorization.k8s.io/v1", "Role"): ("/apis/rbac.authorization.k8s.io/v1", "roles"),
     ("rbac.authorization.k8s.io/v1", "RoleBinding"): ("/apis/rbac.authorization.k8s.io/v1", "rolebindings"),
@@ -70,6 +71,7 @@ PRUNABLE = [
     ("apps/v1", "Deployment"),
     ("batch/v1", "Job"),
     ("batch/v1", "CronJob"),
+    ("policy/v1", "PodDisruptionBudget"),
     ("rbac.authorization.k8s.io/v1", "Role"),
     ("rbac.authorization.k8s.io/v1", "RoleBinding"),
 ]
@@ -204,6 +206,16 @@ class Applier:
         body = {"status": {"conditions": [condition]}}
         try:
             self._call("PATCH", path, body=body, content_type="application/strategic-merge-patch+json")
+        except ApiException as e:
+            if e.status != 404:
+                raise
+
+    def set_pod_label(self, namespace: str, pod: str, key: str, value: str | None) -> None:
+        """Set (or, with None, remove) one label of a pod; a pod gone meanwhile needs nothing."""
+        path = self._path("v1", "Pod", namespace, pod)
+        try:
+            patch = {"metadata": {"labels": {key: value}}}
+            self._call("PATCH", path, body=patch, content_type="application/merge-patch+json")
         except ApiException as e:
             if e.status != 404:
                 raise

@@ -247,6 +247,7 @@ for _group, _version, _plural, _kind in (
     ("", "v1", "serviceaccounts", "ServiceAccount"),
     ("batch", "v1", "cronjobs", "CronJob"),
     ("apps", "v1", "deployments", "Deployment"),
+    ("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget"),
     ("rbac.authorization.k8s.io", "v1", "roles", "Role"),
     ("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding"),
 ):

@@ -56,6 +56,9 @@ DB_PASSWORD_KEY = "password"
 # Label/annotation keys of our own.
 WORKER_GROUP_LABEL = f"{LABEL_PREFIX}/worker-group"
 SLURM_NODE_LABEL = f"{LABEL_PREFIX}/slurm-node"
+#: "true" on a worker pod whose Slurm node runs a job (set from Slurm's state): a PodDisruptionBudget
+#: keeps such pods from being evicted
+BUSY_LABEL = f"{LABEL_PREFIX}/busy"
 CONFIG_HASH_ANNOTATION = f"{LABEL_PREFIX}/config-hash"
 #: on running pods (not templates): the configuration the operator last told the pod's kubelet about
 POD_CONFIG_ANNOTATION = f"{LABEL_PREFIX}/config"
@@ -89,6 +92,11 @@ class Names:
     @property
     def restapi_url(self) -> str:
         return f"http://{self.restapi}.{self.namespace}.svc.cluster.local:{RESTAPI_PORT}"
+
+    @property
+    def busy_workers_budget(self) -> str:
+        """PodDisruptionBudget of the worker pods that run jobs."""
+        return f"{self.cluster}-busy-workers"
 
     # --- Slurm nodes (workers, login) --------------------------------------------------------
     def worker(self, group: str) -> str:

@@ -10,6 +10,9 @@ Slurm node drained with a reason starting ``CORDON_PREFIX``; once the Kubernetes
 again the Slurm node is resumed, and only then. A drain whose reason does not start with that prefix
 (a person's, the health checks') is never undone here.
 
+Evictions: a worker pod whose node runs a job carries the label ``slurm.warden.dev/busy=true``, which a
+PodDisruptionBudget protects (``warden.render.budgets``); the label goes once the node is idle.
+
 Housekeeping: a Slurm node record whose pod is gone is deleted (no DOWN ghosts), and a pod whose
 slurmd has run ``register_timeout`` seconds without registering is deleted, so its StatefulSet
 makes it afresh.
@@ -48,6 +51,7 @@ class WorkerPod:
     running_for: float | None
     condition: PodCondition | None  # what the pod carries now
     deleting: bool = False
+    busy_label: bool = False  # the pod carries slurm.warden.dev/busy=true
 
 
 @dataclass(frozen=True)
@@ -60,6 +64,7 @@ class Event:
 @dataclass
 class Plan:
     conditions: dict[str, PodCondition] = field(default_factory=dict)  # pod -> changed condition
+    busy: dict[str, bool] = field(default_factory=dict)  # pod -> new value of its busy label
     drains: list[tuple[str, str]] = field(default_factory=list)  # (node, reason)
     resumes: list[str] = field(default_factory=list)
     delete_nodes: list[str] = field(default_factory=list)
@@ -115,6 +120,9 @@ def plan(
                 out.events.append(Event(True, UNUSABLE[cond.reason], f"{pod.name}: {cond.message}"))
             elif cond.status == "True" and before in UNUSABLE:
                 out.events.append(Event(False, "SlurmNodeUsable", f"{pod.name}: {cond.message}"))
+        busy = node is not None and node.busy
+        if busy != pod.busy_label:
+            out.busy[pod.name] = busy
         if node is None:
             if pod.running_for is not None and pod.running_for > register_timeout:
                 why = f"slurmd has run {pod.running_for:.0f}s without registering with slurmctld"

@@ -62,6 +62,7 @@ def worker_pod(pod: Manifest, now: datetime.datetime) -> WorkerPod:
         running_for=running_for,
         condition=condition,
         deleting=bool(meta.get("deletionTimestamp")),
+        busy_label=(meta.get("labels") or {}).get(naming.BUSY_LABEL) == "true",
     )
 
 
@@ -146,6 +147,8 @@ class SlurmSync:
                     "lastTransitionTime": stamp,
                 },
             )
+        for pod_name, busy in todo.busy.items():
+            api.set_pod_label(namespace, pod_name, naming.BUSY_LABEL, "true" if busy else None)
         for pod_name, why in todo.delete_pods:
             log.info("SlurmCluster %s/%s: deleting pod %s: %s", namespace, name, pod_name, why)
             api.delete("v1", "Pod", namespace, pod_name, "Background")

@@ -134,6 +134,7 @@ def owned_objects(api: Any, ns: str, uid: str) -> dict[str, dict[str, Any]]:
         "CronJob": batch.list_namespaced_cron_job,
         "Role": rbac.list_namespaced_role,
         "RoleBinding": rbac.list_namespaced_role_binding,
+        "PodDisruptionBudget": client.PolicyV1Api(api).list_namespaced_pod_disruption_budget,
     }
     out: dict[str, dict[str, Any]] = {}
     for kind, lister in listers.items():

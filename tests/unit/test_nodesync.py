@@ -86,3 +86,12 @@ def test_a_pod_that_never_registers_is_recreated_after_the_timeout_only() -> Non
     [(name, why)] = plan([pod("a", running_for=TIMEOUT + 5)], [], {}, TIMEOUT).delete_pods
     assert name == "a" and "without registering" in why
     assert plan([pod("a", running_for=TIMEOUT + 5)], [node("a")], {}, TIMEOUT).delete_pods == []
+
+
+def test_busy_label_follows_jobs_so_the_budget_keeps_only_working_pods() -> None:
+    out = plan([pod("a"), pod("b"), pod("c")], [node("a", "ALLOCATED"), node("b", "MIXED"), node("c")], {}, TIMEOUT)
+    assert out.busy == {"a": True, "b": True}
+    done = WorkerPod(name="a", k8s_node="k1", running_for=60, condition=None, busy_label=True)
+    assert plan([done], [node("a")], {}, TIMEOUT).busy == {"a": False}
+    completing = plan([done], [node("a", "IDLE", "COMPLETING")], {}, TIMEOUT)
+    assert completing.busy == {}, "a job still completing keeps the pod protected"

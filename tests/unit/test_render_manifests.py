@@ -325,3 +325,17 @@ def test_wait_for_jail_says_what_it_waits_for_then_ends(tmp_path: Path) -> None:
         f"waiting for the jail: Job cpu-populate-jail has not populated it yet (no {tmp_path}/.warden-populated; 0s)",
         "jail populated: WARDEN_JAIL_VERSION=9",
     ]
+
+
+def test_budgets_protect_slurmctld_and_only_the_workers_running_jobs() -> None:
+    cluster = Cluster(name="demo", namespace="ns", spec=parse_spec({"workerGroups": [{"name": "cpu", "replicas": 2}]}))
+    objs = objects(cluster)
+    ctld = objs["PodDisruptionBudget/demo-controller"]["spec"]
+    assert ctld["maxUnavailable"] == 0
+    assert ctld["selector"]["matchLabels"] == cluster.names.selector("controller")
+    busy = objs["PodDisruptionBudget/demo-busy-workers"]["spec"]
+    assert busy["maxUnavailable"] == 0
+    assert busy["selector"]["matchLabels"] == {**cluster.names.selector("worker"), naming.BUSY_LABEL: "true"}
+    # the label is the operator's to set on pods: no worker template carries it (idle pods may go)
+    template = objs["StatefulSet/demo-worker-cpu"]["spec"]["template"]
+    assert naming.BUSY_LABEL not in template["metadata"]["labels"]

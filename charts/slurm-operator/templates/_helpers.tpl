@@ -104,6 +104,10 @@ authorized as "create", of one that exists as "patch": both are needed for appli
 - apiGroups: ["batch"]
   resources: ["cronjobs"]
   verbs: ["get", "list", "watch", "create", "patch", "delete"]
+# PodDisruptionBudgets of slurmctld and of the worker pods running jobs.
+- apiGroups: ["policy"]
+  resources: ["poddisruptionbudgets"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
 # The NCCL health check's Role and RoleBinding.
 - apiGroups: ["rbac.authorization.k8s.io"]
   resources: ["roles", "rolebindings"]

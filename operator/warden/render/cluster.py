@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from warden.render import accounting, configmaps, controller, health, jail, nodes, restapi
+from warden.render import accounting, budgets, configmaps, controller, health, jail, nodes, restapi
 from warden.render.context import Cluster
 from warden.render.pods import Manifest
 from warden.render.secrets import SecretSpec, secret_specs
@@ -26,4 +26,5 @@ def render(cluster: Cluster) -> Rendered:
     objects += restapi.render(cluster)
     objects += nodes.render(cluster)
     objects += health.render(cluster)
+    objects += budgets.render(cluster)
     return Rendered(secrets=secret_specs(cluster), objects=objects)
