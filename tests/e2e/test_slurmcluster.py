@@ -351,6 +351,49 @@ def _user_runs_jobs(installed: Installed, user: str, key: Path) -> None:
     assert text[0] == user and text[1].startswith(f"{NAME}-worker-"), text
 
 
+def test_kubectl_drain_waits_for_the_running_job_and_takes_idle_workers_at_once(installed: Installed) -> None:
+    """`kubectl drain` of the Kubernetes node (limited here to this cluster's workers: the local cluster
+    has one node) while a job runs on one worker: the idle worker is evicted at once, the busy one is
+    refused (its PodDisruptionBudget) and its job completes; once it is done, the drain goes through.
+    Uncordoned, both workers come back into Slurm."""
+    kube, ns = installed.kube, installed.namespace
+    busy, idle = f"{NAME}-worker-cpu-0", f"{NAME}-worker-cpu-1"
+    out = installed.ssh(f"sbatch --parsable -w {busy} -o /root/drained-%j.out --wrap 'sleep 45; echo finished'")
+    assert out.returncode == 0, out.stderr
+    job = out.stdout.strip().split(";")[0]
+
+    def label(pod: str) -> str | None:
+        obj = json.loads(kube.kubectl("-n", ns, "get", "pod", pod, "-o", "json", "--ignore-not-found") or "{}")
+        return (obj.get("metadata", {}).get("labels") or {}).get("slurm.warden.dev/busy") if obj else None
+
+    _eventually(f"{busy} labelled busy", lambda: label(busy) == "true", timeout=30)
+    uids = {p: kube.json("-n", ns, "get", "pod", p)["metadata"]["uid"] for p in (busy, idle)}
+    k8s_node = kube.json("-n", ns, "get", "pod", busy)["spec"]["nodeName"]
+    drain = ["drain", k8s_node, "--pod-selector", f"{INSTANCE},app.kubernetes.io/component=worker",
+             "--ignore-daemonsets", "--delete-emptydir-data"]  # fmt: skip
+    try:
+        first = kube.kubectl_result(*drain, "--timeout=20s")
+        assert first.returncode != 0, "the drain went through while a job ran"
+        assert "disruption budget" in first.stderr or "Cannot evict" in first.stderr, first.stderr
+        assert kube.json("-n", ns, "get", "pod", busy)["metadata"]["uid"] == uids[busy], "the busy worker was evicted"
+        gone = json.loads(kube.kubectl("-n", ns, "get", "pod", idle, "-o", "json", "--ignore-not-found") or "{}")
+        assert not gone or gone["metadata"]["uid"] != uids[idle], "the idle worker was not evicted"
+        assert _wait_job(installed, job) == "COMPLETED"
+        assert installed.ssh(f"cat /root/drained-{job}.out").stdout.strip() == "finished"
+        _eventually(f"{busy} no longer labelled busy", lambda: label(busy) != "true", timeout=30)
+        second = kube.kubectl_result(*drain, "--timeout=120s")
+        assert second.returncode == 0, second.stderr
+    finally:
+        kube.kubectl("uncordon", k8s_node)
+    status = wait_slurmcluster_ready(kube, ns, NAME, timeout=300)
+    _eventually(
+        "both workers usable in Slurm again",
+        lambda: kube.json("-n", ns, "get", "slurmcluster", NAME)["status"].get("slurmNodes", {}).get("usable") == 2,
+        timeout=120,
+    )
+    assert status["status"]["phase"] == "Ready"
+
+
 def test_user_made_right_after_ready_logs_in_and_runs_jobs(installed: Installed) -> None:
     """The first thing an admin does on a fresh install: make a user in the jail. With nothing
     restarted since `helm install` (slurmctld started before the populate Job had filled the jail),

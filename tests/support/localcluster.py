@@ -868,6 +868,11 @@ class Kube:
     def kubectl(self, *args: str, input: str | None = None, check: bool = True, timeout: float = 120) -> str:
         return self._run("kubectl", args, input, check, timeout)
 
+    def kubectl_result(self, *args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+        """kubectl's whole outcome (exit status, stdout, stderr), for commands expected to fail."""
+        return subprocess.run([str(self.bins / "kubectl"), f"--kubeconfig={self.kubeconfig}", *args],
+                              capture_output=True, text=True, timeout=timeout)  # fmt: skip
+
     def helm(self, *args: str, check: bool = True, timeout: float = 600) -> str:
         return self._run("helm", args, None, check, timeout)
 
