@@ -33,7 +33,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from warden.model import API_GROUP, API_VERSION, PLURAL
-from warden.naming import FIELD_MANAGER
+from warden.naming import AUTOSCALED_ANNOTATION, FIELD_MANAGER
 from warden.render.jail import TEMPLATE_HASH_ANNOTATION
 from warden.render.pods import Manifest
 from warden.render.secrets import SecretSpec
@@ -273,6 +273,8 @@ class Applier:
             return
         if kind == "Job":
             self._replace_job_if_changed(obj, result)
+        if (meta.get("annotations") or {}).get(AUTOSCALED_ANNOTATION) == "true":
+            obj = self._without_replicas(obj)
         try:
             applied = self.server_side_apply(obj)
         except ApiException as e:
@@ -289,6 +291,21 @@ class Applier:
                 raise
         _not_terminating(applied)
         result.applied.append(describe(obj))
+
+    def _without_replicas(self, obj: Manifest) -> Manifest:
+        """An autoscaled group's StatefulSet: created (a plain create, so the apply below never owns
+        the field) with the rendered `replicas` as its first size; applied without `replicas` ever
+        after, which stays whatever the scale subresource (HPA, KEDA, `kubectl scale`) sets."""
+        meta = obj["metadata"]
+        if self.get(obj["apiVersion"], obj["kind"], meta["namespace"], meta["name"]) is None:
+            try:
+                self._call("POST", self._path(obj["apiVersion"], obj["kind"], meta["namespace"]), body=obj,
+                           query=[("fieldManager", FIELD_MANAGER)])  # fmt: skip
+            except ApiException as e:
+                if e.status != 409:  # made meanwhile: fine
+                    raise
+        spec = {k: v for k, v in obj["spec"].items() if k != "replicas"}
+        return {**obj, "spec": spec}
 
     def _wait_gone(self, obj: Manifest, timeout: float) -> bool:
         meta = obj["metadata"]

@@ -262,7 +262,17 @@ class WorkerGroup(Spec):
     """A set of identical Slurm worker nodes (one StatefulSet)."""
 
     name: DnsLabel = Field(description="Group name; node names are `<cluster>-worker-<name>-<i>`.")
-    replicas: int = Field(default=1, ge=0, le=10000, description="Number of Slurm nodes in the group.")
+    replicas: int = Field(
+        default=1,
+        ge=0,
+        le=10000,
+        description="Number of Slurm nodes in the group; with `autoscaled`, only the number it starts with.",
+    )
+    autoscaled: bool = Field(
+        default=False,
+        description="Something else owns the group's size (HPA, KEDA, `kubectl scale` on the group's "
+        "StatefulSet, 0 included): the operator sets `replicas` when it creates the StatefulSet, never again.",
+    )
     resources: ResourceRequirements = Field(default_factory=ResourceRequirements)
     gpus: Gpus = Field(default_factory=Gpus)
     features: list[Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]+$", max_length=64)]] = Field(

@@ -56,6 +56,8 @@ DB_PASSWORD_KEY = "password"
 # Label/annotation keys of our own.
 WORKER_GROUP_LABEL = f"{LABEL_PREFIX}/worker-group"
 SLURM_NODE_LABEL = f"{LABEL_PREFIX}/slurm-node"
+#: "true" on a StatefulSet whose `replicas` the operator sets at creation only (an autoscaled group)
+AUTOSCALED_ANNOTATION = f"{LABEL_PREFIX}/autoscaled"
 #: "true" on a worker pod whose Slurm node runs a job (set from Slurm's state): a PodDisruptionBudget
 #: keeps such pods from being evicted
 BUSY_LABEL = f"{LABEL_PREFIX}/busy"

@@ -126,12 +126,14 @@ def fold(
     ready_total = desired_total = 0
     for g in spec.worker_groups:
         w = observed.workers.get(g.name, Workload())
-        group_ready = min(w.ready, g.replicas)
-        groups.append(WorkerGroupStatus(name=g.name, replicas=g.replicas, ready_replicas=group_ready))
+        # an autoscaled group wants what its StatefulSet says now, not what it started with
+        want = w.desired if g.autoscaled and w.exists else g.replicas
+        group_ready = min(w.ready, want)
+        groups.append(WorkerGroupStatus(name=g.name, replicas=want, ready_replicas=group_ready))
         ready_total += group_ready
-        desired_total += g.replicas
-        if not (w.exists and group_ready >= g.replicas):
-            not_ready.append(f"{g.name} {group_ready}/{g.replicas}")
+        desired_total += want
+        if not (w.exists and group_ready >= want):
+            not_ready.append(f"{g.name} {group_ready}/{want}")
     workers = cond(
         "WorkersReady",
         not not_ready,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import time
 from typing import Any
 
 from kubernetes import client
@@ -244,3 +245,45 @@ def test_json_logs_on_request(controlplane: Any, cluster_namespace: str, tmp_pat
         proc.wait(timeout=15)
     record = json.loads(line)
     assert record.get("message") and record.get("severity")
+
+
+def test_autoscaled_group_is_sized_by_its_scale_subresource_and_the_operator_never_fights_it(
+    api_client: Any, cluster_namespace: str, operator: OperatorProcess
+) -> None:
+    """What an HPA or KEDA does to a group marked `autoscaled`: scale its StatefulSet through the scale
+    subresource, to zero and back. Reconciles (a spec change, the operator restarting) keep that size;
+    status follows it."""
+    ns = cluster_namespace
+    body = load_example("cpu-only", ns)
+    body["spec"]["workerGroups"][0]["autoscaled"] = True
+    apply_cluster(api_client, body)
+    obj = wait_ready(api_client, ns, "cpu", operator)
+    apps = client.AppsV1Api(api_client)
+    sts = "cpu-worker-cpu"
+    assert apps.read_namespaced_stateful_set(sts, ns).spec.replicas == 2, "created with spec replicas"
+    assert obj["status"]["workers"] == "2/2"
+
+    def sized(n: int) -> Any:
+        def check() -> Any:
+            got = get_cluster(api_client, ns, "cpu")
+            status = got.get("status", {})
+            ok = status.get("workers") == f"{n}/{n}" and status.get("phase") == "Ready"
+            return got if ok and apps.read_namespaced_stateful_set(sts, ns).spec.replicas == n else None
+
+        return check
+
+    apps.patch_namespaced_stateful_set_scale(sts, ns, {"spec": {"replicas": 0}})
+    wait_for("scaled to zero, status 0/0", sized(0), 60, on_fail=operator.log_tail)
+
+    changed = copy.deepcopy(body)
+    changed["spec"]["slurmConfig"] = {"extraLines": ["MaxJobCount=7000"]}
+    apply_cluster(api_client, changed)
+    wait_ready(api_client, ns, "cpu", operator)
+    operator.stop()
+    operator.start()
+    time.sleep(3)  # the restarted operator's resume reconcile
+    wait_ready(api_client, ns, "cpu", operator)
+    assert apps.read_namespaced_stateful_set(sts, ns).spec.replicas == 0, "the operator scaled it back"
+
+    apps.patch_namespaced_stateful_set_scale(sts, ns, {"spec": {"replicas": 3}})
+    wait_for("scaled to three, status 3/3", sized(3), 60, on_fail=operator.log_tail)

@@ -339,3 +339,12 @@ def test_budgets_protect_slurmctld_and_only_the_workers_running_jobs() -> None:
     # the label is the operator's to set on pods: no worker template carries it (idle pods may go)
     template = objs["StatefulSet/demo-worker-cpu"]["spec"]["template"]
     assert naming.BUSY_LABEL not in template["metadata"]["labels"]
+
+
+def test_only_autoscaled_groups_are_marked_for_the_apply_layer() -> None:
+    spec = {"workerGroups": [{"name": "fixed", "replicas": 2}, {"name": "elastic", "replicas": 3, "autoscaled": True}]}
+    objs = objects(Cluster(name="demo", namespace="ns", spec=parse_spec(spec)))
+    elastic = objs["StatefulSet/demo-worker-elastic"]
+    assert elastic["metadata"]["annotations"] == {naming.AUTOSCALED_ANNOTATION: "true"}
+    assert elastic["spec"]["replicas"] == 3, "the size it is created with"
+    assert "annotations" not in objs["StatefulSet/demo-worker-fixed"]["metadata"]

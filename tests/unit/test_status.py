@@ -208,3 +208,20 @@ def test_without_any_slurm_view_ready_waits_unless_the_operator_does_not_read_sl
     assert "SlurmNodesRegistered" in next(c for c in status.conditions if c.type == "Ready").message
     status = fold(SPEC, 3, unseen, None, T0, slurm_required=False)
     assert status.phase == "Ready"
+
+
+def test_an_autoscaled_group_wants_what_its_statefulset_says_now() -> None:
+    spec = parse_spec({"workerGroups": [{"name": "cpu", "replicas": 2, "autoscaled": True}]})
+    observed = Observed(
+        controller=Workload(True, 1, 1),
+        restapi=Workload(True, 1, 1),
+        login=Workload(True, 1, 1),
+        workers={"cpu": Workload(True, 0, 0)},  # scaled to zero by its autoscaler
+        jail_populated=True,
+        slurm=SlurmNodesStatus(registered=0, usable=0),
+    )
+    status = fold(spec, 1, observed, None, T0, slurm_required=True)
+    assert status.phase == "Ready" and status.workers == "0/0"
+    grown = Observed(**{**observed.__dict__, "workers": {"cpu": Workload(True, 5, 3)}})
+    status = fold(spec, 1, grown, None, T0)
+    assert status.workers == "3/5" and status.worker_groups[0].replicas == 5

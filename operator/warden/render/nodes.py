@@ -119,7 +119,7 @@ def worker_statefulset(cluster: Cluster, group: WorkerGroup) -> Manifest:
         pod_spec["nodeSelector"] = dict(group.node_selector)
     if group.tolerations:
         pod_spec["tolerations"] = tolerations(group.tolerations)
-    return statefulset(
+    sts = statefulset(
         cluster,
         name,
         labels=labels,
@@ -129,6 +129,10 @@ def worker_statefulset(cluster: Cluster, group: WorkerGroup) -> Manifest:
         parallel=True,
         pod_spec=pod_spec,
     )
+    if group.autoscaled:
+        # the apply layer creates it with `replicas`, then never applies that field again
+        sts["metadata"]["annotations"] = {naming.AUTOSCALED_ANNOTATION: "true"}
+    return sts
 
 
 def login_service(cluster: Cluster) -> Manifest:
