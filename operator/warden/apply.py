@@ -210,6 +210,11 @@ class Applier:
             if e.status != 404:
                 raise
 
+    def scale(self, namespace: str, statefulset: str, replicas: int) -> None:
+        """Set a StatefulSet's size through its scale subresource."""
+        path = self._path("apps/v1", "StatefulSet", namespace, statefulset) + "/scale"
+        self._call("PATCH", path, body={"spec": {"replicas": replicas}}, content_type="application/merge-patch+json")
+
     def set_pod_label(self, namespace: str, pod: str, key: str, value: str | None) -> None:
         """Set (or, with None, remove) one label of a pod; a pod gone meanwhile needs nothing."""
         path = self._path("v1", "Pod", namespace, pod)

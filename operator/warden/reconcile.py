@@ -65,19 +65,47 @@ def config_hash(objects: list[Manifest]) -> str:
     return content_hash(maps)
 
 
-def replaced_pods(applier: Applier, objects: list[Manifest]) -> list[str]:
-    """For each StatefulSet whose pods the apply is about to replace: which one and why (read before it)."""
+def live_statefulsets(applier: Applier, objects: list[Manifest]) -> dict[str, Manifest]:
+    """The rendered StatefulSets as they are now (read before applying), by name."""
+    out = {}
+    for obj in objects:
+        if obj["kind"] == "StatefulSet":
+            live = applier.get("apps/v1", "StatefulSet", obj["metadata"]["namespace"], obj["metadata"]["name"])
+            if live is not None:
+                out[obj["metadata"]["name"]] = live
+    return out
+
+
+def replaced_pods(live: dict[str, Manifest], objects: list[Manifest]) -> list[str]:
+    """For each StatefulSet whose pods the apply is about to replace: which one and why."""
     out = []
     for obj in objects:
-        if obj["kind"] != "StatefulSet":
-            continue
-        live = applier.get("apps/v1", "StatefulSet", obj["metadata"]["namespace"], obj["metadata"]["name"])
-        if live is None:
-            continue
-        changes = template_changes(live["spec"]["template"], obj["spec"]["template"])
-        if changes:
-            out.append(f"{obj['metadata']['name']}: {'; '.join(changes)}")
+        if obj["kind"] == "StatefulSet" and obj["metadata"]["name"] in live:
+            changes = template_changes(live[obj["metadata"]["name"]]["spec"]["template"], obj["spec"]["template"])
+            if changes:
+                out.append(f"{obj['metadata']['name']}: {'; '.join(changes)}")
     return out
+
+
+def hold_replicas(live: dict[str, Manifest], objects: list[Manifest]) -> list[str]:
+    """Scale-in waits for Slurm: a worker StatefulSet asked to shrink keeps its size here; the Slurm
+    sync drains the nodes that will go and shrinks it once they run no job (``warden.scalein``).
+    Changes ``objects`` in place; returns what it held, for the log."""
+    held = []
+    for obj in objects:
+        name = obj["metadata"]["name"]
+        is_worker = obj["kind"] == "StatefulSet" and naming.WORKER_GROUP_LABEL in obj["metadata"]["labels"]
+        if (
+            not is_worker
+            or name not in live
+            or naming.AUTOSCALED_ANNOTATION in (obj["metadata"].get("annotations") or {})
+        ):
+            continue
+        now = int(live[name]["spec"].get("replicas", 1))
+        if now > obj["spec"]["replicas"]:
+            held.append(f"{name} stays at {now} until its leaving nodes run no job (wants {obj['spec']['replicas']})")
+            obj["spec"]["replicas"] = now
+    return held
 
 
 def previous_status(body: Manifest) -> SlurmClusterStatus | None:
@@ -107,7 +135,11 @@ def reconcile(applier: Applier, body: Manifest, slurm_required: bool = False) ->
     rendered = render(cluster)
     result = ApplyResult()
     jail_owner = None if spec.jail.retain_on_delete else owner
-    result.replaced = replaced_pods(applier, rendered.objects)
+    live = live_statefulsets(applier, rendered.objects)
+    result.replaced = replaced_pods(live, rendered.objects)
+    if slurm_required:  # someone reads Slurm and will shrink them once drained; without, shrink now
+        for held in hold_replicas(live, rendered.objects):
+            log.info("SlurmCluster %s/%s: %s", cluster.namespace, cluster.name, held)
 
     steps: list[tuple[str, Callable[[], None]]] = [
         (f"Secret/{s.name}", partial(applier.ensure_secret, s, owner, result)) for s in rendered.secrets

@@ -19,13 +19,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 
-from warden import naming
+from warden import naming, scalein
 from warden.apply import Applier
-from warden.model import API_GROUP, API_VERSION, SlurmNodesStatus, parse_spec
+from warden.model import API_GROUP, API_VERSION, SlurmClusterSpec, SlurmNodesStatus, parse_spec
 from warden.naming import Names
 from warden.nodesync import CONDITION, PodCondition, WorkerPod, plan
 from warden.render.pods import Manifest
-from warden.slurm import SlurmError
+from warden.slurm import Node, SlurmError
 from warden.slurmrest import SlurmRest, mint_token
 
 log = logging.getLogger(__name__)
@@ -107,7 +107,7 @@ class SlurmSync:
         if body is None or body["metadata"].get("deletionTimestamp"):
             return False
         try:
-            parse_spec(body.get("spec") or {})
+            spec = parse_spec(body.get("spec") or {})
         except ValueError:
             return True  # the reconcile handler reports invalid specs
         names = Names(cluster=name, namespace=namespace)
@@ -134,6 +134,7 @@ class SlurmSync:
             cordoned[k8s_node] = bool(node and (node.get("spec") or {}).get("unschedulable"))
         todo = plan(pods, nodes, cordoned, self.settings.register_timeout)
         self._carry_out(body, rest, todo.drains, todo.resumes, todo.delete_nodes)
+        self._scale_in(body, rest, spec, names, nodes)
         stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
         for pod_name, cond in todo.conditions.items():
             api.set_pod_condition(
@@ -157,6 +158,35 @@ class SlurmSync:
             api.post_event(body, event.warning, event.reason, event.message)
         self.refresh(namespace, name, todo.summary)
         return True
+
+    def _scale_in(
+        self, body: Manifest, rest: SlurmRest, spec: SlurmClusterSpec, names: Names, nodes: list[Node]
+    ) -> None:
+        """Shrink worker groups whose leaving nodes are drained and idle (``warden.scalein``)."""
+        api = self.applier
+        namespace = body["metadata"]["namespace"]
+        live = {
+            s["metadata"]["name"]: s for s in api.list("apps/v1", "StatefulSet", namespace, names.selector("worker"))
+        }
+        groups = [
+            scalein.Group(names.worker(g.name), g.replicas, int(live[names.worker(g.name)]["spec"].get("replicas", 1)))
+            for g in spec.worker_groups
+            if not g.autoscaled and names.worker(g.name) in live
+        ]
+        todo = scalein.plan(groups, {n.name: n for n in nodes})
+        for node, reason in todo.drains:
+            self._act(body, partial(rest.drain, node, reason), "ScaleInDraining", f"{node}: drained: {reason}")
+        for node in todo.resumes:
+            self._act(body, partial(rest.resume, node), "ScaleInCancelled", f"{node}: resumed, it stays")
+        for sts, replicas in todo.scale:
+            api.scale(namespace, sts, replicas)
+            log.info(
+                "SlurmCluster %s: %s scaled in to %d: its leaving nodes run no job",
+                body["metadata"]["name"],
+                sts,
+                replicas,
+            )
+            api.post_event(body, False, "ScaledIn", f"{sts}: {replicas} nodes; the leaving ones ran no job")
 
     def _carry_out(
         self, body: Manifest, rest: SlurmRest, drains: list[tuple[str, str]], resumes: list[str], ghosts: list[str]

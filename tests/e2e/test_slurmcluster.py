@@ -778,11 +778,29 @@ def test_controller_pod_deleted_keeps_the_queue_and_jobs_complete(installed: Ins
 
 
 def test_scaled_down_workers_leave_slurm(installed: Installed) -> None:
-    """Replicas 3 -> 1: the removed pods drain their nodes and delete them from Slurm on the way out,
-    so `sinfo` lists only the node that stays (no DOWN leftovers), and jobs keep running there."""
+    """Replicas 3 -> 1 with a job running on a node that goes: its node is drained first (reason
+    `warden: scale-in`), the pod stays until the job has ended and written its output, then the
+    StatefulSet shrinks; the removed pods delete their nodes from Slurm on the way out, so `sinfo`
+    lists only the node that stays (no DOWN leftovers), and jobs keep running there."""
     kube, ns = installed.kube, installed.namespace
+    leaving = f"{NAME}-worker-cpu-2"
+    part = "-p cpu " if installed.gpus else ""
+    out = installed.ssh(f"sbatch --parsable {part}-w {leaving} -o /root/scalein-%j.out --wrap 'sleep 40; echo kept'")
+    assert out.returncode == 0, out.stderr
+    job = out.stdout.strip().split(";")[0]
+    _eventually(f"job {job} running", lambda: _job_states(installed).get(job) == "RUNNING", timeout=60)
     installed.values["workerGroups"][0]["replicas"] = 1
     installed.helm_upgrade()
+    reasons = _eventually(
+        f"{leaving} drained for the scale-in",
+        lambda: (r := _sinfo_reasons(installed)).get(leaving, "").startswith("warden: scale-in") and r,
+        timeout=60,
+    )
+    assert f"{NAME}-worker-cpu-1" in reasons, reasons
+    time.sleep(10)
+    assert kube.kubectl("-n", ns, "get", "pod", leaving, "--ignore-not-found"), "the pod went while its job ran"
+    assert _wait_job(installed, job) == "COMPLETED"
+    assert installed.ssh(f"cat /root/scalein-{job}.out").stdout.strip() == "kept"
     stay = f"{NAME}-worker-cpu-0"
     deadline = time.monotonic() + 240
     nodes: dict[str, str] = {}
@@ -797,6 +815,7 @@ def test_scaled_down_workers_leave_slurm(installed: Installed) -> None:
         time.sleep(3)
     assert nodes == {stay: "idle"}, nodes
     assert not any("worker-cpu-1" in p or "worker-cpu-2" in p for p in pods), pods
+    assert any("worker-cpu: 1 nodes" in m for m in _events(installed, "ScaledIn")), _events(installed, "ScaledIn")
     out = installed.ssh("srun -N1 -p cpu hostname" if installed.gpus else "srun -N1 hostname")
     assert out.returncode == 0 and out.stdout.strip() == stay, out.stderr
 
