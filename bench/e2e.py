@@ -127,7 +127,37 @@ def child_deleted(kube: Kube, ns: str) -> float:
     return until(f"ConfigMap {cm} back", back, t0)
 
 
-def measure(kube: Kube, tmp: Path) -> tuple[float, float, list[dict[str, float]], float]:
+def scale_in(kube: Kube, ns: str, key: Path) -> tuple[float, float]:
+    """Group 1 -> 2, a 20 s job on the new node, then 2 -> 1: seconds from the CR edit to the job's end
+    (it is never killed: the node is drained and waited for), and from the job's end to the pod gone."""
+    patch = json.dumps({"spec": {"workerGroups": [{"name": "cpu", "replicas": 2}]}})
+    kube.kubectl("-n", ns, "patch", "slurmcluster", NAME, "--type=merge", "-p", patch)
+
+    def usable(n: int) -> bool:
+        status = kube.json("-n", ns, "get", "slurmcluster", NAME).get("status", {})
+        return int(status.get("slurmNodes", {}).get("usable", 0)) == n
+
+    until("2 usable workers", lambda: usable(2), time.monotonic(), timeout=300)
+    leaving = f"{NAME}-worker-cpu-1"
+    out = ssh(kube, ns, key, f"sbatch --parsable -w {leaving} -o /dev/null --wrap 'sleep 20'")
+    job = out.stdout.strip().split(";")[0]
+    until(f"job {job} running", lambda: "RUNNING" in ssh(kube, ns, key, f"squeue -h -j {job} -o %T").stdout,
+          time.monotonic())  # fmt: skip
+    patch = json.dumps({"spec": {"workerGroups": [{"name": "cpu", "replicas": 1}]}})
+    t0 = time.monotonic()
+    kube.kubectl("-n", ns, "patch", "slurmcluster", NAME, "--type=merge", "-p", patch)
+
+    def job_done() -> bool:
+        return not ssh(kube, ns, key, f"squeue -h -j {job} -t running,completing -o %T").stdout.strip()
+
+    ended = until(f"job {job} ended", job_done, t0, timeout=120)
+    t1 = time.monotonic()
+    gone = until(f"pod {leaving} gone", lambda: not kube.kubectl(
+        "-n", ns, "get", "pod", leaving, "--ignore-not-found", check=False).strip(), t1)  # fmt: skip
+    return ended, gone
+
+
+def measure(kube: Kube, tmp: Path) -> tuple[float, float, list[dict[str, float]], float, tuple[float, float]]:
     key = tmp / "id_ed25519"
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "warden-bench", "-f", str(key)], check=True)
     suffix = uuid.uuid4().hex[:6]
@@ -157,7 +187,8 @@ def measure(kube: Kube, tmp: Path) -> tuple[float, float, list[dict[str, float]]
         first_job(kube, ns, key)
         t2 = time.monotonic()
         changes = [config_change(kube, ns) for _ in range(3)]
-        return t1 - t0, t2 - t1, changes, child_deleted(kube, ns)
+        healed = child_deleted(kube, ns)
+        return t1 - t0, t2 - t1, changes, healed, scale_in(kube, ns, key)
     finally:
         for release in (NAME, operator, "slurm-operator-crds"):
             kube.helm("uninstall", release, "-n", ns, "--ignore-not-found", "--wait", check=False)
@@ -176,7 +207,7 @@ def main() -> int:
             started = True
         cluster.import_images(chart_images())
         with tempfile.TemporaryDirectory(prefix="warden-bench-e2e-") as tmp:
-            ready, job, changes, healed = measure(cluster.kube(), Path(tmp))
+            ready, job, changes, healed, (ended, gone) = measure(cluster.kube(), Path(tmp))
     except LocalClusterError as e:
         print(f"bench/e2e: {e}", file=sys.stderr)
         return 1
@@ -193,6 +224,8 @@ def main() -> int:
             f"{c['worker']:5.1f} s; slurmctld restarts {c['restarts']:.0f}, pod replaced {c['replaced']:.0f}"
         )
     print(f"  deleted child (slurm-config ConfigMap) -> back      {healed:6.1f} s")
+    print(f"  scale-in 2 -> 1 with a 20 s job on the leaving node: CR edit -> job ended (not killed) {ended:5.1f} s,")
+    print(f"    job ended -> its pod gone (drained node waited for, then the StatefulSet shrinks) {gone:5.1f} s")
     return 0
 
 

@@ -19,6 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 
+from kubernetes.client.exceptions import ApiException
+
 from warden import naming, scalein
 from warden.apply import Applier
 from warden.model import API_GROUP, API_VERSION, SlurmClusterSpec, SlurmNodesStatus, parse_spec
@@ -134,7 +136,6 @@ class SlurmSync:
             cordoned[k8s_node] = bool(node and (node.get("spec") or {}).get("unschedulable"))
         todo = plan(pods, nodes, cordoned, self.settings.register_timeout)
         self._carry_out(body, rest, todo.drains, todo.resumes, todo.delete_nodes)
-        self._scale_in(body, rest, spec, names, nodes)
         stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
         for pod_name, cond in todo.conditions.items():
             api.set_pod_condition(
@@ -157,6 +158,7 @@ class SlurmSync:
         for event in todo.events:
             api.post_event(body, event.warning, event.reason, event.message)
         self.refresh(namespace, name, todo.summary)
+        self._scale_in(body, rest, spec, names, nodes)  # last: it reads more, and may fail on its own
         return True
 
     def _scale_in(
@@ -179,14 +181,8 @@ class SlurmSync:
         for node in todo.resumes:
             self._act(body, partial(rest.resume, node), "ScaleInCancelled", f"{node}: resumed, it stays")
         for sts, replicas in todo.scale:
-            api.scale(namespace, sts, replicas)
-            log.info(
-                "SlurmCluster %s: %s scaled in to %d: its leaving nodes run no job",
-                body["metadata"]["name"],
-                sts,
-                replicas,
-            )
-            api.post_event(body, False, "ScaledIn", f"{sts}: {replicas} nodes; the leaving ones ran no job")
+            message = f"{sts}: {replicas} nodes; the leaving ones ran no job"
+            self._act(body, partial(api.scale, namespace, sts, replicas), "ScaledIn", message)
 
     def _carry_out(
         self, body: Manifest, rest: SlurmRest, drains: list[tuple[str, str]], resumes: list[str], ghosts: list[str]
@@ -203,7 +199,7 @@ class SlurmSync:
         cluster = body["metadata"]["name"]
         try:
             action()
-        except SlurmError as e:
+        except (SlurmError, ApiException) as e:
             log.warning("SlurmCluster %s: %s", cluster, e)
             if (cluster, message) not in self._failed:
                 self._failed.add((cluster, message))

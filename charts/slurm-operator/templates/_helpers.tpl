@@ -98,6 +98,10 @@ authorized as "create", of one that exists as "patch": both are needed for appli
 - apiGroups: ["apps"]
   resources: ["statefulsets", "deployments"]
   verbs: ["get", "list", "watch", "create", "patch", "delete"]
+# A shrinking worker group is scaled down by the Slurm sync once its leaving nodes run no job.
+- apiGroups: ["apps"]
+  resources: ["statefulsets/scale"]
+  verbs: ["patch"]
 - apiGroups: ["batch"]
   resources: ["jobs"]
   verbs: ["get", "list", "watch", "create", "patch", "delete"]
