@@ -273,6 +273,13 @@ class WorkerGroup(Spec):
         description="Something else owns the group's size (HPA, KEDA, `kubectl scale` on the group's "
         "StatefulSet, 0 included): the operator sets `replicas` when it creates the StatefulSet, never again.",
     )
+    max_unavailable: int = Field(
+        default=1,
+        ge=1,
+        le=10000,
+        description="Upgrades (a changed image or pod template): nodes of the group out of service at a time, "
+        "each drained and replaced once it runs no job.",
+    )
     resources: ResourceRequirements = Field(default_factory=ResourceRequirements)
     gpus: Gpus = Field(default_factory=Gpus)
     features: list[Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]+$", max_length=64)]] = Field(

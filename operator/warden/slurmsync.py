@@ -21,7 +21,7 @@ from functools import partial
 
 from kubernetes.client.exceptions import ApiException
 
-from warden import naming, scalein
+from warden import naming, rollout, scalein
 from warden.apply import Applier
 from warden.model import API_GROUP, API_VERSION, SlurmClusterSpec, SlurmNodesStatus, parse_spec
 from warden.naming import Names
@@ -183,6 +183,56 @@ class SlurmSync:
         for sts, replicas in todo.scale:
             message = f"{sts}: {replicas} nodes; the leaving ones ran no job"
             self._act(body, partial(api.scale, namespace, sts, replicas), "ScaledIn", message)
+        self._roll(body, rest, spec, names, nodes, live)
+
+    def _roll(
+        self,
+        body: Manifest,
+        rest: SlurmRest,
+        spec: SlurmClusterSpec,
+        names: Names,
+        nodes: list[Node],
+        statefulsets: dict[str, Manifest],
+    ) -> None:
+        """Move worker pods to their StatefulSet's new revision without killing a job (``warden.rollout``)."""
+        api = self.applier
+        namespace = body["metadata"]["namespace"]
+        pods = api.list("v1", "Pod", namespace, names.selector("worker"))
+        groups = []
+        for g in spec.worker_groups:
+            sts = statefulsets.get(names.worker(g.name))
+            if sts is None:
+                continue
+            mine = [
+                rollout.Pod(
+                    name=p["metadata"]["name"],
+                    ordinal=int(p["metadata"]["name"].rsplit("-", 1)[1]),
+                    revision=(p["metadata"].get("labels") or {}).get("controller-revision-hash", ""),
+                    deleting=bool(p["metadata"].get("deletionTimestamp")),
+                )
+                for p in pods
+                if (p["metadata"].get("labels") or {}).get(naming.WORKER_GROUP_LABEL) == g.name
+            ]
+            groups.append(
+                rollout.Group(
+                    statefulset=names.worker(g.name),
+                    update_revision=(sts.get("status") or {}).get("updateRevision", ""),
+                    max_unavailable=g.max_unavailable,
+                    # ordinals at or above the size the group keeps are a scale-in's to take
+                    keep=int(sts["spec"].get("replicas", 1))
+                    if g.autoscaled
+                    else min(g.replicas, int(sts["spec"].get("replicas", 1))),
+                    pods=tuple(mine),
+                )
+            )
+        todo = rollout.plan(groups, {n.name: n for n in nodes})
+        for node, reason in todo.drains:
+            self._act(body, partial(rest.drain, node, reason), "UpgradeDraining", f"{node}: drained: {reason}")
+        for pod, why in todo.deletes:
+            self._act(body, partial(self._delete_pod, namespace, pod), "UpgradeReplacing", f"{pod}: {why}")
+
+    def _delete_pod(self, namespace: str, pod: str) -> None:
+        self.applier.delete("v1", "Pod", namespace, pod, "Background")
 
     def _carry_out(
         self, body: Manifest, rest: SlurmRest, drains: list[tuple[str, str]], resumes: list[str], ghosts: list[str]

@@ -394,6 +394,43 @@ def test_kubectl_drain_waits_for_the_running_job_and_takes_idle_workers_at_once(
     assert status["status"]["phase"] == "Ready"
 
 
+def test_worker_upgrade_waits_for_a_two_node_job_and_moves_every_pod(installed: Installed) -> None:
+    """A worker pod-template change (`helm upgrade` of the group's resources) with a job running on both
+    workers: no pod is replaced while the job runs; it completes and writes its output; then the pods
+    are replaced one at a time (maxUnavailable 1), each drained and idle first, and every pod ends on
+    the StatefulSet's new revision, registered and usable."""
+    kube, ns = installed.kube, installed.namespace
+    sts = f"{NAME}-worker-cpu"
+    out = installed.ssh("sbatch --parsable -N2 -o /root/upgrade-%j.out --wrap 'srun sleep 40; echo across'")
+    assert out.returncode == 0, out.stderr
+    job = out.stdout.strip().split(";")[0]
+    _eventually(f"job {job} running", lambda: _job_states(installed).get(job) == "RUNNING", timeout=60)
+    uids = {p: kube.json("-n", ns, "get", "pod", p)["metadata"]["uid"] for p in (f"{sts}-0", f"{sts}-1")}
+    group = installed.values["workerGroups"][0]
+    group["resources"] = {**group["resources"], "limits": {**group["resources"]["limits"], "cpu": "900m"}}
+    installed.helm_upgrade()
+    time.sleep(15)
+    assert _job_states(installed).get(job) == "RUNNING", "the job was disturbed"
+    now = {p: kube.json("-n", ns, "get", "pod", p)["metadata"]["uid"] for p in uids}
+    assert now == uids, "a pod was replaced while the job ran"
+    assert _wait_job(installed, job) == "COMPLETED"
+    assert installed.ssh(f"cat /root/upgrade-{job}.out").stdout.split() == ["across", "across"]
+
+    def all_moved() -> bool:
+        target = kube.json("-n", ns, "get", "statefulset", sts)["status"].get("updateRevision")
+        pods = kube.json("-n", ns, "get", "pods", "-l", f"{INSTANCE},app.kubernetes.io/component=worker")["items"]
+        mine = [p for p in pods if p["metadata"]["name"].startswith(f"{sts}-")]
+        return len(mine) == 2 and all(
+            p["metadata"]["labels"].get("controller-revision-hash") == target
+            and p["metadata"]["uid"] != uids[p["metadata"]["name"]]
+            and _slurm_condition(installed, p["metadata"]["name"]).get("status") == "True"
+            for p in mine
+        )
+
+    _eventually("every worker on the new revision, registered and usable", all_moved, timeout=300, interval=3)
+    assert any(sts in m for m in _events(installed, "UpgradeReplacing"))
+
+
 def test_user_made_right_after_ready_logs_in_and_runs_jobs(installed: Installed) -> None:
     """The first thing an admin does on a fresh install: make a user in the jail. With nothing
     restarted since `helm install` (slurmctld started before the populate Job had filled the jail),

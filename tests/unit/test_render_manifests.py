@@ -348,3 +348,9 @@ def test_only_autoscaled_groups_are_marked_for_the_apply_layer() -> None:
     assert elastic["metadata"]["annotations"] == {naming.AUTOSCALED_ANNOTATION: "true"}
     assert elastic["spec"]["replicas"] == 3, "the size it is created with"
     assert "annotations" not in objs["StatefulSet/demo-worker-fixed"]["metadata"]
+
+
+def test_worker_upgrades_replace_no_pod_by_themselves() -> None:
+    objs = objects(Cluster(name="demo", namespace="ns", spec=parse_spec({"workerGroups": [{"name": "cpu"}]})))
+    assert objs["StatefulSet/demo-worker-cpu"]["spec"]["updateStrategy"] == {"type": "OnDelete"}
+    assert "updateStrategy" not in objs["StatefulSet/demo-controller"]["spec"], "slurmctld rolls as usual"

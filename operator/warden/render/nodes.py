@@ -129,6 +129,9 @@ def worker_statefulset(cluster: Cluster, group: WorkerGroup) -> Manifest:
         parallel=True,
         pod_spec=pod_spec,
     )
+    # Upgrades replace no pod by themselves: the Slurm sync drains each and deletes it once idle
+    # (warden.rollout), max_unavailable at a time.
+    sts["spec"]["updateStrategy"] = {"type": "OnDelete"}
     if group.autoscaled:
         # the apply layer creates it with `replicas`, then never applies that field again
         sts["metadata"]["annotations"] = {naming.AUTOSCALED_ANNOTATION: "true"}

@@ -1,0 +1,80 @@
+"""Rolling upgrades that never kill a job: a pure planner (pods, revisions and Slurm nodes in, actions out).
+
+Worker StatefulSets use ``updateStrategy: OnDelete``: a changed pod template (image, resources...)
+replaces no pod by itself. The Slurm sync runs this plan every few seconds: at most ``max_unavailable``
+nodes of a group are out of service for the upgrade at a time; each pod still on an old revision is
+drained (reason ``UPGRADE_PREFIX``), and deleted once its node runs no job; its StatefulSet makes it
+again from the new template, and the new slurmd registers. A pod of the new revision that has not
+registered yet still counts as unavailable, so batches do not pile up. A node someone else drained (a
+person, a health check) keeps its old pod and its drain until they resume it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from warden.slurm import Node
+
+UPGRADE_PREFIX = "warden: upgrade"
+
+
+@dataclass(frozen=True)
+class Pod:
+    name: str
+    ordinal: int
+    revision: str
+    deleting: bool = False
+
+
+@dataclass(frozen=True)
+class Group:
+    statefulset: str
+    update_revision: str
+    max_unavailable: int
+    keep: int  # ordinals at and above this are leaving the group (scale-in), not upgraded
+    pods: tuple[Pod, ...]
+
+
+@dataclass
+class Rollout:
+    drains: list[tuple[str, str]] = field(default_factory=list)
+    deletes: list[tuple[str, str]] = field(default_factory=list)  # (pod, why)
+
+
+def reason(group: Group) -> str:
+    return f"{UPGRADE_PREFIX}: {group.statefulset} moves to revision {group.update_revision}"
+
+
+def plan(groups: Iterable[Group], nodes: Mapping[str, Node]) -> Rollout:
+    out = Rollout()
+    for g in groups:
+        pods = [p for p in g.pods if p.ordinal < g.keep]
+        old = sorted((p for p in pods if p.revision != g.update_revision and not p.deleting), key=lambda p: -p.ordinal)
+        if not old or not g.update_revision:
+            continue
+
+        def usable(p: Pod) -> bool:
+            node = nodes.get(p.name)
+            return node is not None and not node.drained and not node.down
+
+        # out of service for the upgrade: pods going, new ones not registered yet, old ones drained for it
+        unavailable = sum(1 for p in pods if p.deleting or (p.revision == g.update_revision and not usable(p)))
+        draining = [p for p in old if (n := nodes.get(p.name)) is not None and n.drained
+                    and n.reason.startswith(UPGRADE_PREFIX)]  # fmt: skip
+        unavailable += len(draining)
+        for p in draining:
+            if not nodes[p.name].busy:
+                out.deletes.append((p.name, f"drained for the upgrade and idle: {reason(g)}"))
+        for p in old:
+            known = nodes.get(p.name)
+            if known is not None and known.drained and p not in draining:
+                continue  # drained by someone else (a person, a health check): theirs to resume first
+            if p in draining or unavailable >= g.max_unavailable:
+                continue
+            if nodes.get(p.name) is None:
+                out.deletes.append((p.name, f"not registered, nothing to wait for: {reason(g)}"))
+            else:
+                out.drains.append((p.name, reason(g)))
+            unavailable += 1
+    return out
