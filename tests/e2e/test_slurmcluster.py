@@ -401,7 +401,7 @@ def test_worker_upgrade_waits_for_a_two_node_job_and_moves_every_pod(installed: 
     the StatefulSet's new revision, registered and usable."""
     kube, ns = installed.kube, installed.namespace
     sts = f"{NAME}-worker-cpu"
-    out = installed.ssh("sbatch --parsable -N2 -o /root/upgrade-%j.out --wrap 'srun sleep 40; echo across'")
+    out = installed.ssh("sbatch --parsable -N2 -o /root/upgrade-%j.out --wrap 'srun sh -c \"sleep 40; echo across\"'")
     assert out.returncode == 0, out.stderr
     job = out.stdout.strip().split(";")[0]
     _eventually(f"job {job} running", lambda: _job_states(installed).get(job) == "RUNNING", timeout=60)
