@@ -203,12 +203,7 @@ class Applier:
         """Add or replace one condition of a pod's status (conditions merge by type; the kubelet keeps
         types it does not own, as it does for readiness gates)."""
         path = self._path("v1", "Pod", namespace, pod) + "/status"
-        body = {"status": {"conditions": [condition]}}
-        try:
-            self._call("PATCH", path, body=body, content_type="application/strategic-merge-patch+json")
-        except ApiException as e:
-            if e.status != 404:
-                raise
+        self._patch_pod(path, {"status": {"conditions": [condition]}}, "application/strategic-merge-patch+json")
 
     def scale(self, namespace: str, statefulset: str, replicas: int) -> None:
         """Set a StatefulSet's size through its scale subresource."""
@@ -217,13 +212,17 @@ class Applier:
 
     def set_pod_label(self, namespace: str, pod: str, key: str, value: str | None) -> None:
         """Set (or, with None, remove) one label of a pod; a pod gone meanwhile needs nothing."""
-        path = self._path("v1", "Pod", namespace, pod)
+        self._patch_pod(self._path("v1", "Pod", namespace, pod), {"metadata": {"labels": {key: value}}})
+
+    def _patch_pod(self, path: str, body: Manifest, content_type: str = "application/merge-patch+json") -> bool:
+        """PATCH a pod (or its status); False when it is gone meanwhile, which then needs nothing."""
         try:
-            patch = {"metadata": {"labels": {key: value}}}
-            self._call("PATCH", path, body=patch, content_type="application/merge-patch+json")
+            self._call("PATCH", path, body=body, content_type=content_type)
+            return True
         except ApiException as e:
             if e.status != 404:
                 raise
+            return False
 
     def post_event(self, involved: Manifest, warning: bool, reason: str, message: str) -> None:
         """A core/v1 Event about ``involved`` (an object as read from the API)."""
@@ -261,13 +260,8 @@ class Applier:
             if meta.get("deletionTimestamp") or (meta.get("annotations") or {}).get(key) == value:
                 continue
             path = self._path("v1", "Pod", namespace, meta["name"])
-            try:
-                patch = {"metadata": {"annotations": {key: value}}}
-                self._call("PATCH", path, body=patch, content_type="application/merge-patch+json")
+            if self._patch_pod(path, {"metadata": {"annotations": {key: value}}}):
                 log.info("pod %s: marked with configuration %s", meta["name"], value)
-            except ApiException as e:
-                if e.status != 404:  # a pod gone since the listing needs nothing
-                    raise
 
     def apply(self, obj: Manifest, owner: Owner | None, result: ApplyResult) -> None:
         obj = with_owner(obj, owner)

@@ -65,15 +65,10 @@ def config_hash(objects: list[Manifest]) -> str:
     return content_hash(maps)
 
 
-def live_statefulsets(applier: Applier, objects: list[Manifest]) -> dict[str, Manifest]:
-    """The rendered StatefulSets as they are now (read before applying), by name."""
-    out = {}
-    for obj in objects:
-        if obj["kind"] == "StatefulSet":
-            live = applier.get("apps/v1", "StatefulSet", obj["metadata"]["namespace"], obj["metadata"]["name"])
-            if live is not None:
-                out[obj["metadata"]["name"]] = live
-    return out
+def live_statefulsets(applier: Applier, cluster: Cluster) -> dict[str, Manifest]:
+    """The cluster's StatefulSets as they are now (read before applying), by name: one list call."""
+    found = applier.list("apps/v1", "StatefulSet", cluster.namespace, cluster.names.instance_selector())
+    return {s["metadata"]["name"]: s for s in found}
 
 
 def replaced_pods(live: dict[str, Manifest], objects: list[Manifest]) -> list[str]:
@@ -135,7 +130,7 @@ def reconcile(applier: Applier, body: Manifest, slurm_required: bool = False) ->
     rendered = render(cluster)
     result = ApplyResult()
     jail_owner = None if spec.jail.retain_on_delete else owner
-    live = live_statefulsets(applier, rendered.objects)
+    live = live_statefulsets(applier, cluster)
     result.replaced = replaced_pods(live, rendered.objects)
     if slurm_required:  # someone reads Slurm and will shrink them once drained; without, shrink now
         for held in hold_replicas(live, rendered.objects):

@@ -68,6 +68,10 @@ def worker_pod(pod: Manifest, now: datetime.datetime) -> WorkerPod:
     )
 
 
+def _size(statefulset: Manifest) -> int:
+    return int(statefulset["spec"].get("replicas", 1))
+
+
 class SlurmSync:
     def __init__(self, applier: Applier, settings: Settings, refresh: Refresh) -> None:
         self.applier = applier
@@ -129,7 +133,8 @@ class SlurmSync:
             log.warning("SlurmCluster %s/%s: %s", namespace, name, e)
             return True
         now = datetime.datetime.now(datetime.UTC)
-        pods = [worker_pod(p, now) for p in api.list("v1", "Pod", namespace, names.selector("worker"))]
+        raw_pods = api.list("v1", "Pod", namespace, names.selector("worker"))
+        pods = [worker_pod(p, now) for p in raw_pods]
         cordoned: dict[str, bool] = {}
         for k8s_node in {p.k8s_node for p in pods if p.k8s_node}:
             node = api.get_node(k8s_node)
@@ -158,22 +163,29 @@ class SlurmSync:
         for event in todo.events:
             api.post_event(body, event.warning, event.reason, event.message)
         self.refresh(namespace, name, todo.summary)
-        self._scale_in(body, rest, spec, names, nodes)  # last: it reads more, and may fail on its own
+        # last: group sizes and revisions, read once for both planners
+        statefulsets = {s["metadata"]["name"]: s for s in api.list("apps/v1", "StatefulSet", namespace,
+                                                                   names.selector("worker"))}  # fmt: skip
+        self._scale_in(body, rest, spec, names, nodes, statefulsets)
+        self._roll(body, rest, spec, names, nodes, statefulsets, raw_pods)
         return True
 
     def _scale_in(
-        self, body: Manifest, rest: SlurmRest, spec: SlurmClusterSpec, names: Names, nodes: list[Node]
+        self,
+        body: Manifest,
+        rest: SlurmRest,
+        spec: SlurmClusterSpec,
+        names: Names,
+        nodes: list[Node],
+        statefulsets: dict[str, Manifest],
     ) -> None:
         """Shrink worker groups whose leaving nodes are drained and idle (``warden.scalein``)."""
         api = self.applier
         namespace = body["metadata"]["namespace"]
-        live = {
-            s["metadata"]["name"]: s for s in api.list("apps/v1", "StatefulSet", namespace, names.selector("worker"))
-        }
         groups = [
-            scalein.Group(names.worker(g.name), g.replicas, int(live[names.worker(g.name)]["spec"].get("replicas", 1)))
+            scalein.Group(names.worker(g.name), g.replicas, _size(statefulsets[names.worker(g.name)]))
             for g in spec.worker_groups
-            if not g.autoscaled and names.worker(g.name) in live
+            if not g.autoscaled and names.worker(g.name) in statefulsets
         ]
         todo = scalein.plan(groups, {n.name: n for n in nodes})
         for node, reason in todo.drains:
@@ -183,7 +195,6 @@ class SlurmSync:
         for sts, replicas in todo.scale:
             message = f"{sts}: {replicas} nodes; the leaving ones ran no job"
             self._act(body, partial(api.scale, namespace, sts, replicas), "ScaledIn", message)
-        self._roll(body, rest, spec, names, nodes, live)
 
     def _roll(
         self,
@@ -193,11 +204,10 @@ class SlurmSync:
         names: Names,
         nodes: list[Node],
         statefulsets: dict[str, Manifest],
+        pods: list[Manifest],
     ) -> None:
         """Move worker pods to their StatefulSet's new revision without killing a job (``warden.rollout``)."""
-        api = self.applier
         namespace = body["metadata"]["namespace"]
-        pods = api.list("v1", "Pod", namespace, names.selector("worker"))
         groups = []
         for g in spec.worker_groups:
             sts = statefulsets.get(names.worker(g.name))
@@ -219,9 +229,7 @@ class SlurmSync:
                     update_revision=(sts.get("status") or {}).get("updateRevision", ""),
                     max_unavailable=g.max_unavailable,
                     # ordinals at or above the size the group keeps are a scale-in's to take
-                    keep=int(sts["spec"].get("replicas", 1))
-                    if g.autoscaled
-                    else min(g.replicas, int(sts["spec"].get("replicas", 1))),
+                    keep=_size(sts) if g.autoscaled else min(g.replicas, _size(sts)),
                     pods=tuple(mine),
                 )
             )

@@ -101,14 +101,15 @@ def fold(
     else:
         jail = cond("JailPopulated", False, "PopulatePending", "waiting for the populate-jail Job")
 
+    def daemon(type_: str, w: Workload, reason: str, what: str, waiting_for: str | None = None) -> Condition:
+        """The condition of a daemon's workload: ``<reason>Ready``/``<reason>NotReady``."""
+        if w.is_ready:
+            return cond(type_, True, f"{reason}Ready", f"{what} is ready")
+        return cond(type_, False, f"{reason}NotReady", f"{waiting_for or what} is not ready yet")
+
     # Controller
     c = observed.controller
-    controller = cond(
-        "ControllerReady",
-        c.is_ready,
-        "SlurmctldReady" if c.is_ready else "SlurmctldNotReady",
-        "slurmctld is ready" if c.is_ready else "slurmctld is not ready yet",
-    )
+    controller = daemon("ControllerReady", c, "Slurmctld", "slurmctld")
 
     # Login
     lg = observed.login
@@ -146,22 +147,10 @@ def fold(
     if spec.accounting.mode == "Disabled" or observed.accounting is None:
         accounting = cond("AccountingReady", True, "AccountingDisabled", "accounting is disabled")
     else:
-        a = observed.accounting
-        accounting = cond(
-            "AccountingReady",
-            a.is_ready,
-            "SlurmdbdReady" if a.is_ready else "SlurmdbdNotReady",
-            "slurmdbd is ready" if a.is_ready else "slurmdbd (or its database) is not ready yet",
+        accounting = daemon(
+            "AccountingReady", observed.accounting, "Slurmdbd", "slurmdbd", "slurmdbd (or its database)"
         )
-
-    # slurmrestd
-    r = observed.restapi
-    restapi = cond(
-        "RestApiReady",
-        r.is_ready,
-        "SlurmrestdReady" if r.is_ready else "SlurmrestdNotReady",
-        "slurmrestd is ready" if r.is_ready else "slurmrestd is not ready yet",
-    )
+    restapi = daemon("RestApiReady", observed.restapi, "Slurmrestd", "slurmrestd")
 
     # Slurm: Ready needs the workers registered with slurmctld, not just running. Unknown until
     # slurmrestd answered once; that blocks Ready only when the operator reads Slurm at all.

@@ -7,6 +7,7 @@ containers, network, volumes and rendered files after the run, for poking at.
 
 from __future__ import annotations
 
+import shlex
 import sys
 from collections.abc import Iterator
 
@@ -45,6 +46,13 @@ class JailUser:
         self.name = name
         self.identity, self.public_key = cluster.user_key(name)
 
+    @classmethod
+    def added_by_root(cls, cluster: DockerCluster, name: str) -> JailUser:
+        """`warden-useradd` run by root in an SSH session on the login node (chrooted into the jail)."""
+        user = cls(cluster, name)
+        cluster.ssh("root", f"warden-useradd --key {shlex.quote(user.public_key)} {name}")
+        return user
+
     def ssh(self, script: str, check: bool = True, timeout: float = 120, input: str | None = None) -> str:
         r = self.cluster.ssh(self.name, script, check=check, timeout=timeout, identity=self.identity, input=input)
         return r.out
@@ -53,6 +61,4 @@ class JailUser:
 @pytest.fixture(scope="session")
 def alice(cluster: DockerCluster) -> JailUser:
     """`alice`, created by root in an SSH session on the login node (chrooted into the jail)."""
-    user = JailUser(cluster, "alice")
-    cluster.ssh("root", f"warden-useradd --key '{user.public_key}' alice")
-    return user
+    return JailUser.added_by_root(cluster, "alice")

@@ -33,16 +33,13 @@ from warden import naming
 from warden.slurm import SlurmNodeUnknown
 from warden.slurmrest import SlurmRest, SlurmRestError, mint_token
 
-q = shlex.quote
 API = f"/slurm/{naming.RESTAPI_VERSION}"
 
 
 @pytest.fixture(scope="module")
 def erin(cluster: DockerCluster) -> JailUser:
     """A plain jail user (no accounting admin level), made for this module."""
-    user = JailUser(cluster, f"erin{uuid.uuid4().hex[:4]}")
-    cluster.ssh("root", f"warden-useradd --key {q(user.public_key)} {user.name}")
-    return user
+    return JailUser.added_by_root(cluster, f"erin{uuid.uuid4().hex[:4]}")
 
 
 def _restapi_pod(cluster: DockerCluster) -> str:

@@ -36,9 +36,7 @@ def _eventually(what: str, probe: Callable[[], str], ok: Callable[[str], bool], 
 @pytest.fixture(scope="module")
 def carol(cluster: DockerCluster) -> JailUser:
     """A user made by root on the login node after every daemon is up."""
-    user = JailUser(cluster, f"carol{uuid.uuid4().hex[:4]}")
-    cluster.ssh("root", f"warden-useradd --key {q(user.public_key)} {user.name}")
-    return user
+    return JailUser.added_by_root(cluster, f"carol{uuid.uuid4().hex[:4]}")
 
 
 def test_slurmctld_and_slurmdbd_started_before_the_jail_was_populated(cluster: DockerCluster) -> None:
