@@ -18,7 +18,9 @@ prints "DUE TO TIME LIMIT"; a MAINT reservation on a drained node, then RESUME, 
 
 from __future__ import annotations
 
+import itertools
 import json
+import math
 import re
 import signal
 import subprocess
@@ -31,6 +33,7 @@ __all__ = [
     "BUSY_STATES",
     "CommandResult",
     "CommandRunner",
+    "Job",
     "Node",
     "Slurm",
     "SlurmCommandError",
@@ -39,8 +42,10 @@ __all__ = [
     "SlurmParseError",
     "SlurmTimeout",
     "StepResult",
+    "expand_hostlist",
     "first_line",
     "gpu_count",
+    "jobs_from_doc",
     "nodes_from_doc",
     "parse_nodes_json",
     "run_command",
@@ -221,6 +226,130 @@ def nodes_from_doc(doc: Any) -> list[Node]:
     if errors:
         raise SlurmParseError(f"Slurm reported errors: {errors}")
     return [_node_from_json(n) for n in doc["nodes"] if isinstance(n, dict)]
+
+
+#: the most names one hostlist expression may expand to (a typo like ``n[0-99999999]`` is an error)
+HOSTLIST_LIMIT = 65536
+_DIGITS = re.compile(r"[0-9]+")
+
+
+def _hostlist_items(expr: str) -> list[str]:
+    """Split at the commas outside brackets; brackets must pair up and not nest."""
+    items, depth, start = [], 0, 0
+    for i, c in enumerate(expr):
+        if c == "[":
+            depth += 1
+        elif c == "]":
+            depth -= 1
+        elif c == "," and depth == 0:
+            items.append(expr[start:i])
+            start = i + 1
+        if depth not in (0, 1):
+            raise SlurmParseError(f"hostlist {expr!r}: unbalanced or nested brackets")
+    if depth:
+        raise SlurmParseError(f"hostlist {expr!r}: unbalanced brackets")
+    items.append(expr[start:])
+    if not all(items):
+        raise SlurmParseError(f"hostlist {expr!r}: empty name")
+    return items
+
+
+def _hostlist_range(body: str, expr: str) -> list[str]:
+    """``0-2,5`` -> 0 1 2 5; ``01-03`` keeps the width of its lower bound (01 02 03)."""
+    out: list[str] = []
+    for part in body.split(","):
+        lo, dash, hi = part.partition("-")
+        if not _DIGITS.fullmatch(lo) or (dash and not _DIGITS.fullmatch(hi)):
+            raise SlurmParseError(f"hostlist {expr!r}: bad range {part!r}")
+        first, last = int(lo), int(hi if dash else lo)
+        if last < first:
+            raise SlurmParseError(f"hostlist {expr!r}: range {part!r} runs backwards")
+        if len(out) + last - first + 1 > HOSTLIST_LIMIT:
+            raise SlurmParseError(f"hostlist {expr!r}: more than {HOSTLIST_LIMIT} names")
+        out += [str(n).zfill(len(lo)) for n in range(first, last + 1)]
+    return out
+
+
+def expand_hostlist(expr: str) -> list[str]:
+    """Node names in a Slurm hostlist: ``demo-worker-cpu-[0-2,5]``, ``a-1,b-[3-4]``, ``node[01-03]``,
+    ``r[1-2]-n[1-2]`` (every combination, in order); ``""`` is none. Raises SlurmParseError."""
+    expr = expr.strip()
+    if not expr:
+        return []
+    names: list[str] = []
+    for item in _hostlist_items(expr):
+        # "r[1-2]-n[3]" -> [["r"], ["1", "2"], ["-n"], ["3"]]: literal text and bracket bodies alternate
+        pieces = re.split(r"\[([^\]]*)\]", item)
+        parts = [[p] if i % 2 == 0 else _hostlist_range(p, expr) for i, p in enumerate(pieces)]
+        if len(names) + math.prod(len(p) for p in parts) > HOSTLIST_LIMIT:
+            raise SlurmParseError(f"hostlist {expr!r}: more than {HOSTLIST_LIMIT} names")
+        names += ["".join(combo) for combo in itertools.product(*parts)]
+    return names
+
+
+@dataclass(frozen=True)
+class Job:
+    """A job as slurmctld lists it (slurmrestd's ``/jobs``, data_parser v0.0.42)."""
+
+    id: int
+    #: base state (PENDING, RUNNING, COMPLETED, CANCELLED, ...), or COMPLETING while Slurm is still
+    #: cleaning up after the job on its nodes (as squeue shows it: CG)
+    state: str
+    nodes: tuple[str, ...]  # the nodes allocated to it, expanded; () while pending
+    #: epoch seconds: for a running job, its start plus its time limit; None when Slurm sets none
+    end_time: float | None
+
+
+def _end_time(raw: Any, job_id: int) -> float | None:
+    """``{"set": true, "infinite": false, "number": 1700000000}`` (data_parser v0.0.40+) or a number."""
+    if raw is None:
+        return None
+    if isinstance(raw, dict):
+        if not raw.get("set") or raw.get("infinite"):
+            return None
+        raw = raw.get("number")
+    if isinstance(raw, bool) or not isinstance(raw, int | float):
+        raise SlurmParseError(f"job {job_id}: end_time is not a number: {raw!r}")
+    return float(raw) if raw > 0 else None
+
+
+def _job_from_json(raw: Any) -> Job:
+    if not isinstance(raw, dict):
+        raise SlurmParseError(f"job entry is not an object: {str(raw)[:200]!r}")
+    job_id = raw.get("job_id")
+    if isinstance(job_id, bool) or not isinstance(job_id, int):
+        raise SlurmParseError(f"job without a numeric job_id: {str(raw)[:200]!r}")
+    words = [w.upper() for w in _str_list(raw.get("job_state"))]
+    if not words:
+        raise SlurmParseError(f"job {job_id}: no job_state: {raw.get('job_state')!r}")
+    state = "COMPLETING" if "COMPLETING" in words else words[0]
+    resources = raw.get("job_resources")
+    allocated = resources.get("nodes") if isinstance(resources, dict) else None
+    allocation = allocated.get("allocation") if isinstance(allocated, dict) else None
+    if isinstance(allocation, list) and allocation:
+        names = [a.get("name") if isinstance(a, dict) else None for a in allocation]
+        if not all(isinstance(n, str) and n for n in names):
+            raise SlurmParseError(f"job {job_id}: an allocated node without a name: {str(allocation)[:200]!r}")
+        nodes = tuple(str(n) for n in names)
+    else:
+        hostlist = raw.get("nodes") or ""
+        if not isinstance(hostlist, str):
+            raise SlurmParseError(f"job {job_id}: nodes is not a hostlist string: {hostlist!r}")
+        try:
+            nodes = tuple(expand_hostlist("" if hostlist == "(null)" else hostlist))
+        except SlurmParseError as e:
+            raise SlurmParseError(f"job {job_id}: {e}") from e
+    return Job(id=job_id, state=state, nodes=nodes, end_time=_end_time(raw.get("end_time"), job_id))
+
+
+def jobs_from_doc(doc: Any) -> list[Job]:
+    """Jobs from slurmrestd's ``GET /slurm/v0.0.42/jobs``."""
+    if not isinstance(doc, dict) or not isinstance(doc.get("jobs"), list):
+        raise SlurmParseError(f"no 'jobs' list in Slurm's JSON: {str(doc)[:200]!r}")
+    errors = doc.get("errors") or []
+    if errors:
+        raise SlurmParseError(f"Slurm reported errors: {errors}")
+    return [_job_from_json(j) for j in doc["jobs"]]
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from urllib.parse import quote
 import urllib3
 
 from warden.naming import RESTAPI_VERSION
-from warden.slurm import Node, SlurmError, SlurmNodeUnknown, SlurmParseError, nodes_from_doc
+from warden.slurm import Job, Node, SlurmError, SlurmNodeUnknown, SlurmParseError, jobs_from_doc, nodes_from_doc
 
 __all__ = ["SlurmRest", "SlurmRestError", "SlurmUnreachable", "mint_token"]
 
@@ -130,6 +130,11 @@ class SlurmRest:
     def nodes(self) -> list[Node]:
         """Every node slurmctld knows (dynamic worker nodes register themselves)."""
         return nodes_from_doc(self._request("GET", "nodes", "list nodes"))
+
+    def jobs(self) -> list[Job]:
+        """Every job slurmctld still lists (pending, running, completing, recently ended), with the nodes
+        each runs on and when it will end."""
+        return jobs_from_doc(self._request("GET", "jobs", "list jobs"))
 
     def _update(self, name: str, what: str, body: dict[str, Any]) -> None:
         try:

@@ -13,7 +13,7 @@ token on to slurmctld, which decides (facts of Slurm 24.11.5, checked here):
   `slurm` (SlurmUser, an administrator) can; only root or slurm get one for another user.
 
 The operator's client (`warden.slurmrest`) signs its own tokens with the key of Secret
-`<cluster>-jwt-key` and is checked against the real slurmrestd here: ping, nodes, drain, resume,
+`<cluster>-jwt-key` and is checked against the real slurmrestd here: ping, nodes, jobs, drain, resume,
 delete a dynamic node. The session's one cluster is used (no cluster of its own); every drain is
 undone before the test ends.
 """
@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 
@@ -202,6 +203,27 @@ def test_client_pings_and_lists_the_worker_nodes(cluster: DockerCluster, rest: S
         assert node.state == "IDLE" and not node.drained and not node.down, node
     assert [nodes[g].gpus for g in gpu] == [2] * len(gpu)
     assert all("cpu" in nodes[w].partitions for w in cluster.worker_pods("cpu"))
+
+
+def test_client_lists_a_running_job_with_its_node_and_end(
+    cluster: DockerCluster, rest: SlurmRest, erin: JailUser
+) -> None:
+    """A user's 2-minute job: the operator's client sees it RUNNING on the node squeue names, ending
+    at its start plus its time limit."""
+    submitted = time.time()
+    job = int(erin.ssh("cd && sbatch -p cpu -t 2 --parsable --wrap 'sleep 30'").strip())
+    try:
+        wait_for(f"job {job} running",
+                 lambda: any(j.id == job and j.state == "RUNNING" for j in rest.jobs()), 60)  # fmt: skip
+        running = time.time()
+        (listed,) = [j for j in rest.jobs() if j.id == job]
+        node = erin.ssh(f"squeue -h -j {job} -o %N").strip()
+        assert listed.nodes == (node,) and node in cluster.worker_pods("cpu"), (listed, node)
+        assert listed.end_time is not None, listed
+        # Slurm counts in whole seconds; the clocks are the host's
+        assert submitted + 120 - 5 <= listed.end_time <= running + 120 + 5, (listed, submitted, running)
+    finally:
+        erin.ssh(f"scancel {job}", check=False)
 
 
 def test_client_drains_and_resumes_a_node(cluster: DockerCluster, rest: SlurmRest, worker: str) -> None:

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from warden.slurm import SlurmNodeUnknown
+from warden.slurm import Job, SlurmNodeUnknown, SlurmParseError
 from warden.slurmrest import SlurmRest, SlurmRestError, SlurmUnreachable, mint_token
 
 
@@ -89,6 +89,44 @@ def test_nodes_are_read_with_the_users_token(server: tuple[FakeSlurmrestd, str])
     assert (node.name, node.state, node.drained, node.reason) == ("demo-worker-cpu-0", "IDLE", True, "maintenance")
     _, _, headers, _ = fake.requests[0]
     assert headers["X-SLURM-USER-NAME"] == "slurm" and headers["X-SLURM-USER-TOKEN"] == "TOKEN"
+
+
+def test_jobs_are_listed_with_their_nodes_and_end(server: tuple[FakeSlurmrestd, str]) -> None:
+    fake, url = server
+    running = {
+        "job_id": 41,
+        "job_state": ["RUNNING"],
+        "nodes": "demo-worker-cpu-[0-1]",
+        "end_time": {"set": True, "infinite": False, "number": 1_700_000_120},
+    }
+    pending = {
+        "job_id": 42,
+        "job_state": ["PENDING"],
+        "nodes": "",
+        "end_time": {"set": False, "infinite": False, "number": 0},
+    }
+    fake.replies[("GET", "/slurm/v0.0.42/jobs")] = (200, {"jobs": [running, pending], "errors": [], "warnings": []})
+    rest = SlurmRest(url, token=lambda: "TOKEN")
+    assert rest.jobs() == [
+        Job(id=41, state="RUNNING", nodes=("demo-worker-cpu-0", "demo-worker-cpu-1"), end_time=1_700_000_120.0),
+        Job(id=42, state="PENDING", nodes=(), end_time=None),
+    ]
+    method, path, headers, _ = fake.requests[0]
+    assert (method, path, headers["X-SLURM-USER-TOKEN"]) == ("GET", "/slurm/v0.0.42/jobs", "TOKEN")
+
+
+def test_job_list_errors_are_named(server: tuple[FakeSlurmrestd, str]) -> None:
+    fake, url = server
+    rest = SlurmRest(url, token=lambda: "T")
+    fake.replies[("GET", "/slurm/v0.0.42/jobs")] = (500, {"errors": [{"description": "Unable to query jobs"}]})
+    with pytest.raises(SlurmRestError, match="list jobs: HTTP 500: Unable to query jobs"):
+        rest.jobs()
+    fake.replies[("GET", "/slurm/v0.0.42/jobs")] = (
+        200,
+        {"jobs": [{"job_id": 1, "job_state": ["RUNNING"], "nodes": "n[1"}]},
+    )
+    with pytest.raises(SlurmParseError, match="job 1: hostlist 'n\\[1': unbalanced"):
+        rest.jobs()
 
 
 def test_drain_and_resume_post_the_node_update(server: tuple[FakeSlurmrestd, str]) -> None:
