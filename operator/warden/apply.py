@@ -32,7 +32,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from warden.model import API_GROUP, API_VERSION, PLURAL
+from warden.model import API_GROUP, API_VERSION, PLURAL, WORKER_SET_KIND, WORKER_SET_PLURAL
 from warden.naming import AUTOSCALED_ANNOTATION, FIELD_MANAGER
 from warden.render.jail import TEMPLATE_HASH_ANNOTATION
 from warden.render.pods import Manifest
@@ -59,6 +59,7 @@ KINDS: dict[tuple[str, str], tuple[str, str]] = {
     ("rbac.authorization.k8s.io/v1", "Role"): ("/apis/rbac.authorization.k8s.io/v1", "roles"),
     ("rbac.authorization.k8s.io/v1", "RoleBinding"): ("/apis/rbac.authorization.k8s.io/v1", "rolebindings"),
     (f"{API_GROUP}/{API_VERSION}", "SlurmCluster"): (f"/apis/{API_GROUP}/{API_VERSION}", PLURAL),
+    (f"{API_GROUP}/{API_VERSION}", WORKER_SET_KIND): (f"/apis/{API_GROUP}/{API_VERSION}", WORKER_SET_PLURAL),
 }
 
 # Kinds the operator prunes when they are no longer rendered (a removed worker group, accounting
@@ -68,6 +69,7 @@ PRUNABLE = [
     ("v1", "Service"),
     ("v1", "ServiceAccount"),
     ("apps/v1", "StatefulSet"),
+    (f"{API_GROUP}/{API_VERSION}", WORKER_SET_KIND),
     ("apps/v1", "Deployment"),
     ("batch/v1", "Job"),
     ("batch/v1", "CronJob"),
@@ -185,9 +187,22 @@ class Applier:
         out: Manifest = self._call("PATCH", path, body=obj, query=query, content_type="application/apply-patch+yaml")
         return out
 
-    def patch_status(self, name: str, namespace: str, status: Manifest) -> None:
-        path = self._path(f"{API_GROUP}/{API_VERSION}", "SlurmCluster", namespace, name) + "/status"
+    def patch_status(self, name: str, namespace: str, status: Manifest, kind: str = "SlurmCluster") -> None:
+        path = self._path(f"{API_GROUP}/{API_VERSION}", kind, namespace, name) + "/status"
         self._call("PATCH", path, body={"status": status}, content_type="application/merge-patch+json")
+
+    def create(self, obj: Manifest) -> bool:
+        """Create an object as given (worker pods: made once, never applied again); False when one of
+        that name exists already."""
+        meta = obj["metadata"]
+        path = self._path(obj["apiVersion"], obj["kind"], meta["namespace"])
+        try:
+            self._call("POST", path, body=obj, query=[("fieldManager", FIELD_MANAGER)])
+            return True
+        except ApiException as e:
+            if e.status == 409:
+                return False
+            raise
 
     def get_node(self, name: str) -> Manifest | None:
         """A Kubernetes Node (cluster-scoped)."""
@@ -205,14 +220,13 @@ class Applier:
         path = self._path("v1", "Pod", namespace, pod) + "/status"
         self._patch_pod(path, {"status": {"conditions": [condition]}}, "application/strategic-merge-patch+json")
 
-    def scale(self, namespace: str, statefulset: str, replicas: int) -> None:
-        """Set a StatefulSet's size through its scale subresource."""
-        path = self._path("apps/v1", "StatefulSet", namespace, statefulset) + "/scale"
-        self._call("PATCH", path, body={"spec": {"replicas": replicas}}, content_type="application/merge-patch+json")
-
     def set_pod_label(self, namespace: str, pod: str, key: str, value: str | None) -> None:
         """Set (or, with None, remove) one label of a pod; a pod gone meanwhile needs nothing."""
         self._patch_pod(self._path("v1", "Pod", namespace, pod), {"metadata": {"labels": {key: value}}})
+
+    def set_pod_annotation(self, namespace: str, pod: str, key: str, value: str | None) -> None:
+        """Set (or, with None, remove) one annotation of a pod; a pod gone meanwhile needs nothing."""
+        self._patch_pod(self._path("v1", "Pod", namespace, pod), {"metadata": {"annotations": {key: value}}})
 
     def _patch_pod(self, path: str, body: Manifest, content_type: str = "application/merge-patch+json") -> bool:
         """PATCH a pod (or its status); False when it is gone meanwhile, which then needs nothing."""
@@ -292,7 +306,7 @@ class Applier:
         result.applied.append(describe(obj))
 
     def _without_replicas(self, obj: Manifest) -> Manifest:
-        """An autoscaled group's StatefulSet: created (a plain create, so the apply below never owns
+        """An autoscaled group's WorkerSet: created (a plain create, so the apply below never owns
         the field) with the rendered `replicas` as its first size; applied without `replicas` ever
         after, which stays whatever the scale subresource (HPA, KEDA, `kubectl scale`) sets."""
         meta = obj["metadata"]

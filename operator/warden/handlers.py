@@ -6,7 +6,10 @@
   controller): reconcile its owner, which puts it back (self-healing, within seconds, no spec edit or
   restart needed). Who changed an object last is read from its managedFields: changes by the operator's
   own field manager and status writes are not drift.
-- A child StatefulSet/Job, or the health-check report ConfigMap, changed: refresh the owner's status.
+- A child StatefulSet/WorkerSet/Job, or the health-check report ConfigMap, changed: refresh the owner's
+  status.
+- A WorkerSet or one of its pods changed: the WorkerSet controller (`warden.workerpods`, one thread and
+  a queue) makes the set's missing pods and writes the set's status.
   This is how readiness reaches status without polling. There is no kopf timer or daemon on purpose:
   those would need a finalizer, and a SlurmCluster is deleted by garbage collection alone, whether
   or not the operator runs.
@@ -25,16 +28,26 @@ import kopf
 from kubernetes import client, config
 
 from warden.apply import Applier, ApplyResult
-from warden.model import API_GROUP, API_VERSION, PLURAL, SlurmNodesStatus, parse_spec
+from warden.model import (
+    API_GROUP,
+    API_VERSION,
+    PLURAL,
+    WORKER_SET_KIND,
+    WORKER_SET_PLURAL,
+    SlurmNodesStatus,
+    parse_spec,
+)
 from warden.naming import FIELD_MANAGER
 from warden.observe import health_report
 from warden.reconcile import previous_status, reconcile, refresh_status
 from warden.render.context import Cluster
 from warden.slurmsync import Settings, SlurmSync
+from warden.workerpods import WorkerPods
 
 log = logging.getLogger(__name__)
 
 MANAGED = {"app.kubernetes.io/managed-by": "warden"}
+COMPONENT, HEALTH = "app.kubernetes.io/component", "health-check"
 RETRY_DELAY_SECONDS = 10
 
 
@@ -47,6 +60,7 @@ class State:
         self.locks: defaultdict[tuple[str, str], threading.Lock] = defaultdict(threading.Lock)
         self.sync_settings = Settings()
         self.sync: SlurmSync | None = None
+        self.worker_pods: WorkerPods | None = None
 
     @property
     def slurm_required(self) -> bool:
@@ -89,6 +103,9 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.watching.client_timeout = 330
     settings.execution.max_workers = 8
     STATE.applier = Applier(_load_kube_config())
+    # Without Slurm read, nobody drains: a shrinking group loses its highest ordinals at once.
+    STATE.worker_pods = WorkerPods(STATE.applier, shrink=not STATE.slurm_required)
+    STATE.worker_pods.start()
     if STATE.slurm_required:
         STATE.sync = SlurmSync(STATE.applier, STATE.sync_settings, _refresh)
         STATE.sync.start()
@@ -98,6 +115,8 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
 def stop_sync(**_: Any) -> None:
     if STATE.sync is not None:
         STATE.sync.stop()
+    if STATE.worker_pods is not None:
+        STATE.worker_pods.stop()
 
 
 def _post_events(body: kopf.Body, result: ApplyResult) -> None:
@@ -232,12 +251,25 @@ def statefulset_changed(type: str | None, meta: kopf.Meta, namespace: str | None
     _on_child_event(type, meta, namespace, "StatefulSet")
 
 
+@kopf.on.event(API_GROUP, API_VERSION, WORKER_SET_PLURAL, labels=MANAGED)
+def worker_set_changed(type: str | None, meta: kopf.Meta, namespace: str | None, **_: Any) -> None:
+    if namespace is not None and STATE.worker_pods is not None:
+        STATE.worker_pods.enqueue(namespace, str(meta["name"]))  # the initial listing too: catch up
+    _on_child_event(type, meta, namespace, WORKER_SET_KIND)
+
+
+@kopf.on.event("", "v1", "pods", labels={**MANAGED, COMPONENT: "worker"})
+def worker_pod_changed(meta: kopf.Meta, namespace: str | None, **_: Any) -> None:
+    """A worker pod came, changed (ready, ended) or went: its WorkerSet is looked at again."""
+    for ref in meta.get("ownerReferences") or []:
+        if ref.get("kind") == WORKER_SET_KIND and namespace is not None and STATE.worker_pods is not None:
+            STATE.worker_pods.enqueue(namespace, str(ref["name"]))
+
+
 @kopf.on.event("batch", "v1", "jobs", labels=MANAGED)
 def job_changed(type: str | None, meta: kopf.Meta, namespace: str | None, **_: Any) -> None:
     _on_child_event(type, meta, namespace, "Job")
 
-
-COMPONENT, HEALTH = "app.kubernetes.io/component", "health-check"
 
 # Children whose only business with the operator is to stay as rendered.
 for _group, _version, _plural, _kind in (

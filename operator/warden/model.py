@@ -20,6 +20,9 @@ API_GROUP = "slurm.warden.dev"
 API_VERSION = "v1alpha1"
 KIND = "SlurmCluster"
 PLURAL = "slurmclusters"
+#: one per worker group: its pods, made and removed by the operator (it picks which ones leave)
+WORKER_SET_KIND = "WorkerSet"
+WORKER_SET_PLURAL = "workersets"
 
 # Kubernetes-style names: DNS-1123 labels. Cluster and group names end up inside object names and
 # Slurm node names, so they are kept short enough that "<cluster>-worker-<group>-<ordinal>" stays a
@@ -259,7 +262,7 @@ class LocalMount(Spec):
 
 
 class WorkerGroup(Spec):
-    """A set of identical Slurm worker nodes (one StatefulSet)."""
+    """A set of identical Slurm worker nodes (one WorkerSet, whose pods the operator manages)."""
 
     name: DnsLabel = Field(description="Group name; node names are `<cluster>-worker-<name>-<i>`.")
     replicas: int = Field(
@@ -270,8 +273,15 @@ class WorkerGroup(Spec):
     )
     autoscaled: bool = Field(
         default=False,
-        description="Something else owns the group's size (HPA, KEDA, `kubectl scale` on the group's "
-        "StatefulSet, 0 included): the operator sets `replicas` when it creates the StatefulSet, never again.",
+        description="Something else owns the group's size (HPA, KEDA, `kubectl scale workerset`, 0 included): "
+        "the operator sets `replicas` when it creates the group's WorkerSet, never again.",
+    )
+    scale_in_timeout_seconds: int | None = Field(
+        default=None,
+        ge=0,
+        le=31_536_000,
+        description="Scale-in: how long a leaving node, drained, waits for its jobs before its pod is deleted "
+        "anyway (its jobs are then requeued or killed). Unset: it waits for them to end, however long.",
     )
     max_unavailable: int = Field(
         default=1,

@@ -56,12 +56,17 @@ DB_PASSWORD_KEY = "password"
 # Label/annotation keys of our own.
 WORKER_GROUP_LABEL = f"{LABEL_PREFIX}/worker-group"
 SLURM_NODE_LABEL = f"{LABEL_PREFIX}/slurm-node"
-#: "true" on a StatefulSet whose `replicas` the operator sets at creation only (an autoscaled group)
+#: "true" on a WorkerSet whose `replicas` the operator sets at creation only (an autoscaled group)
 AUTOSCALED_ANNOTATION = f"{LABEL_PREFIX}/autoscaled"
 #: "true" on a worker pod whose Slurm node runs a job (set from Slurm's state): a PodDisruptionBudget
 #: keeps such pods from being evicted
 BUSY_LABEL = f"{LABEL_PREFIX}/busy"
 CONFIG_HASH_ANNOTATION = f"{LABEL_PREFIX}/config-hash"
+#: on a worker pod: the hash of the WorkerSet pod template it was made from (upgrades compare it)
+POD_TEMPLATE_ANNOTATION = f"{LABEL_PREFIX}/pod-template"
+#: on a worker pod chosen to leave its group (scale-in): since when (RFC 3339), so the choice holds
+#: from one look at Slurm to the next and an optional bound on the wait can be kept
+LEAVING_ANNOTATION = f"{LABEL_PREFIX}/leaving-since"
 #: on running pods (not templates): the configuration the operator last told the pod's kubelet about
 POD_CONFIG_ANNOTATION = f"{LABEL_PREFIX}/config"
 

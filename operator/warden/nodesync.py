@@ -14,7 +14,7 @@ Evictions: a worker pod whose node runs a job carries the label ``slurm.warden.d
 PodDisruptionBudget protects (``warden.render.budgets``); the label goes once the node is idle.
 
 Housekeeping: a Slurm node record whose pod is gone is deleted (no DOWN ghosts), and a pod whose
-slurmd has run ``register_timeout`` seconds without registering is deleted, so its StatefulSet
+slurmd has run ``register_timeout`` seconds without registering is deleted, so its WorkerSet
 makes it afresh.
 """
 

@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 from warden.apply import Applier
+from warden.model import API_GROUP, API_VERSION, WORKER_SET_KIND
 from warden.render.context import Cluster
 from warden.render.health import REPORT_KEY
 from warden.render.pods import Manifest
@@ -13,6 +14,7 @@ from warden.status import Observed, Workload
 
 
 def workload(sts: Manifest | None) -> Workload:
+    """A StatefulSet, Deployment or WorkerSet: how many pods it wants, how many are ready."""
     if sts is None:
         return Workload()
     desired = int(sts.get("spec", {}).get("replicas", 1))
@@ -50,6 +52,9 @@ def observe(applier: Applier, cluster: Cluster) -> Observed:
     def sts(name: str) -> Manifest | None:
         return applier.get("apps/v1", "StatefulSet", ns, name)
 
+    def worker_set(name: str) -> Manifest | None:
+        return applier.get(f"{API_GROUP}/{API_VERSION}", WORKER_SET_KIND, ns, name)
+
     populated, failed = job_outcome(applier.get("batch/v1", "Job", ns, names.populate_jail))
     accounting = None
     if cluster.spec.accounting.mode != "Disabled":
@@ -65,7 +70,7 @@ def observe(applier: Applier, cluster: Cluster) -> Observed:
         controller=workload(sts(names.controller)),
         restapi=workload(applier.get("apps/v1", "Deployment", ns, names.restapi)),
         login=workload(sts(names.login)),
-        workers={g.name: workload(sts(names.worker(g.name))) for g in cluster.spec.worker_groups},
+        workers={g.name: workload(worker_set(names.worker(g.name))) for g in cluster.spec.worker_groups},
         jail_populated=populated,
         jail_failed=failed and not populated,
         accounting=accounting,

@@ -17,7 +17,7 @@ from pydantic import ValidationError
 
 from warden import naming
 from warden.apply import Applier, ApplyResult, Owner, run_steps
-from warden.model import SlurmClusterStatus, SlurmNodesStatus, parse_spec
+from warden.model import API_GROUP, API_VERSION, WORKER_SET_KIND, SlurmClusterStatus, SlurmNodesStatus, parse_spec
 from warden.observe import observe
 from warden.render.cluster import render
 from warden.render.context import Cluster
@@ -65,42 +65,29 @@ def config_hash(objects: list[Manifest]) -> str:
     return content_hash(maps)
 
 
-def live_statefulsets(applier: Applier, cluster: Cluster) -> dict[str, Manifest]:
-    """The cluster's StatefulSets as they are now (read before applying), by name: one list call."""
-    found = applier.list("apps/v1", "StatefulSet", cluster.namespace, cluster.names.instance_selector())
-    return {s["metadata"]["name"]: s for s in found}
+WORKLOADS = (("apps/v1", "StatefulSet"), (f"{API_GROUP}/{API_VERSION}", WORKER_SET_KIND))
 
 
-def replaced_pods(live: dict[str, Manifest], objects: list[Manifest]) -> list[str]:
-    """For each StatefulSet whose pods the apply is about to replace: which one and why."""
-    out = []
-    for obj in objects:
-        if obj["kind"] == "StatefulSet" and obj["metadata"]["name"] in live:
-            changes = template_changes(live[obj["metadata"]["name"]]["spec"]["template"], obj["spec"]["template"])
-            if changes:
-                out.append(f"{obj['metadata']['name']}: {'; '.join(changes)}")
+def live_workloads(applier: Applier, cluster: Cluster) -> dict[str, Manifest]:
+    """The cluster's StatefulSets and WorkerSets as they are now (read before applying), by kind/name."""
+    out = {}
+    for api_version, kind in WORKLOADS:
+        for obj in applier.list(api_version, kind, cluster.namespace, cluster.names.instance_selector()):
+            out[f"{kind}/{obj['metadata']['name']}"] = obj
     return out
 
 
-def hold_replicas(live: dict[str, Manifest], objects: list[Manifest]) -> list[str]:
-    """Scale-in waits for Slurm: a worker StatefulSet asked to shrink keeps its size here; the Slurm
-    sync drains the nodes that will go and shrinks it once they run no job (``warden.scalein``).
-    Changes ``objects`` in place; returns what it held, for the log."""
-    held = []
+def replaced_pods(live: dict[str, Manifest], objects: list[Manifest]) -> list[str]:
+    """For each StatefulSet or WorkerSet whose pods the apply is about to replace: which one and why
+    (a WorkerSet's are replaced one drained, idle node at a time: ``warden.rollout``)."""
+    out = []
     for obj in objects:
-        name = obj["metadata"]["name"]
-        is_worker = obj["kind"] == "StatefulSet" and naming.WORKER_GROUP_LABEL in obj["metadata"]["labels"]
-        if (
-            not is_worker
-            or name not in live
-            or naming.AUTOSCALED_ANNOTATION in (obj["metadata"].get("annotations") or {})
-        ):
-            continue
-        now = int(live[name]["spec"].get("replicas", 1))
-        if now > obj["spec"]["replicas"]:
-            held.append(f"{name} stays at {now} until its leaving nodes run no job (wants {obj['spec']['replicas']})")
-            obj["spec"]["replicas"] = now
-    return held
+        key = f"{obj['kind']}/{obj['metadata']['name']}"
+        if key in live:
+            changes = template_changes(live[key]["spec"]["template"], obj["spec"]["template"])
+            if changes:
+                out.append(f"{obj['metadata']['name']}: {'; '.join(changes)}")
+    return out
 
 
 def previous_status(body: Manifest) -> SlurmClusterStatus | None:
@@ -130,11 +117,7 @@ def reconcile(applier: Applier, body: Manifest, slurm_required: bool = False) ->
     rendered = render(cluster)
     result = ApplyResult()
     jail_owner = None if spec.jail.retain_on_delete else owner
-    live = live_statefulsets(applier, cluster)
-    result.replaced = replaced_pods(live, rendered.objects)
-    if slurm_required:  # someone reads Slurm and will shrink them once drained; without, shrink now
-        for held in hold_replicas(live, rendered.objects):
-            log.info("SlurmCluster %s/%s: %s", cluster.namespace, cluster.name, held)
+    result.replaced = replaced_pods(live_workloads(applier, cluster), rendered.objects)
 
     steps: list[tuple[str, Callable[[], None]]] = [
         (f"Secret/{s.name}", partial(applier.ensure_secret, s, owner, result)) for s in rendered.secrets

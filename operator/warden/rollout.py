@@ -1,10 +1,10 @@
 """Rolling upgrades that never kill a job: a pure planner (pods, revisions and Slurm nodes in, actions out).
 
-Worker StatefulSets use ``updateStrategy: OnDelete``: a changed pod template (image, resources...)
-replaces no pod by itself. The Slurm sync runs this plan every few seconds: at most ``max_unavailable``
-nodes of a group are out of service for the upgrade at a time; each pod still on an old revision is
-drained (reason ``UPGRADE_PREFIX``), and deleted once its node runs no job; its StatefulSet makes it
-again from the new template, and the new slurmd registers. A pod of the new revision that has not
+A changed pod template of a WorkerSet (image, resources...) replaces no pod by itself. The Slurm sync
+runs this plan every few seconds: at most ``max_unavailable`` nodes of a group are out of service for
+the upgrade at a time; each pod still on an old revision is drained (reason ``UPGRADE_PREFIX``), and
+deleted once its node runs no job; the WorkerSet controller makes it again from the new template, and
+the new slurmd registers. Pods picked to leave (scale-in) are not upgraded. A pod of the new revision that has not
 registered yet still counts as unavailable, so batches do not pile up. A node someone else drained (a
 person, a health check) keeps its old pod and its drain until they resume it.
 """
@@ -25,14 +25,14 @@ class Pod:
     ordinal: int
     revision: str
     deleting: bool = False
+    leaving: bool = False  # picked by a scale-in: it goes, not upgraded
 
 
 @dataclass(frozen=True)
 class Group:
-    statefulset: str
+    workerset: str
     update_revision: str
     max_unavailable: int
-    keep: int  # ordinals at and above this are leaving the group (scale-in), not upgraded
     pods: tuple[Pod, ...]
 
 
@@ -43,13 +43,13 @@ class Rollout:
 
 
 def reason(group: Group) -> str:
-    return f"{UPGRADE_PREFIX}: {group.statefulset} moves to revision {group.update_revision}"
+    return f"{UPGRADE_PREFIX}: {group.workerset} moves to revision {group.update_revision}"
 
 
 def plan(groups: Iterable[Group], nodes: Mapping[str, Node]) -> Rollout:
     out = Rollout()
     for g in groups:
-        pods = [p for p in g.pods if p.ordinal < g.keep]
+        pods = [p for p in g.pods if not p.leaving]
         old = sorted((p for p in pods if p.revision != g.update_revision and not p.deleting), key=lambda p: -p.ordinal)
         if not old or not g.update_revision:
             continue

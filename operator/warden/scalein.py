@@ -1,15 +1,25 @@
-"""Scale-in that never kills a job: a pure planner (groups and Slurm nodes in, actions out).
+"""Scale-in that never kills a job and frees the right nodes: a pure planner (sets, pods and Slurm in,
+actions out).
 
-When a worker group's `replicas` goes down, the reconcile keeps its StatefulSet at the size it has
-(``hold_replicas``) and this plan, run by the Slurm sync every few seconds, drains the Slurm nodes of
-the pods that will go (a StatefulSet removes its highest ordinals) with a reason starting
-``SCALE_IN_PREFIX``. Once every one of them is drained and runs no job (or never registered), it
-scales the StatefulSet down; the pods then leave Slurm themselves (their node records deleted).
-Scaled back up before that, the nodes that stay are resumed: only drains with that prefix ever are.
+When a WorkerSet has more live pods than its ``replicas``, this plan, run by the Slurm sync every few
+seconds, picks the pods that leave, in this order:
+
+1. those already picked (annotated ``leaving-since``): a choice holds from one look to the next;
+2. those whose slurmd never registered (no job can be there);
+3. those whose node a person or a health check drained (nobody may start jobs there anyway);
+4. idle nodes;
+5. busy nodes, the one whose jobs end soonest first (Slurm's end time: start + time limit);
+6. and among equals, the highest ordinal.
+
+A picked pod is annotated, its node drained (reason ``SCALE_IN_PREFIX``), and the pod deleted once the
+node runs no job, each on its own (one busy node does not hold back the others), or once it has waited
+``timeout`` seconds when the set has one. Scaled back up meanwhile, the pods no longer needed to go
+are un-picked and their nodes resumed: only drains with that prefix ever are.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -19,45 +29,78 @@ SCALE_IN_PREFIX = "warden: scale-in"
 
 
 @dataclass(frozen=True)
+class Pod:
+    name: str
+    ordinal: int
+    deleting: bool = False
+    leaving_since: float | None = None  # epoch seconds, from the pod's annotation
+
+
+@dataclass(frozen=True)
 class Group:
-    statefulset: str
-    desired: int  # spec.workerGroups[].replicas
-    current: int  # the live StatefulSet's replicas
+    workerset: str
+    desired: int
+    pods: tuple[Pod, ...]
+    timeout: float | None = None  # seconds a drained, still busy leaving node may wait
 
 
 @dataclass
 class ScaleIn:
+    pick: list[str] = field(default_factory=list)  # pods to annotate as leaving
+    unpick: list[str] = field(default_factory=list)
     drains: list[tuple[str, str]] = field(default_factory=list)
     resumes: list[str] = field(default_factory=list)
-    scale: list[tuple[str, int]] = field(default_factory=list)  # (StatefulSet, replicas)
-    waiting: dict[str, list[str]] = field(default_factory=dict)  # StatefulSet -> its leaving nodes still busy
+    deletes: list[tuple[str, str]] = field(default_factory=list)  # (pod, why)
+    waiting: dict[str, list[str]] = field(default_factory=dict)  # WorkerSet -> its leaving nodes still busy
 
 
 def reason(group: Group) -> str:
-    return f"{SCALE_IN_PREFIX}: {group.statefulset} goes from {group.current} to {group.desired} nodes"
+    return f"{SCALE_IN_PREFIX}: {group.workerset} shrinks to {group.desired} nodes"
 
 
-def plan(groups: Iterable[Group], nodes: Mapping[str, Node]) -> ScaleIn:
+def ours(node: Node | None) -> bool:
+    return node is not None and node.drained and node.reason.startswith(SCALE_IN_PREFIX)
+
+
+def rank(pod: Pod, node: Node | None, ends: float | None) -> tuple[int, float, int]:
+    """Sort key: lower leaves first (see the module's order)."""
+    if pod.leaving_since is not None:
+        tier, when = 0, pod.leaving_since
+    elif node is None:
+        tier, when = 1, 0.0
+    elif node.drained and not ours(node):
+        tier, when = 2, 0.0
+    elif not node.busy:
+        tier, when = 3, 0.0
+    else:
+        tier, when = 4, ends if ends is not None else math.inf
+    return tier, when, -pod.ordinal
+
+
+def plan(groups: Iterable[Group], nodes: Mapping[str, Node], ends: Mapping[str, float], now: float) -> ScaleIn:
+    """``ends``: for a node running jobs, when the last of them is due to end (epoch seconds)."""
     out = ScaleIn()
     for g in groups:
-        for i in range(min(g.desired, g.current)):
-            node = nodes.get(f"{g.statefulset}-{i}")
-            if node is not None and node.drained and node.reason.startswith(SCALE_IN_PREFIX):
-                out.resumes.append(node.name)
-        leaving = [f"{g.statefulset}-{i}" for i in range(g.desired, g.current)]
-        if not leaving:
-            continue
-        ready = True
-        for name in leaving:
-            node = nodes.get(name)
+        live = [p for p in g.pods if not p.deleting]
+        order = sorted(live, key=lambda p: rank(p, nodes.get(p.name), ends.get(p.name)))
+        leaving = order[: max(0, len(live) - g.desired)]
+        for p in order[len(leaving) :]:
+            if p.leaving_since is not None:
+                out.unpick.append(p.name)
+            if ours(nodes.get(p.name)):
+                out.resumes.append(p.name)
+        for p in leaving:
+            node = nodes.get(p.name)
+            if p.leaving_since is None:
+                out.pick.append(p.name)
             if node is None:
-                continue  # not registered: no job can run there
-            if not node.drained:
-                out.drains.append((name, reason(g)))
-                ready = False  # drained this round: idle is only sure at the next look
-            elif node.busy:
-                out.waiting.setdefault(g.statefulset, []).append(name)
-                ready = False
-        if ready:
-            out.scale.append((g.statefulset, g.desired))
+                out.deletes.append((p.name, f"not registered with Slurm, nothing to wait for: {reason(g)}"))
+            elif not node.drained:
+                out.drains.append((p.name, reason(g)))  # idle is only sure at the next look
+            elif not node.busy:
+                out.deletes.append((p.name, f"drained and idle: {reason(g)}"))
+            elif g.timeout is not None and p.leaving_since is not None and now - p.leaving_since >= g.timeout:
+                out.deletes.append((p.name, f"still running jobs after the {g.timeout:.0f} s bound: {reason(g)}"))
+            else:
+                out.waiting.setdefault(g.workerset, []).append(p.name)
     return out

@@ -21,9 +21,9 @@ from functools import partial
 
 from kubernetes.client.exceptions import ApiException
 
-from warden import naming, rollout, scalein
+from warden import naming, podset, rollout, scalein
 from warden.apply import Applier
-from warden.model import API_GROUP, API_VERSION, SlurmClusterSpec, SlurmNodesStatus, parse_spec
+from warden.model import API_GROUP, API_VERSION, WORKER_SET_KIND, SlurmNodesStatus, parse_spec
 from warden.naming import Names
 from warden.nodesync import CONDITION, PodCondition, WorkerPod, plan
 from warden.render.pods import Manifest
@@ -68,8 +68,29 @@ def worker_pod(pod: Manifest, now: datetime.datetime) -> WorkerPod:
     )
 
 
-def _size(statefulset: Manifest) -> int:
-    return int(statefulset["spec"].get("replicas", 1))
+def _live(workerset: Manifest, pods: list[Manifest], deleting: bool = False) -> list[Manifest]:
+    """The set's own pods (``<set>-<i>``) that have not ended; with ``deleting``, those going too."""
+    name = workerset["metadata"]["name"]
+    out = []
+    for p in pods:
+        meta = p["metadata"]
+        ended = (p.get("status") or {}).get("phase") in ("Failed", "Succeeded")
+        if podset.ordinal(name, meta["name"]) is None or ended:
+            continue
+        if deleting or not meta.get("deletionTimestamp"):
+            out.append(p)
+    return out
+
+
+def _scalein_pod(raw: Manifest) -> scalein.Pod:
+    meta = raw["metadata"]
+    since = (meta.get("annotations") or {}).get(naming.LEAVING_ANNOTATION)
+    return scalein.Pod(
+        name=meta["name"],
+        ordinal=int(meta["name"].rsplit("-", 1)[1]),
+        deleting=bool(meta.get("deletionTimestamp")),
+        leaving_since=_parse_time(since).timestamp() if since else None,
+    )
 
 
 class SlurmSync:
@@ -113,7 +134,7 @@ class SlurmSync:
         if body is None or body["metadata"].get("deletionTimestamp"):
             return False
         try:
-            spec = parse_spec(body.get("spec") or {})
+            parse_spec(body.get("spec") or {})
         except ValueError:
             return True  # the reconcile handler reports invalid specs
         names = Names(cluster=name, namespace=namespace)
@@ -159,77 +180,105 @@ class SlurmSync:
         for pod_name, why in todo.delete_pods:
             log.info("SlurmCluster %s/%s: deleting pod %s: %s", namespace, name, pod_name, why)
             api.delete("v1", "Pod", namespace, pod_name, "Background")
-            api.post_event(body, True, "WorkerRecreated", f"{pod_name}: {why}; its StatefulSet makes it afresh")
+            api.post_event(body, True, "WorkerRecreated", f"{pod_name}: {why}; its WorkerSet makes it afresh")
         for event in todo.events:
             api.post_event(body, event.warning, event.reason, event.message)
         self.refresh(namespace, name, todo.summary)
-        # last: group sizes and revisions, read once for both planners
-        statefulsets = {s["metadata"]["name"]: s for s in api.list("apps/v1", "StatefulSet", namespace,
-                                                                   names.selector("worker"))}  # fmt: skip
-        self._scale_in(body, rest, spec, names, nodes, statefulsets)
-        self._roll(body, rest, spec, names, nodes, statefulsets, raw_pods)
+        # last: the groups' sizes and templates, read once for both planners
+        sets = api.list(f"{API_GROUP}/{API_VERSION}", WORKER_SET_KIND, namespace, names.selector("worker"))
+        leaving = self._scale_in(body, rest, nodes, sets, raw_pods, now)
+        self._roll(body, rest, nodes, sets, raw_pods, leaving)
         return True
 
     def _scale_in(
         self,
         body: Manifest,
         rest: SlurmRest,
-        spec: SlurmClusterSpec,
-        names: Names,
         nodes: list[Node],
-        statefulsets: dict[str, Manifest],
-    ) -> None:
-        """Shrink worker groups whose leaving nodes are drained and idle (``warden.scalein``)."""
+        sets: list[Manifest],
+        pods: list[Manifest],
+        now: datetime.datetime,
+    ) -> set[str]:
+        """Shrink worker groups: pick the pods that go, drain them, delete each once idle
+        (``warden.scalein``). Returns the pods leaving."""
         api = self.applier
         namespace = body["metadata"]["namespace"]
-        groups = [
-            scalein.Group(names.worker(g.name), g.replicas, _size(statefulsets[names.worker(g.name)]))
-            for g in spec.worker_groups
-            if not g.autoscaled and names.worker(g.name) in statefulsets
-        ]
-        todo = scalein.plan(groups, {n.name: n for n in nodes})
+        groups = []
+        for ws in sets:
+            timeout = ws["spec"].get("scaleInTimeoutSeconds")
+            groups.append(
+                scalein.Group(
+                    workerset=ws["metadata"]["name"],
+                    desired=int(ws["spec"].get("replicas", 0)),
+                    pods=tuple(_scalein_pod(p) for p in _live(ws, pods)),
+                    timeout=float(timeout) if timeout is not None else None,
+                )
+            )
+        if not any(len(g.pods) > g.desired or any(p.leaving_since for p in g.pods) for g in groups):
+            return set()  # nothing shrinks, nothing was picked: no need to ask Slurm for its jobs
+        ends = self._job_ends(body, rest)
+        todo = scalein.plan(groups, {n.name: n for n in nodes}, ends, now.timestamp())
+        stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
+        for pod in todo.pick:
+            api.set_pod_annotation(namespace, pod, naming.LEAVING_ANNOTATION, stamp)
+        for pod in todo.unpick:
+            api.set_pod_annotation(namespace, pod, naming.LEAVING_ANNOTATION, None)
         for node, reason in todo.drains:
             self._act(body, partial(rest.drain, node, reason), "ScaleInDraining", f"{node}: drained: {reason}")
         for node in todo.resumes:
             self._act(body, partial(rest.resume, node), "ScaleInCancelled", f"{node}: resumed, it stays")
-        for sts, replicas in todo.scale:
-            message = f"{sts}: {replicas} nodes; the leaving ones ran no job"
-            self._act(body, partial(api.scale, namespace, sts, replicas), "ScaledIn", message)
+        for pod, why in todo.deletes:
+            self._act(body, partial(self._delete_pod, namespace, pod), "ScaledIn", f"{pod}: deleted: {why}")
+        picked = {p.name for g in groups for p in g.pods if p.leaving_since is not None}
+        return (picked | set(todo.pick)) - set(todo.unpick)
+
+    def _job_ends(self, body: Manifest, rest: SlurmRest) -> dict[str, float]:
+        """For each node running jobs: when the last of them is due to end (Slurm's end time)."""
+        try:
+            jobs = rest.jobs()
+        except SlurmError as e:  # without end times, busy nodes rank by ordinal alone
+            log.warning("SlurmCluster %s: %s", body["metadata"]["name"], e)
+            return {}
+        ends: dict[str, float] = {}
+        for job in jobs:
+            if job.state == "RUNNING" and job.end_time is not None:
+                for node in job.nodes:
+                    ends[node] = max(ends.get(node, 0.0), job.end_time)
+        return ends
 
     def _roll(
         self,
         body: Manifest,
         rest: SlurmRest,
-        spec: SlurmClusterSpec,
-        names: Names,
         nodes: list[Node],
-        statefulsets: dict[str, Manifest],
+        sets: list[Manifest],
         pods: list[Manifest],
+        leaving: set[str],
     ) -> None:
-        """Move worker pods to their StatefulSet's new revision without killing a job (``warden.rollout``)."""
+        """Move worker pods to their WorkerSet's current template without killing a job (``warden.rollout``)."""
         namespace = body["metadata"]["namespace"]
         groups = []
-        for g in spec.worker_groups:
-            sts = statefulsets.get(names.worker(g.name))
-            if sts is None:
-                continue
-            mine = [
-                rollout.Pod(
-                    name=p["metadata"]["name"],
-                    ordinal=int(p["metadata"]["name"].rsplit("-", 1)[1]),
-                    revision=(p["metadata"].get("labels") or {}).get("controller-revision-hash", ""),
-                    deleting=bool(p["metadata"].get("deletionTimestamp")),
+        for ws in sets:
+            name = ws["metadata"]["name"]
+            mine = []
+            for p in _live(ws, pods, deleting=True):
+                meta = p["metadata"]
+                i = podset.ordinal(name, meta["name"])
+                assert i is not None  # _live keeps only the set's own names
+                mine.append(
+                    rollout.Pod(
+                        name=meta["name"],
+                        ordinal=i,
+                        revision=(meta.get("annotations") or {}).get(naming.POD_TEMPLATE_ANNOTATION, ""),
+                        deleting=bool(meta.get("deletionTimestamp")),
+                        leaving=meta["name"] in leaving,
+                    )
                 )
-                for p in pods
-                if (p["metadata"].get("labels") or {}).get(naming.WORKER_GROUP_LABEL) == g.name
-            ]
             groups.append(
                 rollout.Group(
-                    statefulset=names.worker(g.name),
-                    update_revision=(sts.get("status") or {}).get("updateRevision", ""),
-                    max_unavailable=g.max_unavailable,
-                    # ordinals at or above the size the group keeps are a scale-in's to take
-                    keep=_size(sts) if g.autoscaled else min(g.replicas, _size(sts)),
+                    workerset=name,
+                    update_revision=podset.template_hash(ws),
+                    max_unavailable=int(ws["spec"].get("maxUnavailable", 1)),
                     pods=tuple(mine),
                 )
             )

@@ -18,7 +18,7 @@ from warden.model import (
 
 @dataclass(frozen=True)
 class Workload:
-    """A StatefulSet as observed: does it exist, how many pods are ready."""
+    """A StatefulSet, Deployment or WorkerSet as observed: does it exist, how many pods are ready."""
 
     exists: bool = False
     desired: int = 0
@@ -127,7 +127,7 @@ def fold(
     ready_total = desired_total = 0
     for g in spec.worker_groups:
         w = observed.workers.get(g.name, Workload())
-        # an autoscaled group wants what its StatefulSet says now, not what it started with
+        # an autoscaled group wants what its WorkerSet says now, not what it started with
         want = w.desired if g.autoscaled and w.exists else g.replicas
         group_ready = min(w.ready, want)
         groups.append(WorkerGroupStatus(name=g.name, replicas=want, ready_replicas=group_ready))

@@ -7,7 +7,7 @@ from typing import Any
 
 import yaml
 
-from warden.crd import CRD_PATH, MAX_NAME_LENGTH, crd, render_crd_yaml
+from warden.crd import CRD_PATH, MAX_NAME_LENGTH, crd, outputs, render_crd_yaml, worker_set_crd
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -15,6 +15,22 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_checked_in_crd_matches_the_models() -> None:
     checked_in = (ROOT / CRD_PATH).read_text()
     assert checked_in == render_crd_yaml(), "the CRD drifted from operator/warden/model.py: run `make crd`"
+    for path, text in outputs().items():
+        assert (ROOT / path).read_text() == text, f"{path} drifted from operator/warden/crd.py: run `make crd`"
+
+
+def test_worker_sets_scale_like_deployments_and_never_change_their_selector() -> None:
+    """HPA and KEDA drive a group through the WorkerSet's scale subresource (spec and status replicas,
+    and a label selector to find its pods' metrics)."""
+    (version,) = worker_set_crd()["spec"]["versions"]
+    assert version["subresources"]["scale"] == {
+        "specReplicasPath": ".spec.replicas",
+        "statusReplicasPath": ".status.replicas",
+        "labelSelectorPath": ".status.selector",
+    }
+    spec = version["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    assert spec["properties"]["replicas"]["minimum"] == 0
+    assert spec["properties"]["selector"]["x-kubernetes-validations"][0]["rule"] == "self == oldSelf"
 
 
 def _walk(node: Any, path: str = "") -> list[tuple[str, dict[str, Any]]]:

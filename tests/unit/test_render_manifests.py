@@ -62,9 +62,9 @@ def test_nothing_runs_privileged(example: str) -> None:
 
 
 @pytest.mark.parametrize("example", EXAMPLES)
-def test_statefulset_selectors_use_only_immutable_labels(example: str) -> None:
+def test_workload_selectors_use_only_immutable_labels(example: str) -> None:
     for key, obj in objects(load(example)).items():
-        if obj["kind"] != "StatefulSet":
+        if obj["kind"] not in ("StatefulSet", "WorkerSet"):
             continue
         selector = obj["spec"]["selector"]["matchLabels"]
         template_labels = obj["spec"]["template"]["metadata"]["labels"]
@@ -84,7 +84,7 @@ def test_daemon_probes_never_connect_to_slurm_or_sshd(example: str) -> None:
     ports = {"slurmctld": 6817, "slurmd": 6818, "slurmdbd": 6819, "sshd": 22}
     seen = set()
     for key, obj in objects(load(example)).items():
-        if obj["kind"] != "StatefulSet":
+        if obj["kind"] not in ("StatefulSet", "WorkerSet"):
             continue
         for c in containers(obj):
             if c["name"] not in ports:
@@ -98,7 +98,7 @@ def test_daemon_probes_never_connect_to_slurm_or_sshd(example: str) -> None:
 
 def test_workers_get_exactly_the_capabilities_the_jail_needs() -> None:
     objs = objects(load("gpu-two-groups"))
-    sts = objs["StatefulSet/gpu-worker-h100"]
+    sts = objs["WorkerSet/gpu-worker-h100"]
     slurmd = pod_spec(sts)["containers"][0]
     sc = slurmd["securityContext"]
     assert sorted(sc["capabilities"]["add"]) == ["SYS_ADMIN", "SYS_NICE"]
@@ -113,10 +113,10 @@ def test_workers_get_exactly_the_capabilities_the_jail_needs() -> None:
 
 def test_gpu_worker_group_pod() -> None:
     objs = objects(load("gpu-two-groups"))
-    sts = objs["StatefulSet/gpu-worker-h100"]
+    sts = objs["WorkerSet/gpu-worker-h100"]
     assert sts["spec"]["replicas"] == 4
-    assert sts["spec"]["serviceName"] == "gpu-nodes"
     pod = pod_spec(sts)
+    assert pod["subdomain"] == "gpu-nodes", "each pod's own hostname resolves under the nodes Service"
     slurmd = pod["containers"][0]
     assert slurmd["resources"]["limits"]["nvidia.com/gpu"] == "8"
     env = {e["name"]: e["value"] for e in slurmd["env"]}
@@ -125,7 +125,7 @@ def test_gpu_worker_group_pod() -> None:
     # the entrypoint shows the container's driver to job steps, and asks NVIDIA's runtime for it
     assert env["WARDEN_GPUS"] == "8"
     assert env["NVIDIA_DRIVER_CAPABILITIES"] == "compute,utility"
-    cpu = pod_spec(objs["StatefulSet/gpu-worker-cpu"])["containers"][0]
+    cpu = pod_spec(objs["WorkerSet/gpu-worker-cpu"])["containers"][0]
     assert not {"WARDEN_GPUS", "NVIDIA_DRIVER_CAPABILITIES"} & {e["name"] for e in cpu["env"]}
     assert pod["nodeSelector"] == {"node.kubernetes.io/instance-type": "gpu-h100x8"}
     assert pod["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
@@ -187,7 +187,7 @@ def test_jail_pvc_is_rwx_and_absent_with_an_existing_claim() -> None:
     mine = Cluster("c", "ns", parse_spec({"workerGroups": [{"name": "a"}], "jail": {"existingClaim": "shared-root"}}))
     objs = objects(mine)
     assert not [k for k in objs if k.startswith("PersistentVolumeClaim/")]
-    volumes = {v["name"]: v for v in pod_spec(objs["StatefulSet/c-worker-a"])["volumes"]}
+    volumes = {v["name"]: v for v in pod_spec(objs["WorkerSet/c-worker-a"])["volumes"]}
     assert volumes["jail"]["persistentVolumeClaim"]["claimName"] == "shared-root"
 
 
@@ -291,7 +291,7 @@ def test_every_daemon_that_looks_users_up_mounts_the_jail_and_only_nodes_wait_fo
     objs = objects(load("accounting-external"))
     seen: dict[str, tuple[Any, bool, bool]] = {}
     for obj in objs.values():
-        if obj["kind"] != "StatefulSet":
+        if obj["kind"] not in ("StatefulSet", "WorkerSet"):
             continue
         pod = obj["spec"]["template"]["spec"]
         (jail,) = [m for m in pod["containers"][0]["volumeMounts"] if m["name"] == "jail"] or [None]
@@ -337,20 +337,25 @@ def test_budgets_protect_slurmctld_and_only_the_workers_running_jobs() -> None:
     assert busy["maxUnavailable"] == 0
     assert busy["selector"]["matchLabels"] == {**cluster.names.selector("worker"), naming.BUSY_LABEL: "true"}
     # the label is the operator's to set on pods: no worker template carries it (idle pods may go)
-    template = objs["StatefulSet/demo-worker-cpu"]["spec"]["template"]
+    template = objs["WorkerSet/demo-worker-cpu"]["spec"]["template"]
     assert naming.BUSY_LABEL not in template["metadata"]["labels"]
 
 
 def test_only_autoscaled_groups_are_marked_for_the_apply_layer() -> None:
     spec = {"workerGroups": [{"name": "fixed", "replicas": 2}, {"name": "elastic", "replicas": 3, "autoscaled": True}]}
     objs = objects(Cluster(name="demo", namespace="ns", spec=parse_spec(spec)))
-    elastic = objs["StatefulSet/demo-worker-elastic"]
+    elastic = objs["WorkerSet/demo-worker-elastic"]
     assert elastic["metadata"]["annotations"] == {naming.AUTOSCALED_ANNOTATION: "true"}
     assert elastic["spec"]["replicas"] == 3, "the size it is created with"
-    assert "annotations" not in objs["StatefulSet/demo-worker-fixed"]["metadata"]
+    assert "annotations" not in objs["WorkerSet/demo-worker-fixed"]["metadata"]
 
 
-def test_worker_upgrades_replace_no_pod_by_themselves() -> None:
-    objs = objects(Cluster(name="demo", namespace="ns", spec=parse_spec({"workerGroups": [{"name": "cpu"}]})))
-    assert objs["StatefulSet/demo-worker-cpu"]["spec"]["updateStrategy"] == {"type": "OnDelete"}
-    assert "updateStrategy" not in objs["StatefulSet/demo-controller"]["spec"], "slurmctld rolls as usual"
+def test_worker_sets_carry_what_their_controller_needs_and_nothing_a_statefulset_would() -> None:
+    spec = {"workerGroups": [{"name": "cpu", "maxUnavailable": 2, "scaleInTimeoutSeconds": 600}, {"name": "gpu"}]}
+    objs = objects(Cluster(name="demo", namespace="ns", spec=parse_spec(spec)))
+    cpu, gpu = objs["WorkerSet/demo-worker-cpu"]["spec"], objs["WorkerSet/demo-worker-gpu"]["spec"]
+    assert (cpu["maxUnavailable"], cpu["scaleInTimeoutSeconds"]) == (2, 600)
+    assert gpu["maxUnavailable"] == 1 and "scaleInTimeoutSeconds" not in gpu, "unbounded by default"
+    assert cpu["selector"]["matchLabels"].items() <= cpu["template"]["metadata"]["labels"].items()
+    assert "hostname" not in cpu["template"]["spec"], "each pod gets its own (warden.podset)"
+    assert not any(o["kind"] == "StatefulSet" and "worker" in name for name, o in objs.items())

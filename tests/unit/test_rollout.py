@@ -12,12 +12,12 @@ def node(i: int, state: str = "IDLE", *flags: str, why: str = "") -> Node:
     return Node(name=f"{STS}-{i}", state=state, flags=frozenset(flags), reason=why, gres="", features=(), partitions=())
 
 
-def group(*pods: Pod, max_unavailable: int = 1, keep: int = 9) -> Group:
-    return Group(statefulset=STS, update_revision="new", max_unavailable=max_unavailable, keep=keep, pods=pods)
+def group(*pods: Pod, max_unavailable: int = 1) -> Group:
+    return Group(workerset=STS, update_revision="new", max_unavailable=max_unavailable, pods=pods)
 
 
-def pod(i: int, revision: str = "old", deleting: bool = False) -> Pod:
-    return Pod(name=f"{STS}-{i}", ordinal=i, revision=revision, deleting=deleting)
+def pod(i: int, revision: str = "old", deleting: bool = False, leaving: bool = False) -> Pod:
+    return Pod(name=f"{STS}-{i}", ordinal=i, revision=revision, deleting=deleting, leaving=leaving)
 
 
 def nodes(*items: Node) -> dict[str, Node]:
@@ -49,7 +49,7 @@ def test_the_next_batch_waits_for_the_new_pod_to_register() -> None:
 
 def test_done_when_every_pod_runs_the_new_revision_and_leaving_pods_are_scale_ins() -> None:
     assert plan([group(pod(0, "new"), pod(1, "new"))], nodes(node(0), node(1))) == plan([], {})
-    leaving = group(pod(0, "new"), pod(1), keep=1)
+    leaving = group(pod(0, "new"), pod(1, leaving=True))
     assert plan([leaving], nodes(node(0), node(1))) == plan([], {})
 
 

@@ -58,13 +58,17 @@ authorized as "create", of one that exists as "patch": both are needed for appli
 - apiGroups: ["slurm.warden.dev"]
   resources: ["slurmclusters"]
   verbs: ["get", "list", "watch", "patch"]
+# WorkerSets (one per worker group): applied, watched, pruned; their pods are the operator's to make.
+- apiGroups: ["slurm.warden.dev"]
+  resources: ["workersets"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
 # status is written by the operator (merge patch on the status subresource).
 - apiGroups: ["slurm.warden.dev"]
-  resources: ["slurmclusters/status"]
+  resources: ["slurmclusters/status", "workersets/status"]
   verbs: ["patch"]
 # owner references with blockOwnerDeletion need this where OwnerReferencesPermissionEnforcement is on.
 - apiGroups: ["slurm.warden.dev"]
-  resources: ["slurmclusters/finalizers"]
+  resources: ["slurmclusters/finalizers", "workersets/finalizers"]
   verbs: ["update"]
 # ConfigMaps: applied, pruned, the health report read and watched. "update" because the operator
 # creates a Role granting get/patch/update on the health-report ConfigMap, and RBAC lets nobody grant
@@ -85,11 +89,12 @@ authorized as "create", of one that exists as "patch": both are needed for appli
   resources: ["services", "serviceaccounts"]
   verbs: ["get", "list", "watch", "create", "patch", "delete"]
 # Running pods get an annotation when their configuration changed: their kubelet then refreshes the
-# mounted ConfigMaps at once. Worker pods carry their Slurm node state as a status condition; one whose
-# slurmd never registered is deleted (its StatefulSet makes it again).
+# mounted ConfigMaps at once. Worker pods are made by the operator (WorkerSets), watched, carry their
+# Slurm node state as a status condition, and are deleted when they leave (scale-in, upgrades) or
+# their slurmd never registered.
 - apiGroups: [""]
   resources: ["pods"]
-  verbs: ["list", "patch", "delete"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
 - apiGroups: [""]
   resources: ["pods/status"]
   verbs: ["patch"]
@@ -98,10 +103,6 @@ authorized as "create", of one that exists as "patch": both are needed for appli
 - apiGroups: ["apps"]
   resources: ["statefulsets", "deployments"]
   verbs: ["get", "list", "watch", "create", "patch", "delete"]
-# A shrinking worker group is scaled down by the Slurm sync once its leaving nodes run no job.
-- apiGroups: ["apps"]
-  resources: ["statefulsets/scale"]
-  verbs: ["patch"]
 - apiGroups: ["batch"]
   resources: ["jobs"]
   verbs: ["get", "list", "watch", "create", "patch", "delete"]

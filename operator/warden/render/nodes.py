@@ -1,9 +1,10 @@
-"""Slurm nodes: one StatefulSet per worker group, the login StatefulSet, and their Services."""
+"""Slurm nodes: one WorkerSet per worker group (its pods made by the operator, `warden.podset`), the login
+StatefulSet, and their Services."""
 
 from __future__ import annotations
 
 from warden import naming
-from warden.model import WorkerGroup
+from warden.model import API_GROUP, API_VERSION, WORKER_SET_KIND, WorkerGroup
 from warden.render import config
 from warden.render.context import Cluster
 from warden.render.pods import (
@@ -65,7 +66,7 @@ def _gpu_env(group: WorkerGroup) -> list[Manifest]:
     ]
 
 
-def worker_statefulset(cluster: Cluster, group: WorkerGroup) -> Manifest:
+def worker_set(cluster: Cluster, group: WorkerGroup) -> Manifest:
     names = cluster.names
     spec = cluster.spec
     name = names.worker(group.name)
@@ -101,6 +102,7 @@ def worker_statefulset(cluster: Cluster, group: WorkerGroup) -> Manifest:
         "resources": resources(group.resources, gpu_limits),
     }
     pod_spec: Manifest = {
+        "subdomain": names.nodes_service,  # with the pod's own `hostname`: <pod>.<cluster>-nodes resolves
         "dnsConfig": dns_config(cluster),
         # On SIGTERM the entrypoint drains the node, gives running jobs WARDEN_LEAVE_TIMEOUT (40 s),
         # deletes the node from slurmctld, then stops slurmd: all within this grace period.
@@ -119,23 +121,20 @@ def worker_statefulset(cluster: Cluster, group: WorkerGroup) -> Manifest:
         pod_spec["nodeSelector"] = dict(group.node_selector)
     if group.tolerations:
         pod_spec["tolerations"] = tolerations(group.tolerations)
-    sts = statefulset(
-        cluster,
-        name,
-        labels=labels,
-        selector=names.worker_selector(group.name),
-        service_name=names.nodes_service,
-        replicas=group.replicas,
-        parallel=True,
-        pod_spec=pod_spec,
-    )
-    # Upgrades replace no pod by themselves: the Slurm sync drains each and deletes it once idle
-    # (warden.rollout), max_unavailable at a time.
-    sts["spec"]["updateStrategy"] = {"type": "OnDelete"}
+    set_spec: Manifest = {
+        "replicas": group.replicas,
+        "selector": {"matchLabels": names.worker_selector(group.name)},
+        # Upgrades: pods on an older template are drained and replaced once idle, this many at a time.
+        "maxUnavailable": group.max_unavailable,
+    }
+    if group.scale_in_timeout_seconds is not None:
+        set_spec["scaleInTimeoutSeconds"] = group.scale_in_timeout_seconds
+    set_spec["template"] = {"metadata": {"labels": labels}, "spec": {"enableServiceLinks": False, **pod_spec}}
+    metadata: Manifest = {"name": name, "namespace": cluster.namespace, "labels": labels}
     if group.autoscaled:
         # the apply layer creates it with `replicas`, then never applies that field again
-        sts["metadata"]["annotations"] = {naming.AUTOSCALED_ANNOTATION: "true"}
-    return sts
+        metadata["annotations"] = {naming.AUTOSCALED_ANNOTATION: "true"}
+    return {"apiVersion": f"{API_GROUP}/{API_VERSION}", "kind": WORKER_SET_KIND, "metadata": metadata, "spec": set_spec}
 
 
 def login_service(cluster: Cluster) -> Manifest:
@@ -202,5 +201,5 @@ def login_statefulset(cluster: Cluster) -> Manifest:
 
 def render(cluster: Cluster) -> list[Manifest]:
     out = [nodes_service(cluster), login_service(cluster), login_statefulset(cluster)]
-    out += [worker_statefulset(cluster, g) for g in cluster.spec.worker_groups]
+    out += [worker_set(cluster, g) for g in cluster.spec.worker_groups]
     return out
