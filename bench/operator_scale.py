@@ -22,7 +22,7 @@ sys.path.insert(0, str(ROOT))
 from kubernetes import client  # noqa: E402
 
 from tests.support.controlplane import ControlPlane, ensure_binaries  # noqa: E402
-from tests.support.operator import OperatorProcess, crd_body, get_cluster  # noqa: E402
+from tests.support.operator import OperatorProcess, crd_bodies, get_cluster  # noqa: E402
 
 
 def rss_mib(pid: int) -> float:
@@ -67,7 +67,8 @@ def main() -> int:
                 },
             }
             core.create_persistent_volume(pv)
-        client.ApiextensionsV1Api(api).create_custom_resource_definition(crd_body())
+        for crd in crd_bodies():
+            client.ApiextensionsV1Api(api).create_custom_resource_definition(crd)
         time.sleep(2)
         op = OperatorProcess(cp.kubeconfig, ns, cp.log_dir)
         op.start()
@@ -98,7 +99,7 @@ def main() -> int:
         sampler.join()
         after = rss_mib(op.proc.pid)
         log = op.log_path.read_text(errors="replace")
-        refreshes = log.count("Handler 'statefulset_changed' succeeded")
+        refreshes = log.count("Handler 'worker_set_changed' succeeded")
         op.stop()
     print(f"workers (kwok pods)             {workers}")
     print(f"kwok nodes                      {nodes}")

@@ -1,4 +1,4 @@
-"""Worker groups scale like their StatefulSets do: a new pod joins Slurm by itself (dynamic node,
+"""Worker groups scale as their WorkerSets make and delete pods: a new pod joins Slurm by itself (dynamic node,
 no slurm.conf change), and a terminated pod leaves — drained, then deleted from slurmctld — instead
 of lingering as a DOWN node."""
 
@@ -13,10 +13,10 @@ def sinfo_state(cluster: DockerCluster, node: str) -> str:
 
 
 def test_new_worker_pod_joins_and_terminated_one_leaves(cluster: DockerCluster) -> None:
-    sts = cluster.manifest("StatefulSet", cluster.names.worker("cpu"))
+    sts = cluster.manifest("WorkerSet", cluster.names.worker("cpu"))
     ordinal = sts["spec"]["replicas"]  # the pod a scale-up by one would create
     node = f"{sts['metadata']['name']}-{ordinal}"
-    pod = cluster._pod(node, sts["spec"]["template"], sts["spec"]["serviceName"], set())
+    pod = cluster._pod(node, sts["spec"]["template"], sts["spec"]["template"]["spec"]["subdomain"], set())
     docker("run", "-d", *pod.args, pod.image, timeout=120)
     try:
         wait_for(f"{node} to register idle", lambda: sinfo_state(cluster, node) == "idle", 90)

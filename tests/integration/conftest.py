@@ -75,21 +75,21 @@ PVS_PER_NAMESPACE = 4
 
 @pytest.fixture(scope="session")
 def crd_installed(api_client: Any) -> None:
-    """The generated CRD, applied the way the chart would, and Established."""
+    """The generated CRDs, applied the way the chart would, and Established."""
     from kubernetes import client
 
     from tests.support.controlplane import wait_for
-    from tests.support.operator import crd_body
+    from tests.support.operator import crd_bodies
 
     ext = client.ApiextensionsV1Api(api_client)
-    body = crd_body()
-    ext.create_custom_resource_definition(body)
+    for body in crd_bodies():
+        ext.create_custom_resource_definition(body)
 
-    def established() -> bool:
-        crd = ext.read_custom_resource_definition(body["metadata"]["name"])
-        return any(c.type == "Established" and c.status == "True" for c in crd.status.conditions or [])
+        def established(name: str = body["metadata"]["name"]) -> bool:
+            crd = ext.read_custom_resource_definition(name)
+            return any(c.type == "Established" and c.status == "True" for c in crd.status.conditions or [])
 
-    wait_for("the SlurmCluster CRD Established", established, 30)
+        wait_for(f"the CRD {body['metadata']['name']} Established", established, 30)
 
 
 @pytest.fixture(scope="session")

@@ -13,7 +13,9 @@ from kubernetes import client
 
 from tests.support.controlplane import wait_for
 from tests.support.operator import OperatorProcess, apply_cluster, load_example, owned_objects, wait_ready
-from warden.model import parse_spec
+from warden.model import API_GROUP as GROUP
+from warden.model import API_VERSION as VERSION
+from warden.model import WORKER_SET_PLURAL, parse_spec
 from warden.render.cluster import render
 from warden.render.context import Cluster
 
@@ -64,7 +66,9 @@ def test_operator_killed_twenty_times_still_converges(
             elif what == "delete-cronjob":
                 batch.delete_namespaced_cron_job("gpu-nccl-check", ns)
             else:
-                apps.patch_namespaced_stateful_set("gpu-worker-cpu", ns, {"spec": {"replicas": 9}})
+                client.CustomObjectsApi(api_client).patch_namespaced_custom_object(
+                    GROUP, VERSION, ns, WORKER_SET_PLURAL, "gpu-worker-cpu", {"spec": {"replicas": 9}}
+                )
         except ignore_missing:
             pass
         return what
@@ -118,7 +122,9 @@ def test_operator_killed_twenty_times_still_converges(
     kinds_names = [tuple(k.split("/", 1)) for k in children]
     assert len(kinds_names) == len(set(kinds_names))
     statefulsets = sorted(n for k, n in kinds_names if k == "StatefulSet")
-    assert statefulsets == ["gpu-controller", "gpu-login", "gpu-worker-a100", "gpu-worker-cpu", "gpu-worker-h100"]
+    assert statefulsets == ["gpu-controller", "gpu-login"]
+    worker_sets = sorted(n for k, n in kinds_names if k == "WorkerSet")
+    assert worker_sets == ["gpu-worker-a100", "gpu-worker-cpu", "gpu-worker-h100"]
     secrets = sorted(n for k, n in kinds_names if k == "Secret")
     assert secrets == ["gpu-jwt-key", "gpu-slurm-key", "gpu-ssh-host-keys"]
     for name, data in secret_data().items():

@@ -153,7 +153,7 @@ def test_operator_chart_accepted_by_apiserver(
     expected = ["ClusterRole", "ClusterRole", "ClusterRoleBinding", "ClusterRoleBinding", "Deployment"]
     expected += ["ServiceAccount"]
     if "crds.enabled=false" not in args:
-        expected.append("CustomResourceDefinition")
+        expected += ["CustomResourceDefinition", "CustomResourceDefinition"]
     if "metrics.enabled=true" in args:
         expected.append("Service")
     assert kinds == sorted(expected)
@@ -435,7 +435,8 @@ def test_chart_rbac_is_enough_for_the_real_operator(
             "delete a secret in the watched namespace": lambda: core.delete_collection_namespaced_secret(
                 cluster_namespace, dry_run="All"
             ),
-            "create pods": lambda: core.create_namespaced_pod(cluster_namespace, pod, dry_run="All"),
+            # worker pods are the operator's to make (WorkerSets), in the namespaces it watches only
+            "create pods outside watched namespaces": lambda: core.create_namespaced_pod(op_ns, pod, dry_run="All"),
             "bind cluster-admin": lambda: client.RbacAuthorizationV1Api(sa_api).create_cluster_role_binding(
                 binding, dry_run="All"
             ),

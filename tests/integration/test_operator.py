@@ -18,6 +18,7 @@ from tests.support.operator import (
     owned_objects,
     wait_ready,
 )
+from warden.model import WORKER_SET_PLURAL
 from warden.naming import Names
 
 GROUP, VERSION, PLURAL = CLUSTER_PATH
@@ -69,7 +70,7 @@ def test_cluster_converges_to_ready_with_owned_labelled_children(
         f"Service/{names.nodes_service}",
         f"Service/{names.login}",
         f"StatefulSet/{names.login}",
-        f"StatefulSet/{names.worker('cpu')}",
+        f"WorkerSet/{names.worker('cpu')}",
     }
     assert expected <= set(children), sorted(expected - set(children))
     for key, item in children.items():
@@ -91,7 +92,7 @@ def test_spec_changes_converge_and_removed_group_is_pruned(
     body = load_example("cpu-only", ns)
     apply_cluster(api_client, body)
     wait_ready(api_client, ns, "cpu", operator)
-    apps, core = client.AppsV1Api(api_client), client.CoreV1Api(api_client)
+    core = client.CoreV1Api(api_client)
     key_before = core.read_namespaced_secret("cpu-slurm-key", ns).data
 
     changed = copy.deepcopy(body)
@@ -104,8 +105,10 @@ def test_spec_changes_converge_and_removed_group_is_pruned(
     apply_cluster(api_client, changed)
     obj = wait_ready(api_client, ns, "cpu", operator)
     assert obj["status"]["workers"] == "4/4"
-    assert apps.read_namespaced_stateful_set("cpu-worker-cpu", ns).spec.replicas == 3
-    assert apps.read_namespaced_stateful_set("cpu-worker-big", ns).spec.replicas == 1
+    assert worker_set(api_client, ns, "cpu-worker-cpu")["spec"]["replicas"] == 3
+    assert worker_set(api_client, ns, "cpu-worker-big")["spec"]["replicas"] == 1
+    pods = {p.metadata.name for p in core.list_namespaced_pod(ns).items if not p.metadata.deletion_timestamp}
+    assert {"cpu-worker-cpu-2", "cpu-worker-big-0"} <= pods
     slurm_conf = core.read_namespaced_config_map("cpu-slurm-config", ns).data["slurm.conf"]
     assert "MaxJobCount=5000" in slurm_conf and "NodeSet=ns_big Feature=warden-group-big" in slurm_conf
     assert new_key in core.read_namespaced_config_map("cpu-sshd-config", ns).data["authorized_keys"]
@@ -121,12 +124,13 @@ def test_spec_changes_converge_and_removed_group_is_pruned(
     [message] = wait_for("a PodsReplaced Event", lambda: replaced() or None, 60, on_fail=operator.log_tail)
     assert message.startswith("cpu-controller: slurmctld: resources {} -> {'limits': {'memory': '3Gi'}}"), message
 
-    # Remove the group again: its StatefulSet goes, the rest stays.
+    # Remove the group again: its WorkerSet (and with it, its pods) goes, the rest stays.
     spec["workerGroups"] = [g for g in spec["workerGroups"] if g["name"] != "big"]
     apply_cluster(api_client, changed)
 
     def big_gone() -> bool:
-        return not [s for s in apps.list_namespaced_stateful_set(ns).items if s.metadata.name == "cpu-worker-big"]
+        pods = [p for p in core.list_namespaced_pod(ns).items if p.metadata.name.startswith("cpu-worker-big-")]
+        return not pods and worker_set(api_client, ns, "cpu-worker-big") is None
 
     wait_for("cpu-worker-big pruned", big_gone, 60, on_fail=operator.log_tail)
     obj = wait_ready(api_client, ns, "cpu", operator)
@@ -250,7 +254,7 @@ def test_json_logs_on_request(controlplane: Any, cluster_namespace: str, tmp_pat
 def test_autoscaled_group_is_sized_by_its_scale_subresource_and_the_operator_never_fights_it(
     api_client: Any, cluster_namespace: str, operator: OperatorProcess
 ) -> None:
-    """What an HPA or KEDA does to a group marked `autoscaled`: scale its StatefulSet through the scale
+    """What an HPA or KEDA does to a group marked `autoscaled`: scale its WorkerSet through the scale
     subresource, to zero and back. Reconciles (a spec change, the operator restarting) keep that size;
     status follows it."""
     ns = cluster_namespace
@@ -258,9 +262,8 @@ def test_autoscaled_group_is_sized_by_its_scale_subresource_and_the_operator_nev
     body["spec"]["workerGroups"][0]["autoscaled"] = True
     apply_cluster(api_client, body)
     obj = wait_ready(api_client, ns, "cpu", operator)
-    apps = client.AppsV1Api(api_client)
     sts = "cpu-worker-cpu"
-    assert apps.read_namespaced_stateful_set(sts, ns).spec.replicas == 2, "created with spec replicas"
+    assert worker_set(api_client, ns, sts)["spec"]["replicas"] == 2, "created with spec replicas"
     assert obj["status"]["workers"] == "2/2"
 
     def sized(n: int) -> Any:
@@ -268,11 +271,15 @@ def test_autoscaled_group_is_sized_by_its_scale_subresource_and_the_operator_nev
             got = get_cluster(api_client, ns, "cpu")
             status = got.get("status", {})
             ok = status.get("workers") == f"{n}/{n}" and status.get("phase") == "Ready"
-            return got if ok and apps.read_namespaced_stateful_set(sts, ns).spec.replicas == n else None
+            scale = custom.get_namespaced_custom_object_scale(GROUP, VERSION, ns, WORKER_SET_PLURAL, sts)
+            # (a Scale's replicas are left out when 0)
+            ok = ok and scale["spec"].get("replicas", 0) == n and scale["status"].get("replicas", 0) == n
+            return got if ok and len(worker_pods(api_client, ns, sts)) == n else None
 
         return check
 
-    apps.patch_namespaced_stateful_set_scale(sts, ns, {"spec": {"replicas": 0}})
+    custom = client.CustomObjectsApi(api_client)
+    custom.patch_namespaced_custom_object_scale(GROUP, VERSION, ns, WORKER_SET_PLURAL, sts, {"spec": {"replicas": 0}})
     wait_for("scaled to zero, status 0/0", sized(0), 60, on_fail=operator.log_tail)
 
     changed = copy.deepcopy(body)
@@ -283,7 +290,26 @@ def test_autoscaled_group_is_sized_by_its_scale_subresource_and_the_operator_nev
     operator.start()
     time.sleep(3)  # the restarted operator's resume reconcile
     wait_ready(api_client, ns, "cpu", operator)
-    assert apps.read_namespaced_stateful_set(sts, ns).spec.replicas == 0, "the operator scaled it back"
+    assert worker_set(api_client, ns, sts)["spec"]["replicas"] == 0, "the operator scaled it back"
 
-    apps.patch_namespaced_stateful_set_scale(sts, ns, {"spec": {"replicas": 3}})
+    custom.patch_namespaced_custom_object_scale(GROUP, VERSION, ns, WORKER_SET_PLURAL, sts, {"spec": {"replicas": 3}})
     wait_for("scaled to three, status 3/3", sized(3), 60, on_fail=operator.log_tail)
+
+
+def worker_set(api: Any, ns: str, name: str) -> dict[str, Any] | None:
+    try:
+        obj: Any = client.CustomObjectsApi(api).get_namespaced_custom_object(
+            GROUP, VERSION, ns, WORKER_SET_PLURAL, name
+        )
+    except client.ApiException as e:
+        if e.status == 404:
+            return None
+        raise
+    return dict(obj)
+
+
+def worker_pods(api: Any, ns: str, name: str) -> list[str]:
+    """The live pods of a WorkerSet (not those being deleted)."""
+    pods = client.CoreV1Api(api).list_namespaced_pod(ns).items
+    names = [str(p.metadata.name) for p in pods if not p.metadata.deletion_timestamp]
+    return sorted(n for n in names if n.startswith(f"{name}-"))

@@ -7,6 +7,8 @@ import signal
 import socket
 import subprocess
 import sys
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -14,10 +16,11 @@ import yaml
 from kubernetes import client
 
 from tests.support.controlplane import wait_for
-from warden.model import API_GROUP, API_VERSION, PLURAL
+from warden.model import API_GROUP, API_VERSION, PLURAL, WORKER_SET_PLURAL
 
 ROOT = Path(__file__).resolve().parents[2]
 CRD_FILE = ROOT / "charts/slurm-operator-crds/templates/slurmclusters.yaml"
+WORKER_SET_CRD_FILE = ROOT / "charts/slurm-operator-crds/templates/workersets.yaml"
 
 
 def free_port() -> int:
@@ -94,8 +97,13 @@ def load_example(name: str, namespace: str) -> dict[str, Any]:
 
 
 def crd_body() -> Any:
-    """The chart's CRD as the API client takes it (a plain dict)."""
+    """The chart's SlurmCluster CRD as the API client takes it (a plain dict)."""
     return yaml.safe_load(CRD_FILE.read_text())
+
+
+def crd_bodies() -> list[Any]:
+    """Every CRD of the chart: SlurmCluster and WorkerSet."""
+    return [crd_body(), yaml.safe_load(WORKER_SET_CRD_FILE.read_text())]
 
 
 CLUSTER_PATH = (API_GROUP, API_VERSION, PLURAL)
@@ -122,7 +130,7 @@ def owned_objects(api: Any, ns: str, uid: str) -> dict[str, dict[str, Any]]:
         client.BatchV1Api(api),
         client.RbacAuthorizationV1Api(api),
     )
-    listers = {
+    listers: dict[str, Callable[..., Any]] = {
         "ConfigMap": core.list_namespaced_config_map,
         "Secret": core.list_namespaced_secret,
         "Service": core.list_namespaced_service,
@@ -135,10 +143,12 @@ def owned_objects(api: Any, ns: str, uid: str) -> dict[str, dict[str, Any]]:
         "Role": rbac.list_namespaced_role,
         "RoleBinding": rbac.list_namespaced_role_binding,
         "PodDisruptionBudget": client.PolicyV1Api(api).list_namespaced_pod_disruption_budget,
+        "WorkerSet": partial(client.CustomObjectsApi(api).list_namespaced_custom_object, GROUP, VERSION),
     }
     out: dict[str, dict[str, Any]] = {}
     for kind, lister in listers.items():
-        for item in api.sanitize_for_serialization(lister(ns))["items"]:
+        args = (ns, WORKER_SET_PLURAL) if kind == "WorkerSet" else (ns,)
+        for item in api.sanitize_for_serialization(lister(*args))["items"]:
             refs = item["metadata"].get("ownerReferences", [])
             if any(r["uid"] == uid for r in refs):
                 out[f"{kind}/{item['metadata']['name']}"] = item
