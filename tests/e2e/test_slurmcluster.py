@@ -35,6 +35,7 @@ from typing import Any
 import pytest
 
 from tests.support.localcluster import FAKE_GPU_RESOURCE, Kube, install_charts, wait_slurmcluster_ready
+from warden import naming
 
 NAME = "e2e"
 STANDIN = Path(__file__).resolve().parents[1] / "support" / "nccl_standin.py"
@@ -398,7 +399,7 @@ def test_worker_upgrade_waits_for_a_two_node_job_and_moves_every_pod(installed: 
     """A worker pod-template change (`helm upgrade` of the group's resources) with a job running on both
     workers: no pod is replaced while the job runs; it completes and writes its output; then the pods
     are replaced one at a time (maxUnavailable 1), each drained and idle first, and every pod ends on
-    the StatefulSet's new revision, registered and usable."""
+    the WorkerSet's current template, registered and usable."""
     kube, ns = installed.kube, installed.namespace
     sts = f"{NAME}-worker-cpu"
     out = installed.ssh("sbatch --parsable -N2 -o /root/upgrade-%j.out --wrap 'srun sh -c \"sleep 40; echo across\"'")
@@ -417,11 +418,11 @@ def test_worker_upgrade_waits_for_a_two_node_job_and_moves_every_pod(installed: 
     assert installed.ssh(f"cat /root/upgrade-{job}.out").stdout.split() == ["across", "across"]
 
     def all_moved() -> bool:
-        target = kube.json("-n", ns, "get", "statefulset", sts)["status"].get("updateRevision")
+        target = kube.json("-n", ns, "get", "workerset", sts)["status"].get("updateRevision")
         pods = kube.json("-n", ns, "get", "pods", "-l", f"{INSTANCE},app.kubernetes.io/component=worker")["items"]
         mine = [p for p in pods if p["metadata"]["name"].startswith(f"{sts}-")]
         return len(mine) == 2 and all(
-            p["metadata"]["labels"].get("controller-revision-hash") == target
+            p["metadata"]["annotations"].get("slurm.warden.dev/pod-template") == target
             and p["metadata"]["uid"] != uids[p["metadata"]["name"]]
             and _slurm_condition(installed, p["metadata"]["name"]).get("status") == "True"
             for p in mine
@@ -814,53 +815,85 @@ def test_controller_pod_deleted_keeps_the_queue_and_jobs_complete(installed: Ins
     assert out.stdout.split() == ["done"] * len(jobs), out.stderr
 
 
-def test_scaled_down_workers_leave_slurm(installed: Installed) -> None:
-    """Replicas 3 -> 1 with a job running on a node that goes: its node is drained first (reason
-    `warden: scale-in`), the pod stays until the job has ended and written its output, then the
-    StatefulSet shrinks; the removed pods delete their nodes from Slurm on the way out, so `sinfo`
-    lists only the node that stays (no DOWN leftovers), and jobs keep running there."""
-    kube, ns = installed.kube, installed.namespace
-    leaving = f"{NAME}-worker-cpu-2"
+def _worker_pods(installed: Installed) -> list[str]:
+    """The cpu group's worker pods that are not on their way out."""
+    pods = installed.kube.json("-n", installed.namespace, "get", "pods", "-l",
+                               f"{INSTANCE},{naming.WORKER_GROUP_LABEL}=cpu")["items"]  # fmt: skip
+    return sorted(p["metadata"]["name"] for p in pods if not p["metadata"].get("deletionTimestamp"))
+
+
+def _cpu_nodes(installed: Installed) -> dict[str, str]:
+    out = installed.ssh("sinfo -h -N -p cpu -o '%N %t'" if installed.gpus else "sinfo -h -N -o '%N %t'")
+    return dict(line.split() for line in out.stdout.splitlines())
+
+
+def test_scale_in_frees_the_idle_node_then_the_one_whose_job_ends_first(installed: Installed) -> None:
+    """Replicas 3 -> 1 with a short job on ordinal 0, a long one on ordinal 2, and ordinal 1 idle (a
+    StatefulSet would remove 1 and 2 and kill the long job). The idle node goes at once, the short
+    job's node once that job has ended, and the long job's node stays: both jobs complete with their
+    output, and `sinfo` lists only the node that stays (no DOWN leftovers)."""
+    w = [f"{NAME}-worker-cpu-{i}" for i in range(3)]
     part = "-p cpu " if installed.gpus else ""
-    out = installed.ssh(f"sbatch --parsable {part}-w {leaving} -o /root/scalein-%j.out --wrap 'sleep 40; echo kept'")
-    assert out.returncode == 0, out.stderr
-    job = out.stdout.strip().split(";")[0]
-    _eventually(f"job {job} running", lambda: _job_states(installed).get(job) == "RUNNING", timeout=60)
+    jobs = {}
+    for node, minutes, sleep in ((w[0], 1, 25), (w[2], 3, 50)):
+        out = installed.ssh(f"sbatch --parsable {part}-w {node} -t {minutes} -o /root/scalein-%j.out "
+                            f"--wrap 'sleep {sleep}; echo kept on $(hostname)'")  # fmt: skip
+        assert out.returncode == 0, out.stderr
+        jobs[node] = out.stdout.strip().split(";")[0]
+    _eventually("both jobs running", lambda: {_job_states(installed).get(j) for j in jobs.values()} == {"RUNNING"})
     installed.values["workerGroups"][0]["replicas"] = 1
     installed.helm_upgrade()
-    reasons = _eventually(
-        f"{leaving} drained for the scale-in",
-        lambda: (r := _sinfo_reasons(installed)).get(leaving, "").startswith("warden: scale-in") and r,
-        timeout=60,
-    )
-    assert f"{NAME}-worker-cpu-1" in reasons, reasons
-    time.sleep(10)
-    assert kube.kubectl("-n", ns, "get", "pod", leaving, "--ignore-not-found"), "the pod went while its job ran"
-    assert _wait_job(installed, job) == "COMPLETED"
-    assert installed.ssh(f"cat /root/scalein-{job}.out").stdout.strip() == "kept"
-    stay = f"{NAME}-worker-cpu-0"
-    deadline = time.monotonic() + 240
-    nodes: dict[str, str] = {}
-    pods: list[str] = []
-    while time.monotonic() < deadline:
-        out = installed.ssh("sinfo -h -N -p cpu -o '%N %t'" if installed.gpus else "sinfo -h -N -o '%N %t'")
-        nodes = dict(line.split() for line in out.stdout.splitlines())
-        pods = kube.kubectl("-n", ns, "get", "pods", "-l", f"{INSTANCE},app.kubernetes.io/component=worker",
-                            "-o", "name").split()  # fmt: skip
-        if nodes == {stay: "idle"} and not any("worker-cpu-1" in p or "worker-cpu-2" in p for p in pods):
-            break
-        time.sleep(3)
-    assert nodes == {stay: "idle"}, nodes
-    assert not any("worker-cpu-1" in p or "worker-cpu-2" in p for p in pods), pods
-    assert any("worker-cpu: 1 nodes" in m for m in _events(installed, "ScaledIn")), _events(installed, "ScaledIn")
+
+    _eventually(f"the idle {w[1]} gone", lambda: w[1] not in _worker_pods(installed), timeout=60)
+    assert _job_states(installed).get(jobs[w[0]]) == "RUNNING", "the idle node went first, while both jobs ran"
+    assert _sinfo_reasons(installed).get(w[0], "").startswith("warden: scale-in"), "drained: no new job there"
+    assert w[2] in _worker_pods(installed) and not _sinfo_reasons(installed).get(w[2])
+    assert _wait_job(installed, jobs[w[0]]) == "COMPLETED"
+    _eventually(f"{w[0]} gone once its job ended", lambda: _worker_pods(installed) == [w[2]], timeout=60)
+    assert _job_states(installed).get(jobs[w[2]]) == "RUNNING", "the long job is untouched"
+    assert _wait_job(installed, jobs[w[2]]) == "COMPLETED"
+    for node, job in jobs.items():
+        assert installed.ssh(f"cat /root/scalein-{job}.out").stdout.strip() == f"kept on {node}"
+    _eventually("sinfo lists only the node that stays", lambda: _cpu_nodes(installed) == {w[2]: "idle"}, timeout=60)
+    deleted = _events(installed, "ScaledIn")
+    assert any(m.startswith(f"{w[1]}: deleted: drained and idle") for m in deleted), deleted
+    assert any(m.startswith(f"{w[0]}: deleted: drained and idle") for m in deleted), deleted
     out = installed.ssh("srun -N1 -p cpu hostname" if installed.gpus else "srun -N1 hostname")
-    assert out.returncode == 0 and out.stdout.strip() == stay, out.stderr
+    assert out.returncode == 0 and out.stdout.strip() == w[2], out.stderr
+
+
+def test_kubectl_scale_takes_an_autoscaled_group_to_zero_and_back_and_a_job_queued_at_zero_runs(
+    installed: Installed,
+) -> None:
+    """What an HPA or KEDA does: the group marked `autoscaled`, `kubectl scale workerset` 1 -> 0 -> 2.
+    A job submitted at zero waits in the queue and runs once the nodes are back; the operator never
+    puts the size back."""
+    kube, ns = installed.kube, installed.namespace
+    ws = f"{NAME}-worker-cpu"
+    installed.values["workerGroups"][0]["autoscaled"] = True
+    installed.helm_upgrade()
+    kube.kubectl("-n", ns, "scale", "workerset", ws, "--replicas=0")
+    _eventually("no cpu worker pods", lambda: _worker_pods(installed) == [], timeout=90)
+    _eventually("no cpu nodes in Slurm", lambda: _cpu_nodes(installed) == {}, timeout=60)
+    part = "-p cpu " if installed.gpus else ""
+    out = installed.ssh(f"sbatch --parsable {part}-N2 -o /root/atzero-%j.out --wrap 'srun hostname'")
+    assert out.returncode == 0, f"a job submitted at zero is queued, not refused: {out.stderr}"
+    job = out.stdout.strip().split(";")[0]
+    time.sleep(5)
+    assert _job_states(installed).get(job) == "PENDING"
+    kube.kubectl("-n", ns, "scale", "workerset", ws, "--replicas=2")
+    assert _wait_job(installed, job, timeout=300) == "COMPLETED"
+    ran = installed.ssh(f"cat /root/atzero-{job}.out").stdout.split()
+    assert sorted(ran) == [f"{ws}-0", f"{ws}-1"], ran
+    assert kube.json("-n", ns, "get", "workerset", ws)["spec"]["replicas"] == 2, "the operator left the size be"
+    groups = {g["name"]: g for g in kube.json("-n", ns, "get", "slurmcluster", NAME)["status"]["workerGroups"]}
+    assert groups["cpu"]["replicas"] == 2, groups
 
 
 def test_helm_uninstall_keeps_only_the_jail_claim(installed: Installed) -> None:
     kube, ns = installed.kube, installed.namespace
     kube.helm("uninstall", NAME, "-n", ns, "--wait")
-    kinds = "slurmclusters,statefulsets,pods,jobs,services,configmaps,secrets"
+    kinds = "slurmclusters,workersets,statefulsets,pods,jobs,services,configmaps,secrets"
     deadline = time.monotonic() + 180
     left: list[str] = []
     while time.monotonic() < deadline:

@@ -886,32 +886,36 @@ class Kube:
                      "-f", "-", input=doc)  # fmt: skip
 
 
-CRD_NAME = "slurmclusters.slurm.warden.dev"
+CRD_NAMES = ("slurmclusters.slurm.warden.dev", "workersets.slurm.warden.dev")
 
 
 def claim_crd(kube: Kube, release: str, namespace: str) -> bool:
-    """Make the SlurmCluster CRD installable by the Helm ``release`` in ``namespace``.
+    """Make the CRDs (SlurmCluster, WorkerSet) installable by the Helm ``release`` in ``namespace``.
 
-    The CRD carries ``helm.sh/resource-policy: keep``: ``helm uninstall`` leaves it behind, still
-    annotated with the release that is gone, and Helm refuses to install it under any other release.
-    True when ``release`` may install it: it is absent, already that release's, or its release no longer
+    The CRDs carry ``helm.sh/resource-policy: keep``: ``helm uninstall`` leaves them behind, still
+    annotated with the release that is gone, and Helm refuses to install them under any other release.
+    True when ``release`` may install them: absent, already that release's, or their release no longer
     exists (the ownership annotations are then handed over, the way Helm adopts an object). False when
-    another live release owns it: that release keeps it and the caller must not install it."""
-    out = kube.kubectl("get", "crd", CRD_NAME, "--ignore-not-found", "-o", "json")
-    if not out.strip():
-        return True
-    annotations = json.loads(out)["metadata"].get("annotations", {})
-    owner = (annotations.get("meta.helm.sh/release-name"), annotations.get("meta.helm.sh/release-namespace"))
-    if owner == (release, namespace):
-        return True
-    if owner[0] and owner[1]:
-        status = kube.helm("status", owner[0], "-n", owner[1], check=False)
-        if status.strip():
-            return False  # a live installation owns it
-    kube.kubectl("annotate", "--overwrite", "crd", CRD_NAME,
-                 f"meta.helm.sh/release-name={release}", f"meta.helm.sh/release-namespace={namespace}")  # fmt: skip
-    kube.kubectl("label", "--overwrite", "crd", CRD_NAME, "app.kubernetes.io/managed-by=Helm")
-    log(f"CRD {CRD_NAME} left behind by release {owner[1]}/{owner[0]}: adopted by {namespace}/{release}")
+    another live release owns one: that release keeps them and the caller must not install them."""
+    adopt = []
+    for name in CRD_NAMES:
+        out = kube.kubectl("get", "crd", name, "--ignore-not-found", "-o", "json")
+        if not out.strip():
+            continue
+        annotations = json.loads(out)["metadata"].get("annotations", {})
+        owner = (annotations.get("meta.helm.sh/release-name"), annotations.get("meta.helm.sh/release-namespace"))
+        if owner == (release, namespace):
+            continue
+        if owner[0] and owner[1]:
+            status = kube.helm("status", owner[0], "-n", owner[1], check=False)
+            if status.strip():
+                return False  # a live installation owns it
+        adopt.append((name, owner))
+    for name, owner in adopt:
+        kube.kubectl("annotate", "--overwrite", "crd", name,
+                     f"meta.helm.sh/release-name={release}", f"meta.helm.sh/release-namespace={namespace}")  # fmt: skip
+        kube.kubectl("label", "--overwrite", "crd", name, "app.kubernetes.io/managed-by=Helm")
+        log(f"CRD {name} left behind by release {owner[1]}/{owner[0]}: adopted by {namespace}/{release}")
     return True
 
 
