@@ -4,7 +4,10 @@ Starts a throwaway control plane (tests/support/controlplane.py), adds enough kw
 runs the real operator process, applies the cluster and prints:
 - time from `create SlurmCluster` to status Ready (1,000 worker pods Ready, all conditions True),
 - the operator's resident memory (idle after start, peak while converging, after converging),
-- the number of API writes the operator made for it (from its log).
+- the number of status refreshes the WorkerSet's watch caused (from its log),
+- beside it, in the same run on the same API server: a bare client creating the same worker pods
+  one after another (the operator also makes them one at a time), until they are all Ready: the limit
+  the operator's convergence is measured against.
 Never asserted anywhere: figures for the record. Usage: python bench/operator_scale.py [WORKERS]
 """
 
@@ -44,6 +47,31 @@ class RssSampler(threading.Thread):
             except OSError:
                 return
             time.sleep(0.2)
+
+
+def bare_client(api: Any, ns: str, workerset: dict[str, Any], workers: int) -> tuple[float, float]:
+    """Create the WorkerSet's pods with a plain client, one after another, as the operator does (same
+    template, same names, no owner): seconds until all are created, and until all are Ready."""
+    core = client.CoreV1Api(api)
+    template = workerset["spec"]["template"]
+    start = time.monotonic()
+    for i in range(workers):
+        name = f"bare-{i}"
+        pod: Any = {  # the API client takes plain dicts as well as its models
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "labels": {**template["metadata"]["labels"], "bench": "bare"}},
+            "spec": {**template["spec"], "hostname": name},
+        }
+        core.create_namespaced_pod(ns, pod)
+    created = time.monotonic() - start
+    while time.monotonic() - start < 1800:
+        pods: Any = core.list_namespaced_pod(ns, label_selector="bench=bare").items
+        ready = sum(1 for p in pods if any(c.type == "Ready" and c.status == "True" for c in p.status.conditions or []))
+        if ready >= workers:
+            break
+        time.sleep(1)
+    return created, time.monotonic() - start
 
 
 def main() -> int:
@@ -95,12 +123,18 @@ def main() -> int:
                 break
             time.sleep(1)
         took = time.monotonic() - start
+        workers_ready = took
         sampler.stop.set()
         sampler.join()
         after = rss_mib(op.proc.pid)
         log = op.log_path.read_text(errors="replace")
         refreshes = log.count("Handler 'worker_set_changed' succeeded")
+        template: Any = client.CustomObjectsApi(api).get_namespaced_custom_object(
+            "slurm.warden.dev", "v1alpha1", ns, "workersets", "big-worker-cpu"
+        )
         op.stop()
+        bare_ns = cp.create_namespace("bare")
+        bare_created, bare_ready = bare_client(api, bare_ns, template, workers)
     print(f"workers (kwok pods)             {workers}")
     print(f"kwok nodes                      {nodes}")
     print(f"phase at the end                {status.get('phase')} workers {status.get('workers')}")
@@ -109,6 +143,8 @@ def main() -> int:
     print(f"operator RSS peak (converging)  {sampler.peak:.1f} MiB")
     print(f"operator RSS after Ready        {after:.1f} MiB")
     print(f"status refreshes from watches   {refreshes}")
+    print(f"bare client: {workers} pods created  {bare_created:.1f} s, all Ready {bare_ready:.1f} s")
+    print(f"operator / bare client (Ready)  {workers_ready / bare_ready:.2f}x")
     return 0 if status.get("phase") == "Ready" else 1
 
 
