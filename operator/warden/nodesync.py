@@ -99,7 +99,7 @@ def plan(
     """``nodes``: what slurmctld listed, read BEFORE ``pods`` (a node listed there had its pod then, so
     one missing from ``pods`` is gone for good). ``cordoned``: Kubernetes node name -> unschedulable."""
     out = Plan()
-    by_name = {n.name: n for n in nodes}
+    by_name = {n.name: n for n in nodes if n.state != "FUTURE"}  # FUTURE: slurm.conf's hidden capacity
     live = {p.name: p for p in pods}
     registered = usable = 0
     drained: list[DrainedNode] = []

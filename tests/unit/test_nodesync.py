@@ -78,6 +78,8 @@ def test_ghost_nodes_of_gone_pods_are_deleted_not_those_of_pods_on_their_way_out
     out = plan([pod("a"), pod("b", deleting=True)], [node("a"), node("b"), node("gone", "DOWN")], {}, TIMEOUT)
     assert out.delete_nodes == ["gone"]
     assert "b" not in out.conditions
+    hidden = plan([pod("a")], [node("a"), node("demo-worker-cpu-standby-0", "FUTURE")], {}, TIMEOUT)
+    assert hidden.delete_nodes == [] and hidden.summary.registered == 1, "slurm.conf's hidden capacity stays"
 
 
 def test_a_pod_that_never_registers_is_recreated_after_the_timeout_only() -> None:

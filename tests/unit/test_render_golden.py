@@ -69,7 +69,11 @@ def test_cpu_cluster_slurm_conf() -> None:
     assert partition["partitionname"] == "main"
     assert partition["nodes"] == "ns_cpu"
     assert partition["default"] == "YES"
-    assert not conf.records_of("NodeName"), "workers are dynamic nodes: no static NodeName lines"
+    # workers are dynamic nodes; the only static lines are each group's hidden capacity (FUTURE), so a
+    # job submitted while the group is scaled to zero is queued, not refused
+    (standby,) = conf.records_of("NodeName")
+    assert standby["nodename"] == "cpu-worker-cpu-standby-[0-1]" and standby["state"] == "FUTURE"
+    assert standby["feature"] == "warden-group-cpu" and standby["cpus"] == "2"
 
 
 def test_gpu_cluster_partitions_and_gres() -> None:
