@@ -69,10 +69,19 @@ def test_cpu_cluster_slurm_conf() -> None:
     assert partition["partitionname"] == "main"
     assert partition["nodes"] == "ns_cpu"
     assert partition["default"] == "YES"
-    # workers are dynamic nodes; the only static lines are each group's hidden capacity (FUTURE), so a
-    # job submitted while the group is scaled to zero is queued, not refused
+    assert not conf.records_of("NodeName"), "workers are dynamic nodes: no static NodeName lines"
+
+
+def test_autoscaled_groups_have_hidden_capacity_so_jobs_queue_at_zero() -> None:
+    """The only static node lines: an autoscaled group's `replicas` FUTURE records, in its NodeSet, so a
+    job submitted while an autoscaler has the group at zero is queued, not refused."""
+    cluster = load("cpu-only")
+    groups = [{"name": "cpu", "replicas": 3, "autoscaled": True, "resources": {"limits": {"cpu": "2"}}},
+              {"name": "fixed", "replicas": 2}]  # fmt: skip
+    spec = cluster.spec.model_copy(update={"worker_groups": [WorkerGroup.model_validate(g) for g in groups]})
+    conf = parse(config.slurm_conf(Cluster(name="c", namespace="ns", spec=spec)))
     (standby,) = conf.records_of("NodeName")
-    assert standby["nodename"] == "cpu-worker-cpu-standby-[0-1]" and standby["state"] == "FUTURE"
+    assert standby["nodename"] == "c-worker-cpu-standby-[0-2]" and standby["state"] == "FUTURE"
     assert standby["feature"] == "warden-group-cpu" and standby["cpus"] == "2"
 
 

@@ -73,7 +73,7 @@ def slurm_conf(cluster: Cluster) -> str:
         ),
         accounting=accounting,
         nodesets=[{"name": nodeset_name(g.name), "feature": group_feature(g.name)} for g in spec.worker_groups],
-        standby=[standby_nodes(names.worker(g.name), g) for g in spec.worker_groups],
+        standby=[standby_nodes(names.worker(g.name), g) for g in spec.worker_groups if g.autoscaled],
         partitions=partitions,
         extra_lines=list(spec.slurm_config.extra_lines),
     )
@@ -201,11 +201,13 @@ STANDBY_SUFFIX = "-standby"
 
 
 def standby_nodes(workerset: str, group: WorkerGroup) -> str:
-    """Hidden capacity of a group: `replicas` (at least one) node records in state FUTURE, with the
-    group's node line. They never run anything and `sinfo` does not show them, but they are in the
-    group's NodeSet, so a job submitted while the group is smaller than that (scaled to zero by an
-    autoscaler) is queued until real nodes register, rather than refused ("Requested node
-    configuration is not available")."""
+    """Hidden capacity of an autoscaled group: `replicas` (at least one) node records in state FUTURE,
+    with the group's node line. They never run anything and `sinfo` does not show them, but they are in
+    the group's NodeSet, so a job submitted while an autoscaler has the group smaller than that (at
+    zero) is queued until real nodes register, rather than refused ("Requested node configuration is
+    not available"). Only autoscaled groups have them: a fixed-size group refuses a job larger than it
+    is, as Slurm does, and its `replicas` changes never touch slurm.conf (static node lines changing
+    under running jobs is what this avoids)."""
     count = max(1, group.replicas)
     return f"NodeName={workerset}{STANDBY_SUFFIX}-[0-{count - 1}] State=FUTURE {slurmd_node_conf(group)}"
 
