@@ -865,13 +865,16 @@ def test_scale_in_frees_the_idle_node_then_the_one_whose_job_ends_first(installe
 def test_kubectl_scale_takes_an_autoscaled_group_to_zero_and_back_and_a_job_queued_at_zero_runs(
     installed: Installed,
 ) -> None:
-    """What an HPA or KEDA does: the group marked `autoscaled`, `kubectl scale workerset` 1 -> 0 -> 2.
-    A job submitted at zero waits in the queue and runs once the nodes are back; the operator never
-    puts the size back."""
+    """What an HPA or KEDA does: the group marked `autoscaled` (its `replicas`, 2, now only its starting
+    size and its hidden capacity), `kubectl scale workerset` 2 -> 0 -> 2. A job submitted at zero waits
+    in the queue and runs once the nodes are back; the operator never puts the size back."""
     kube, ns = installed.kube, installed.namespace
     ws = f"{NAME}-worker-cpu"
-    installed.values["workerGroups"][0]["autoscaled"] = True
+    installed.values["workerGroups"][0].update(autoscaled=True, replicas=2)
     installed.helm_upgrade()
+    assert kube.json("-n", ns, "get", "workerset", ws)["spec"]["replicas"] == 1, "an existing group keeps its size"
+    kube.kubectl("-n", ns, "scale", "workerset", ws, "--replicas=2")
+    _eventually("two cpu nodes idle", lambda: sorted(_cpu_nodes(installed).values()) == ["idle", "idle"], timeout=180)
     kube.kubectl("-n", ns, "scale", "workerset", ws, "--replicas=0")
     _eventually("no cpu worker pods", lambda: _worker_pods(installed) == [], timeout=90)
     _eventually("no cpu nodes in Slurm", lambda: _cpu_nodes(installed) == {}, timeout=60)
