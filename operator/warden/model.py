@@ -269,7 +269,8 @@ class WorkerGroup(Spec):
         default=1,
         ge=0,
         le=10000,
-        description="Number of Slurm nodes in the group; with `autoscaled`, only the number it starts with.",
+        description="Number of Slurm nodes in the group; with `autoscaled`, the number it starts with and the "
+        "most nodes a job may ask for while the autoscaler has the group smaller (even at zero).",
     )
     autoscaled: bool = Field(
         default=False,
