@@ -13,6 +13,7 @@ Never asserted anywhere: figures for the record. Usage: python bench/operator_sc
 
 from __future__ import annotations
 
+import json
 import sys
 import threading
 import time
@@ -50,8 +51,9 @@ class RssSampler(threading.Thread):
 
 
 def bare_client(api: Any, ns: str, workerset: dict[str, Any], workers: int) -> tuple[float, float]:
-    """Create the WorkerSet's pods with a plain client, one after another, as the operator does (same
-    template, same names, no owner): seconds until all are created, and until all are Ready."""
+    """Create the WorkerSet's pods with a bare client, one POST after another, as the operator does
+    (same template, its own names, no owner; raw JSON both ways, no model objects): seconds until all
+    are created, and until all are Ready."""
     core = client.CoreV1Api(api)
     template = workerset["spec"]["template"]
     start = time.monotonic()
@@ -60,14 +62,20 @@ def bare_client(api: Any, ns: str, workerset: dict[str, Any], workers: int) -> t
         pod: Any = {  # the API client takes plain dicts as well as its models
             "apiVersion": "v1",
             "kind": "Pod",
-            "metadata": {"name": name, "labels": {**template["metadata"]["labels"], "bench": "bare"}},
+            "metadata": {"name": name, "labels": {"bench": "bare"}},
             "spec": {**template["spec"], "hostname": name},
         }
-        core.create_namespaced_pod(ns, pod)
+        response: Any = core.create_namespaced_pod(ns, pod, _preload_content=False)
+        response.read()
     created = time.monotonic() - start
     while time.monotonic() - start < 1800:
-        pods: Any = core.list_namespaced_pod(ns, label_selector="bench=bare").items
-        ready = sum(1 for p in pods if any(c.type == "Ready" and c.status == "True" for c in p.status.conditions or []))
+        listed: Any = core.list_namespaced_pod(ns, label_selector="bench=bare", _preload_content=False)
+        pods = json.loads(listed.read())["items"]
+        ready = sum(
+            1
+            for p in pods
+            if any(c["type"] == "Ready" and c["status"] == "True" for c in p.get("status", {}).get("conditions", []))
+        )
         if ready >= workers:
             break
         time.sleep(1)
@@ -77,7 +85,7 @@ def bare_client(api: Any, ns: str, workerset: dict[str, Any], workers: int) -> t
 def main() -> int:
     workers = int(sys.argv[1]) if len(sys.argv) > 1 else 1000
     pods_per_node = 250
-    nodes = workers // pods_per_node + 2
+    nodes = 2 * workers // pods_per_node + 2  # room for the bare client's pods beside the operator's
     with ControlPlane(ensure_binaries(build=False)) as cp:
         cp.add_fake_nodes(nodes, pods=str(pods_per_node + 10), cpu="1000", memory="4Ti", timeout=120)
         api: Any = cp.api_client()
@@ -133,8 +141,8 @@ def main() -> int:
             "slurm.warden.dev", "v1alpha1", ns, "workersets", "big-worker-cpu"
         )
         op.stop()
-        bare_ns = cp.create_namespace("bare")
-        bare_created, bare_ready = bare_client(api, bare_ns, template, workers)
+        # the same namespace: the pods mount the cluster's jail claim
+        bare_created, bare_ready = bare_client(api, ns, template, workers)
     print(f"workers (kwok pods)             {workers}")
     print(f"kwok nodes                      {nodes}")
     print(f"phase at the end                {status.get('phase')} workers {status.get('workers')}")
