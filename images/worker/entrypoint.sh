@@ -56,8 +56,21 @@ node_gres() {
         "$([ ${#fields[@]} -gt 2 ] && printf ' Type=%s' "${fields[1]}")" "$files" >>"$SLURM_ETC/gres.conf"
     warden_log "gres: $node has ${fields[0]} $files"
 }
+# Node-local directories (the group's localMounts: emptyDir volumes, which the kubelet makes 0777) are
+# shared by every user's job steps: make them sticky, as /tmp always is, so nobody can remove or
+# replace another user's files.
+local_mount_modes() {
+    local p
+    for p in $(grep -o 'bind=[^ ]*' "$SLURM_ETC/plugstack.conf" 2>/dev/null | cut -d= -f2); do
+        p="${p%%:*}"
+        if [ -d "$p" ]; then
+            chmod 1777 "$p" || return 1
+        fi
+    done
+}
 warden_slurm_config
 group_plugstack
+local_mount_modes || warden_log "local mounts: could not make them 1777"
 node_gres
 warden_jail_users
 spool="${WARDEN_SPOOL_DIR:-/var/spool/slurmd}"

@@ -121,3 +121,19 @@ def test_a_jobs_leftover_processes_die_with_it(cluster: DockerCluster, alice: Ja
             break
         assert time.monotonic() < deadline, f"processes of the ended job still run on {node}: {left}"
         time.sleep(1)
+
+
+def test_node_local_directories_are_sticky_so_users_keep_their_files(cluster: DockerCluster, alice: JailUser) -> None:
+    """/tmp and /dev/shm in job steps are emptyDir volumes (0777 as the kubelet makes them): the worker
+    makes them 1777, so alice cannot remove a file someone else left there."""
+    node = cluster.worker_pods("cpu")[0]
+    assert alice.ssh(f"srun -p cpu -w {node} --mem=50M stat -c '%a %n' /tmp /dev/shm").split("\n")[:2] == [
+        "1777 /tmp",
+        "1777 /dev/shm",
+    ]
+    cluster.exec(node, "echo root > /tmp/warden-sticky && chmod 0666 /tmp/warden-sticky")
+    out = alice.ssh(
+        f"srun -p cpu -w {node} --mem=50M sh -c 'rm -f /tmp/warden-sticky 2>&1; cat /tmp/warden-sticky'", check=False
+    )
+    assert "Operation not permitted" in out and out.strip().endswith("root"), out
+    cluster.exec(node, "rm -f /tmp/warden-sticky")
