@@ -68,27 +68,23 @@ def worker_pod(pod: Manifest, now: datetime.datetime) -> WorkerPod:
     )
 
 
-def _live(workerset: Manifest, pods: list[Manifest], deleting: bool = False) -> list[Manifest]:
-    """The set's own pods (``<set>-<i>``) that have not ended; with ``deleting``, those going too."""
-    name = workerset["metadata"]["name"]
+def _live(workerset: Manifest, pods: list[Manifest], deleting: bool = False) -> list[tuple[Manifest, podset.Pod]]:
+    """The set's own pods (``<set>-<i>``) that have not ended, as read and as ``warden.podset`` sees
+    them; with ``deleting``, those going too."""
     out = []
-    for p in pods:
-        meta = p["metadata"]
-        ended = (p.get("status") or {}).get("phase") in ("Failed", "Succeeded")
-        if podset.ordinal(name, meta["name"]) is None or ended:
-            continue
-        if deleting or not meta.get("deletionTimestamp"):
-            out.append(p)
+    for raw in pods:
+        pod = podset.pod_of(workerset["metadata"]["name"], raw)
+        if pod is not None and not pod.ended and (deleting or not pod.deleting):
+            out.append((raw, pod))
     return out
 
 
-def _scalein_pod(raw: Manifest) -> scalein.Pod:
-    meta = raw["metadata"]
-    since = (meta.get("annotations") or {}).get(naming.LEAVING_ANNOTATION)
+def _scalein_pod(raw: Manifest, pod: podset.Pod) -> scalein.Pod:
+    since = (raw["metadata"].get("annotations") or {}).get(naming.LEAVING_ANNOTATION)
     return scalein.Pod(
-        name=meta["name"],
-        ordinal=int(meta["name"].rsplit("-", 1)[1]),
-        deleting=bool(meta.get("deletionTimestamp")),
+        name=pod.name,
+        ordinal=pod.ordinal,
+        deleting=pod.deleting,
         leaving_since=_parse_time(since).timestamp() if since else None,
     )
 
@@ -210,7 +206,7 @@ class SlurmSync:
                 scalein.Group(
                     workerset=ws["metadata"]["name"],
                     desired=int(ws["spec"].get("replicas", 0)),
-                    pods=tuple(_scalein_pod(p) for p in _live(ws, pods)),
+                    pods=tuple(_scalein_pod(raw, p) for raw, p in _live(ws, pods)),
                     timeout=float(timeout) if timeout is not None else None,
                 )
             )
@@ -259,24 +255,13 @@ class SlurmSync:
         namespace = body["metadata"]["namespace"]
         groups = []
         for ws in sets:
-            name = ws["metadata"]["name"]
-            mine = []
-            for p in _live(ws, pods, deleting=True):
-                meta = p["metadata"]
-                i = podset.ordinal(name, meta["name"])
-                assert i is not None  # _live keeps only the set's own names
-                mine.append(
-                    rollout.Pod(
-                        name=meta["name"],
-                        ordinal=i,
-                        revision=(meta.get("annotations") or {}).get(naming.POD_TEMPLATE_ANNOTATION, ""),
-                        deleting=bool(meta.get("deletionTimestamp")),
-                        leaving=meta["name"] in leaving,
-                    )
-                )
+            mine = [
+                rollout.Pod(p.name, p.ordinal, p.template, deleting=p.deleting, leaving=p.name in leaving)
+                for _, p in _live(ws, pods, deleting=True)
+            ]
             groups.append(
                 rollout.Group(
-                    workerset=name,
+                    workerset=ws["metadata"]["name"],
                     update_revision=podset.template_hash(ws),
                     max_unavailable=int(ws["spec"].get("maxUnavailable", 1)),
                     pods=tuple(mine),
