@@ -11,10 +11,11 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
 from warden import __version__
+from warden import quantity as quantity_mod
 
 API_GROUP = "slurm.warden.dev"
 API_VERSION = "v1alpha1"
@@ -28,7 +29,21 @@ WORKER_SET_PLURAL = "workersets"
 # Slurm node names, so they are kept short enough that "<cluster>-worker-<group>-<ordinal>" stays a
 # valid 63-character label.
 DNS_LABEL = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
-QUANTITY = r"^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$"
+QUANTITY = quantity_mod.PATTERN
+# Kubernetes object names (DNS-1123 subdomains), label keys and values, image references: every string
+# that reaches a manifest, a config file or a command line is held to the grammar of what it names.
+DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
+QUALIFIED_NAME = r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+LABEL_VALUE = r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$"
+IMAGE_REFERENCE = (
+    r"^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?(:[0-9]{1,5})?(/[a-z0-9]([a-z0-9._-]*[a-z0-9])?)*"
+    r"(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(@sha256:[a-f0-9]{64})?$"
+)
+# A host name or an IP address (v4, or v6 in brackets or bare): no spaces, quotes or line breaks.
+HOST = r"^([A-Za-z0-9]([-A-Za-z0-9.]*[A-Za-z0-9])?|\[?[0-9A-Fa-f:.]+\]?)$"
+# Absolute paths of plain components (no `..`, no hidden names, no spaces or separators of any file)
+ABSOLUTE_PATH = r"^(/[A-Za-z0-9_][A-Za-z0-9._-]*)+$"
+RELATIVE_PATH = r"^[A-Za-z0-9_][A-Za-z0-9._-]*(/[A-Za-z0-9_][A-Za-z0-9._-]*)*$"
 CRON = r"^(@(yearly|annually|monthly|weekly|daily|midnight|hourly)|(\S+\s+){4}\S+)$"
 SSH_PUBLIC_KEY = r"^(ssh-(ed25519|rsa|dss)|ecdsa-sha2-nistp(256|384|521)|sk-(ssh-ed25519|ecdsa-sha2-nistp256)@openssh\.com) [A-Za-z0-9+/=]+( [^\n\r]*)?$"  # noqa: E501
 
@@ -63,12 +78,49 @@ OPERATOR_OWNED_SLURM_KEYS = (
     "StateSaveLocation",
     "TaskPlugin",
 )
-_OWNED_KEYS_ALTERNATION = "|".join(OPERATOR_OWNED_SLURM_KEYS)
-# RE2 (CEL) and Python agree on this expression.
-OWNED_KEY_LINE = rf"^(?i)\s*({_OWNED_KEYS_ALTERNATION})\s*="
+# slurm.conf keys that make a daemon run a program (as root or SlurmUser, outside the jail), take another
+# identity, or load or write files as root. Refused in extraLines whatever their value: one SlurmCluster
+# edit must never become root on every node. (Slurm's health check is a spec field: healthChecks.quick.)
+REFUSED_SLURM_KEYS = (
+    "AuthInfo",
+    "Epilog",
+    "EpilogSlurmctld",
+    "JobCompLoc",
+    "JobCredentialPrivateKey",
+    "JobCredentialPublicCertificate",
+    "MailProg",
+    "PluginDir",
+    "Prolog",
+    "PrologSlurmctld",
+    "RebootProgram",
+    "ResumeFailProgram",
+    "ResumeProgram",
+    "ResvEpilog",
+    "ResvProlog",
+    "SlurmctldLogFile",
+    "SlurmctldPidFile",
+    "SlurmctldPrimaryOffProg",
+    "SlurmctldPrimaryOnProg",
+    "SlurmdLogFile",
+    "SlurmdPidFile",
+    "SlurmdUser",
+    "SlurmSchedLogFile",
+    "SrunEpilog",
+    "SrunProlog",
+    "SuspendProgram",
+    "TaskEpilog",
+    "TaskProlog",
+    "UnkillableStepProgram",
+)
+# A key anywhere on a line (slurm.conf reads several Key=Value pairs on one line). RE2 (CEL) and
+# Python agree on these expressions.
+OWNED_KEY_LINE = rf"(?i)(^|\s)({'|'.join(OPERATOR_OWNED_SLURM_KEYS)})\s*="
+REFUSED_KEY_LINE = rf"(?i)(^|\s)({'|'.join(REFUSED_SLURM_KEYS)})\s*="
 SLURM_CONF_LINE = r"^[A-Za-z][A-Za-z0-9]*=[^\n\r]*$"
 
 DEFAULT_IMAGE_REPOSITORY = "warden"
+# slurm.conf CPUs is a 16-bit count
+MAX_SLURM_CPUS = 65533
 
 
 def _default_image(name: str) -> str:
@@ -93,27 +145,76 @@ def _quantity_to_str(value: object) -> object:
     return str(value) if isinstance(value, int | float) else value
 
 
+def _readable_quantity(value: str) -> str:
+    quantity_mod.parse(value)  # ValueError: not a quantity, or beyond what Kubernetes keeps
+    return value
+
+
+def _positive_quantity(value: str) -> str:
+    if quantity_mod.parse(value) <= 0:
+        raise ValueError(f"{value!r}: a size must be larger than zero")
+    return value
+
+
 Quantity = Annotated[
     str,
     Field(pattern=QUANTITY, max_length=64, json_schema_extra={"x-kubernetes-int-or-string": True}),
     BeforeValidator(_quantity_to_str),
+    AfterValidator(_readable_quantity),
+]
+# A volume or buffer size: a quantity larger than zero.
+Size = Annotated[
+    Quantity,
+    AfterValidator(_positive_quantity),
+    Field(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": r"!string(self).matches(r'^(0+\.?0*|\.0+)([A-Za-z]*|[eE][+-]?[0-9]+)$')",
+                    "message": "a size must be larger than zero",
+                }
+            ]
+        }
+    ),
 ]
 DnsLabel = Annotated[str, Field(pattern=DNS_LABEL, min_length=1, max_length=20)]
 
 
-class Images(Spec):
-    """Container images of every component. Defaults match `make images`."""
+def _qualified_keys(mapping: dict[str, str], what: str) -> dict[str, str]:
+    """The Python twin of ``_keys_rule``."""
+    for key in mapping:
+        if len(key) > 316 or not re.match(QUALIFIED_NAME, key):
+            raise ValueError(f"{what} {key!r} is not a qualified name ([prefix/]name, e.g. example.com/gpu)")
+    return mapping
 
-    controller: str = Field(default=_default_image("controller"), description="slurmctld image.")
-    worker: str = Field(default=_default_image("worker"), description="slurmd image (carries the SPANK plugin).")
-    login: str = Field(default=_default_image("login"), description="sshd login image.")
-    accounting: str = Field(default=_default_image("accounting"), description="slurmdbd image.")
-    mariadb: str = Field(default=_default_image("mariadb"), description="In-cluster MariaDB image.")
-    populate_jail: str = Field(
+
+def _keys_rule(message: str) -> dict[str, str]:
+    """CEL: every key of a map is a qualified name (Kubernetes label and annotation keys)."""
+    return {"rule": f"self.all(k, k.matches(r'{QUALIFIED_NAME}') && size(k) <= 316)", "message": message}
+
+
+ImageReference = Annotated[str, Field(pattern=IMAGE_REFERENCE, min_length=1, max_length=255)]
+DnsSubdomain = Annotated[str, Field(pattern=DNS_SUBDOMAIN, min_length=1, max_length=253)]
+QualifiedName = Annotated[str, Field(pattern=QUALIFIED_NAME, min_length=1, max_length=316)]
+LabelValue = Annotated[str, Field(pattern=LABEL_VALUE, max_length=63)]
+
+
+class Images(Spec):
+    """Container images of every component (`[registry[:port]/]path[:tag][@sha256:digest]`).
+    Defaults match `make images`."""
+
+    controller: ImageReference = Field(default=_default_image("controller"), description="slurmctld image.")
+    worker: ImageReference = Field(
+        default=_default_image("worker"), description="slurmd image (carries the SPANK plugin)."
+    )
+    login: ImageReference = Field(default=_default_image("login"), description="sshd login image.")
+    accounting: ImageReference = Field(default=_default_image("accounting"), description="slurmdbd image.")
+    mariadb: ImageReference = Field(default=_default_image("mariadb"), description="In-cluster MariaDB image.")
+    populate_jail: ImageReference = Field(
         default=_default_image("populate-jail"),
         description="Image holding the jail's root filesystem and the copy program.",
     )
-    health_check: str = Field(default=_default_image("health-check"), description="NCCL health-check image.")
+    health_check: ImageReference = Field(default=_default_image("health-check"), description="NCCL health-check image.")
     pull_policy: Literal["Always", "IfNotPresent", "Never"] = Field(
         default="IfNotPresent", description="imagePullPolicy of every container."
     )
@@ -129,22 +230,25 @@ class ResourceRequirements(Spec):
 class Toleration(Spec):
     """A Kubernetes toleration (same fields as `core/v1 Toleration`)."""
 
-    key: str | None = Field(default=None, max_length=253, description="Taint key.")
+    key: QualifiedName | None = Field(default=None, description="Taint key.")
     operator: Literal["Exists", "Equal"] | None = Field(default=None, description="Exists or Equal.")
-    value: str | None = Field(default=None, max_length=63, description="Taint value.")
+    value: LabelValue | None = Field(default=None, description="Taint value.")
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = Field(
         default=None, description="Taint effect."
     )
-    toleration_seconds: int | None = Field(default=None, description="For NoExecute: how long to stay.")
+    toleration_seconds: int | None = Field(
+        default=None, ge=0, le=31_536_000, description="For NoExecute: how long to stay."
+    )
 
 
 class PopulateJail(Spec):
     """How the jail volume is filled from the jail image."""
 
-    image: str | None = Field(default=None, description="Overrides `spec.images.populateJail`.")
+    image: ImageReference | None = Field(default=None, description="Overrides `spec.images.populateJail`.")
     overwrite: bool = Field(
         default=False,
-        description="Copy the jail image again even though the volume is already populated.",
+        description="Copy the jail image again over a populated jail, once per image (the jail records which it "
+        "copied). /home, /root and the user database (/etc/passwd, group, shadow...) are never touched.",
     )
 
 
@@ -163,18 +267,20 @@ class Jail(Spec):
         }
     )
 
-    size: Quantity = Field(default="20Gi", description="Requested size of the jail volume.")
-    storage_class_name: str | None = Field(
-        default=None, max_length=253, description="StorageClass of the jail PVC; it must offer ReadWriteMany."
+    size: Size = Field(default="20Gi", description="Requested size of the jail volume.")
+    storage_class_name: DnsSubdomain | None = Field(
+        default=None, description="StorageClass of the jail PVC; it must offer ReadWriteMany."
     )
-    existing_claim: str | None = Field(
+    existing_claim: DnsSubdomain | None = Field(
         default=None,
-        max_length=253,
         description="Use this existing ReadWriteMany PVC instead of creating one (it is never deleted).",
     )
     retain_on_delete: bool = Field(
-        default=False,
-        description="Keep the jail PVC when the SlurmCluster is deleted (no owner reference on it).",
+        default=True,
+        description="Keep the jail (homes, the user database, installed software) when the SlurmCluster, its chart "
+        "or its namespace is deleted: the claim has no owner reference and its volume's reclaim policy is set to "
+        "Retain; a SlurmCluster of the same name made later binds it again. `false` deletes it with the "
+        "SlurmCluster. A change applies to the existing claim.",
     )
     populate: PopulateJail = Field(default_factory=PopulateJail, description="Populate Job settings.")
 
@@ -188,8 +294,8 @@ class Jail(Spec):
 class StateVolume(Spec):
     """Persistent volume for slurmctld's StateSaveLocation (the job queue survives a pod restart)."""
 
-    size: Quantity = Field(default="1Gi", description="Size of the state volume.")
-    storage_class_name: str | None = Field(default=None, max_length=253, description="StorageClass to use.")
+    size: Size = Field(default="1Gi", description="Size of the state volume.")
+    storage_class_name: DnsSubdomain | None = Field(default=None, description="StorageClass to use.")
 
 
 class Controller(Spec):
@@ -210,7 +316,17 @@ class LoginService(Spec):
 
     type: Literal["ClusterIP", "NodePort", "LoadBalancer"] = Field(default="NodePort", description="Service type.")
     node_port: int | None = Field(default=None, ge=30000, le=32767, description="Fixed NodePort (optional).")
-    annotations: dict[str, str] = Field(default_factory=dict, description="Annotations of the Service.")
+    annotations: dict[str, Annotated[str, Field(max_length=4096)]] = Field(
+        default_factory=dict,
+        max_length=64,
+        description="Annotations of the Service.",
+        json_schema_extra={"x-kubernetes-validations": [_keys_rule("an annotation key is not a qualified name")]},
+    )
+
+    @field_validator("annotations")
+    @classmethod
+    def _annotation_keys(cls, annotations: dict[str, str]) -> dict[str, str]:
+        return _qualified_keys(annotations, "annotation key")
 
 
 class Login(Spec):
@@ -245,20 +361,49 @@ class Gpus(Spec):
         max_length=32,
         description="gres type, e.g. `h100` (then jobs may ask `--gpus=h100:1`).",
     )
-    resource_name: str = Field(
+    resource_name: QualifiedName = Field(
         default="nvidia.com/gpu",
-        max_length=253,
         description="Kubernetes extended resource requested for the GPUs.",
     )
+
+
+# Directories of the jail a node-local mount would hide from job steps (programs, libraries, the user
+# database, homes): refused as localMounts[].jailPath.
+JAIL_SYSTEM_DIRS = ("/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/lib64", "/opt", "/proc", "/root", "/run",
+                    "/sbin", "/sys", "/usr", "/usr/bin", "/usr/lib", "/usr/local", "/var", "/var/lib")  # fmt: skip
 
 
 class LocalMount(Spec):
     """A node-local directory bound into the jail for every job step (tmp, shm, scratch)."""
 
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": f"!({' || '.join(f'self.jailPath == {d!r}' for d in JAIL_SYSTEM_DIRS)})",
+                    "message": "jailPath is a system directory of the jail; a node-local mount would hide it",
+                    "fieldPath": ".jailPath",
+                }
+            ]
+        }
+    )
+
     name: DnsLabel = Field(description="Name of the emptyDir volume.")
-    jail_path: str = Field(pattern=r"^/[^\s:]*$", max_length=255, description="Absolute path inside the jail.")
+    jail_path: str = Field(
+        pattern=ABSOLUTE_PATH,
+        max_length=255,
+        description="Absolute path inside the jail (plain names: no `..`, spaces or hidden components); not one of"
+        " the jail's system directories (/etc, /usr, /home...), which it would hide from job steps.",
+    )
     medium: Literal["Disk", "Memory"] = Field(default="Disk", description="`Memory` makes a tmpfs.")
-    size_limit: Quantity | None = Field(default=None, description="Size limit of the emptyDir.")
+    size_limit: Size | None = Field(default=None, description="Size limit of the emptyDir.")
+
+    @field_validator("jail_path")
+    @classmethod
+    def _not_a_system_dir(cls, path: str) -> str:
+        if path in JAIL_SYSTEM_DIRS:
+            raise ValueError(f"{path} is a system directory of the jail; a node-local mount would hide it")
+        return path
 
 
 class WorkerGroup(Spec):
@@ -296,7 +441,12 @@ class WorkerGroup(Spec):
     features: list[Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]+$", max_length=64)]] = Field(
         default_factory=list, max_length=32, description="Extra Slurm node features."
     )
-    node_selector: dict[str, str] = Field(default_factory=dict, description="Kubernetes nodeSelector.")
+    node_selector: dict[str, LabelValue] = Field(
+        default_factory=dict,
+        max_length=32,
+        description="Kubernetes nodeSelector (label keys and values).",
+        json_schema_extra={"x-kubernetes-validations": [_keys_rule("a nodeSelector key is not a label key")]},
+    )
     tolerations: list[Toleration] = Field(default_factory=list, max_length=32, description="Kubernetes tolerations.")
     local_mounts: list[LocalMount] = Field(
         default_factory=lambda: [
@@ -306,6 +456,20 @@ class WorkerGroup(Spec):
         max_length=16,
         description="Node-local directories bound into the jail.",
     )
+
+    @field_validator("node_selector")
+    @classmethod
+    def _label_keys(cls, selector: dict[str, str]) -> dict[str, str]:
+        return _qualified_keys(selector, "nodeSelector key")
+
+    @model_validator(mode="after")
+    def _slurm_sized(self) -> WorkerGroup:
+        cpu = self.resources.limits.get("cpu")
+        if cpu is not None and quantity_mod.whole_cpus(cpu) > MAX_SLURM_CPUS:
+            raise ValueError(
+                f"resources.limits.cpu: {cpu} is more CPUs than a Slurm node has (at most {MAX_SLURM_CPUS})"
+            )
+        return self
 
     @field_validator("local_mounts")
     @classmethod
@@ -341,46 +505,61 @@ class SlurmConfig(Spec):
     extra_lines: list[Annotated[str, Field(pattern=SLURM_CONF_LINE, max_length=1024)]] = Field(
         default_factory=list,
         max_length=128,
-        description="`Key=Value` lines appended to slurm.conf. Keys the operator owns are refused.",
+        description="`Key=Value` lines appended to slurm.conf. Refused: keys the operator owns, and keys that run "
+        "programs, change identities or name files the daemons load or write as root (Prolog, Epilog, "
+        "SlurmdUser, RebootProgram, ResumeProgram, PluginDir, ...: docs/security.md).",
         json_schema_extra={
             "x-kubernetes-validations": [
                 {
                     "rule": f"self.all(l, !l.matches(r'{OWNED_KEY_LINE}'))",
                     "message": "a line sets a key Warden owns; set it through the matching spec field",
-                }
+                },
+                {
+                    "rule": f"self.all(l, !l.matches(r'{REFUSED_KEY_LINE}'))",
+                    "message": "a line sets a key that runs programs or changes identities as root "
+                    "(Prolog, Epilog, SlurmdUser, *Program, PluginDir, log and pid files...); Warden refuses it",
+                },
             ]
         },
     )
 
     @field_validator("extra_lines")
     @classmethod
-    def _no_owned_keys(cls, lines: list[str]) -> list[str]:
-        owned = re.compile(OWNED_KEY_LINE.replace("^(?i)", "^"), re.IGNORECASE)
+    def _no_owned_or_refused_keys(cls, lines: list[str]) -> list[str]:
+        owned, refused = re.compile(OWNED_KEY_LINE), re.compile(REFUSED_KEY_LINE)
         for line in lines:
-            if owned.match(line):
-                key = line.split("=", 1)[0].strip()
-                raise ValueError(f"{key} is set by Warden; set it through the matching spec field")
+            if m := owned.search(line):
+                raise ValueError(f"{m.group(2)} is set by Warden; set it through the matching spec field")
+            if m := refused.search(line):
+                raise ValueError(
+                    f"{m.group(2)} runs programs or changes identities as root outside the jail; Warden refuses it"
+                    " (docs/security.md)"
+                )
         return lines
 
 
 class SecretKeyRef(Spec):
-    name: str = Field(min_length=1, max_length=253, description="Secret name.")
-    key: str = Field(default="password", min_length=1, max_length=253, description="Key in the Secret.")
+    name: DnsSubdomain = Field(description="Secret name.")
+    key: str = Field(default="password", pattern=r"^[-._a-zA-Z0-9]+$", max_length=253, description="Key in the Secret.")
 
 
 class ExternalDatabase(Spec):
     """A MariaDB/MySQL server run outside the cluster."""
 
-    host: str = Field(min_length=1, max_length=253, description="Database host name.")
+    host: str = Field(pattern=HOST, min_length=1, max_length=253, description="Database host name or IP address.")
     port: int = Field(default=3306, ge=1, le=65535, description="Database port.")
-    user: str = Field(default="slurm", min_length=1, max_length=64, description="Database user.")
-    database: str = Field(default="slurm_acct_db", min_length=1, max_length=64, description="Database name.")
+    user: str = Field(
+        default="slurm", pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$", max_length=32, description="Database user."
+    )
+    database: str = Field(
+        default="slurm_acct_db", pattern=r"^[A-Za-z0-9_]+$", max_length=64, description="Database name."
+    )
     password_secret_ref: SecretKeyRef = Field(description="Secret (same namespace) holding the password.")
 
 
 class InClusterDatabase(Spec):
-    storage_size: Quantity = Field(default="5Gi", description="Size of the database volume.")
-    storage_class_name: str | None = Field(default=None, max_length=253, description="StorageClass to use.")
+    storage_size: Size = Field(default="5Gi", description="Size of the database volume.")
+    storage_class_name: DnsSubdomain | None = Field(default=None, description="StorageClass to use.")
 
 
 class Accounting(Spec):
@@ -420,8 +599,8 @@ class NcclCheck(Spec):
     min_bus_bandwidth_gbps: float = Field(
         default=100.0, gt=0, le=100000, description="Drain a node whose average bus bandwidth (GB/s) is lower."
     )
-    min_bytes: Quantity = Field(default="512M", description="all_reduce_perf -b.")
-    max_bytes: Quantity = Field(default="8G", description="all_reduce_perf -e.")
+    min_bytes: Size = Field(default="512M", description="all_reduce_perf -b.")
+    max_bytes: Size = Field(default="8G", description="all_reduce_perf -e.")
     time_limit_minutes: int = Field(default=10, ge=1, le=1440, description="Per-node time limit.")
     concurrency: int = Field(default=4, ge=1, le=256, description="Nodes checked at once.")
 
@@ -449,6 +628,7 @@ class SeccompProfile(Spec):
     )
     localhost_profile: str = Field(
         default="warden/worker.json",
+        pattern=RELATIVE_PATH,
         max_length=253,
         description="Path under the kubelet's seccomp directory (images/worker/seccomp.json installed there).",
     )

@@ -26,6 +26,11 @@ def _with(**changes: Any) -> dict[str, Any]:
     return spec
 
 
+def _external(**changes: Any) -> dict[str, Any]:
+    external = {"host": "db.example.com", "passwordSecretRef": {"name": "db"}, **changes}
+    return {"mode": "External", "external": external}
+
+
 def _group(**changes: Any) -> dict[str, Any]:
     return _with(workerGroups=[{"name": "cpu", "replicas": 1, **changes}])
 
@@ -87,4 +92,50 @@ CASES = [
         "jailPath",
     ),
     Case("pull-policy", _with(images={"pullPolicy": "Sometimes"}), "pullPolicy"),
+    # slurm.conf keys that run programs or change identities as root, wherever they stand on a line
+    Case("extra-line-prolog", _with(slurmConfig={"extraLines": ["Prolog=/home/alice/p.sh"]}), "extraLines"),
+    Case("extra-line-slurmd-user", _with(slurmConfig={"extraLines": ["SlurmdUser=alice"]}), "extraLines"),
+    Case("extra-line-second-pair", _with(slurmConfig={"extraLines": ["MaxJobCount=5 Epilog=/tmp/e"]}), "extraLines"),
+    Case("extra-line-lowercase-key", _with(slurmConfig={"extraLines": ["rebootprogram=/x"]}), "extraLines"),
+    Case("extra-line-resume-program", _with(slurmConfig={"extraLines": ["ResumeProgram=/x"]}), "extraLines"),
+    Case("extra-line-plugin-dir", _with(slurmConfig={"extraLines": ["PluginDir=/home/alice"]}), "extraLines"),
+    Case("extra-line-auth-alt", _with(slurmConfig={"extraLines": ["AuthAltTypes=auth/jwt"]}), "extraLines"),
+    Case("extra-line-task-prolog", _with(slurmConfig={"extraLines": ["TaskProlog=/home/a/t"]}), "extraLines"),
+    # strings that reach slurmdbd.conf, a manifest or a command line keep to their grammar
+    Case("db-host-newline", _with(accounting=_external(host="db\nStorageHost=evil")), "host"),
+    Case("db-host-space", _with(accounting=_external(host="db host")), "host"),
+    Case("db-user-quote", _with(accounting=_external(user="slurm'--")), "user"),
+    Case("db-name-semicolon", _with(accounting=_external(database="acct;drop")), "database"),
+    Case("db-secret-name", _with(accounting=_external(passwordSecretRef={"name": "My Secret"})), "name"),
+    Case("db-secret-key", _with(accounting=_external(passwordSecretRef={"name": "db", "key": "a/b"})), "key"),
+    Case("image-with-space", _with(images={"worker": "warden/worker:1 --privileged"}), "worker"),
+    Case("image-newline", _with(images={"login": "warden/login\n:1"}), "login"),
+    Case("populate-image", _with(jail={"populate": {"image": "not an image"}}), "image"),
+    Case("storage-class-space", _with(jail={"storageClassName": "fast ssd"}), "storageClassName"),
+    Case("existing-claim-path", _with(jail={"existingClaim": "../etc"}), "existingClaim"),
+    Case("local-mount-dotdot", _group(localMounts=[{"name": "s", "jailPath": "/scratch/../etc"}]), "jailPath"),
+    Case("local-mount-system-dir", _group(localMounts=[{"name": "s", "jailPath": "/usr"}]), "jailPath"),
+    Case("toleration-key", _group(tolerations=[{"key": "a b", "operator": "Exists"}]), "key"),
+    Case("toleration-value", _group(tolerations=[{"key": "gpu", "value": "x;y"}]), "value"),
+    Case("toleration-seconds", _group(tolerations=[{"key": "gpu", "tolerationSeconds": -5}]), "tolerationSeconds"),
+    Case("node-selector-key", _group(nodeSelector={"bad key": "x"}), "nodeSelector"),
+    Case("node-selector-value", _group(nodeSelector={"zone": "a b"}), "nodeSelector"),
+    Case("service-annotation-key", _with(login={"service": {"annotations": {"no spaces": "x"}}}), "annotations"),
+    Case("gpu-resource-name", _group(gpus={"count": 1, "resourceName": "nvidia gpu"}), "resourceName"),
+    Case(
+        "seccomp-profile-escapes",
+        _with(security={"workerSeccompProfile": {"localhostProfile": "../../etc/shadow"}}),
+        "localhostProfile",
+    ),
+    # sizes: quantities Kubernetes reads, larger than zero, no exponent the renderers cannot hold
+    Case("cpu-exponent", _group(resources={"limits": {"cpu": "1e999"}}), "limits"),
+    Case("jail-size-zero", _with(jail={"size": "0"}), "size"),
+    Case("jail-size-negative", _with(jail={"size": "-1Gi"}), "size"),
+    Case("state-volume-exponent", _with(controller={"stateVolume": {"size": "1e999"}}), "size"),
+    Case(
+        "local-mount-size-zero",
+        _group(localMounts=[{"name": "t", "jailPath": "/tmp", "sizeLimit": "0Mi"}]),
+        "sizeLimit",
+    ),
+    Case("nccl-min-bytes-zero", _with(healthChecks={"nccl": {"minBytes": "0"}}), "minBytes"),
 ]

@@ -7,6 +7,7 @@ from typing import Any
 import jinja2
 
 from warden import naming
+from warden import quantity as quantity_mod
 from warden.model import WorkerGroup
 from warden.naming import group_feature
 from warden.render.context import Cluster
@@ -233,20 +234,11 @@ def _cpus(quantity: str | None) -> int | None:
     """Whole CPUs in a CPU quantity (`4`, `4000m`); fractions round down, 0 means unknown."""
     if quantity is None:
         return None
-    value = float(quantity[:-1]) / 1000 if quantity.endswith("m") else float(quantity)
-    return int(value) or None
-
-
-_BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50}
-_DECIMAL = {"k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15}
+    return quantity_mod.whole_cpus(quantity) or None
 
 
 def _mebibytes(quantity: str | None) -> int | None:
     """A memory quantity in MiB (what Slurm's RealMemory counts in)."""
     if quantity is None:
         return None
-    for suffixes in (_BINARY, _DECIMAL):
-        for suffix, factor in suffixes.items():
-            if quantity.endswith(suffix):
-                return int(float(quantity[: -len(suffix)]) * factor) // 2**20 or None
-    return int(float(quantity)) // 2**20 or None
+    return quantity_mod.mebibytes(quantity) or None
