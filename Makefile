@@ -44,14 +44,16 @@ spank: ## build the SPANK jail plugin
 	$(MAKE) -C spank
 
 .PHONY: fuzz
-fuzz: ## fuzz the plugin's argument parser (FUZZ_SECONDS=30)
-	$(MAKE) -C spank fuzz
+fuzz: ## fuzz the plugin's argument parser (FUZZ_SECONDS=30; installs clang + libFuzzer when missing)
+	@$(STAGE) install-fuzz-deps hack/install-deps.sh fuzz
+	@$(STAGE) fuzz $(MAKE) --no-print-directory -C spank fuzz
 
 # --- test tiers --------------------------------------------------------------------------------
 .PHONY: unit integration dataplane gpu-jail e2e test
-unit: venv ## unit tier: lint, renderers, parsers, plugin helpers (< 1 min)
+unit: venv ## unit tier: lint, renderers, parsers, plugin helpers, the plugin's C tests (< 1 min)
 	@$(STAGE) lint $(MAKE) --no-print-directory lint
 	@$(STAGE) unit hack/pytest-tier.sh unit -q
+	@$(STAGE) spank-c $(MAKE) --no-print-directory -C spank test-c
 
 integration: venv ## integration tier: the operator against a real kube-apiserver (builds binaries once)
 	@$(STAGE) k8s-bins $(MAKE) --no-print-directory k8s-bins

@@ -227,6 +227,7 @@ out:
 int jail_config_parse(struct jail_config *cfg, int argc, char *const argv[],
 		      char *err, size_t errlen)
 {
+	bool seccomp_seen = false;
 	int i;
 
 	if (!cfg || argc < 0 || (argc > 0 && !argv))
@@ -243,11 +244,25 @@ int jail_config_parse(struct jail_config *cfg, int argc, char *const argv[],
 		} else if (strncmp(arg, "bind=", 5) == 0) {
 			if (parse_bind(cfg, arg, arg + 5, err, errlen))
 				return -1;
+		} else if (strncmp(arg, "seccomp=", 8) == 0) {
+			if (seccomp_seen)
+				return jail_fail(err, errlen,
+					    "argument '%.200s': seccomp= given more than once",
+					    arg);
+			seccomp_seen = true;
+			if (strcmp(arg + 8, "on") == 0)
+				cfg->seccomp_off = false;
+			else if (strcmp(arg + 8, "off") == 0)
+				cfg->seccomp_off = true;
+			else
+				return jail_fail(err, errlen,
+					    "argument '%.200s': expected seccomp=on or seccomp=off",
+					    arg);
 		} else if (strcmp(arg, "disabled") == 0) {
 			cfg->disabled = true;
 		} else {
 			return jail_fail(err, errlen,
-				    "unknown argument '%.200s' (expected root=, bind= or disabled)",
+				    "unknown argument '%.200s' (expected root=, bind=, seccomp= or disabled)",
 				    arg);
 		}
 	}

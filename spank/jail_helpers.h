@@ -32,6 +32,7 @@ struct jail_bind {
 
 struct jail_config {
 	bool disabled;            /* `disabled`: load, validate, do nothing */
+	bool seccomp_off;         /* `seccomp=off`: no filter for users' steps */
 	char *root;               /* `root=`: normalised absolute path, never "/" */
 	size_t nbinds;
 	struct jail_bind binds[JAIL_MAX_BINDS];
@@ -59,8 +60,8 @@ struct jail_mount {
 /*
  * Parse plugstack.conf arguments into *cfg (which must be zeroed or fresh
  * from jail_config_new). Accepted: `root=/abs/path` (required unless
- * `disabled`), `bind=SRC[:DST[:ro]]` (repeatable), `disabled`. Anything else
- * fails. On failure *cfg is left freeable with jail_config_clear.
+ * `disabled`), `bind=SRC[:DST[:ro]]` (repeatable), `seccomp=on|off` (at most
+ * once; default on), `disabled`. Anything else fails. On failure *cfg is left freeable with jail_config_clear.
  */
 int jail_config_parse(struct jail_config *cfg, int argc, char *const argv[],
 		      char *err, size_t errlen);

@@ -9,7 +9,10 @@
  * The move happens in slurm_spank_task_init_privileged: once per task, in
  * the forked child, still root, before slurmstepd drops to the user and
  * execs. slurmstepd itself stays outside (moving it breaks step
- * authentication). See README.md for arguments and messages.
+ * authentication). Then, unless the job is root's (or `seccomp=off`), the
+ * task gets the seccomp filter of job_filter.h: no new namespaces, mounts,
+ * bpf or perf_event_open for ordinary users. See README.md for arguments
+ * and messages.
  */
 #define _GNU_SOURCE
 #include <slurm/spank.h>
@@ -20,6 +23,7 @@
 
 #include "jail_enter.h"
 #include "jail_helpers.h"
+#include "job_filter.h"
 
 SPANK_PLUGIN(spank_jail, 1);
 
@@ -75,8 +79,10 @@ int slurm_spank_init(spank_t sp, int ac, char **av)
 			slurm_info(LOG_PREFIX "disabled: tasks run outside the jail");
 		else
 			slurm_info(LOG_PREFIX "tasks will run in jail '%s' "
-				   "with %zu extra bind mount(s)",
-				   cfg->root, cfg->nbinds);
+				   "with %zu extra bind mount(s); seccomp filter "
+				   "for users' steps %s",
+				   cfg->root, cfg->nbinds,
+				   cfg->seccomp_off ? "off" : "on");
 		jail_config_free(cfg);
 		return 0;
 	}
@@ -95,6 +101,38 @@ static const char *task_cwd(spank_t sp, char *buf, size_t len)
 	if (getcwd(buf, len) && buf[0] == '/')
 		return buf;
 	return NULL;
+}
+
+/*
+ * The job step's seccomp filter (job_filter.h), for every job but root's.
+ * A filter that cannot be installed fails the task: it never runs
+ * unfiltered by accident.
+ */
+static int filter_task(spank_t sp)
+{
+	char err[JAIL_ERR_MAX];
+	char note[JAIL_ERR_MAX];
+	spank_err_t rc;
+	uid_t uid;
+
+	rc = spank_get_item(sp, S_JOB_UID, &uid);
+	if (rc != ESPANK_SUCCESS) {
+		slurm_error(LOG_PREFIX "cannot read the job's uid for the "
+			    "seccomp filter: %s", spank_strerror(rc));
+		return -1;
+	}
+	if (uid == 0)
+		return 0;
+	if (job_filter_install(err, sizeof(err), note, sizeof(note)) < 0) {
+		slurm_error(LOG_PREFIX "cannot install the seccomp filter "
+			    "(uid %u): %s", (unsigned int)uid, err);
+		return -1;
+	}
+	if (note[0])
+		slurm_info(LOG_PREFIX "%s", note);
+	slurm_debug(LOG_PREFIX "seccomp filter installed (uid %u)",
+		    (unsigned int)uid);
+	return 0;
 }
 
 int slurm_spank_task_init_privileged(spank_t sp, int ac, char **av)
@@ -118,6 +156,8 @@ int slurm_spank_task_init_privileged(spank_t sp, int ac, char **av)
 	}
 	if (note[0])
 		slurm_info(LOG_PREFIX "%s", note);
+	if (!jail_cfg->seccomp_off && filter_task(sp) < 0)
+		return -1;
 	return 0;
 }
 

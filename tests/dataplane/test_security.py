@@ -1,5 +1,6 @@
 """What the pods may do: no privileged container, exactly the documented capabilities, names resolved
-inside the test network only, and job steps of ordinary users that cannot leave the jail."""
+inside the test network only, and job steps of ordinary users that cannot leave the jail nor make
+namespaces or mounts (the plugin's seccomp filter), while root's steps can."""
 
 from __future__ import annotations
 
@@ -136,7 +137,8 @@ ESCAPES: dict[str, tuple[str, str, str]] = {
     "mount-proc": ('mkdir -p "$HOME/p" && mount -t proc proc "$HOME/p"', "must be superuser", "true"),
     "umount-config": ("umount /etc/slurm || umount -l /etc/slurm", "must be superuser", "test -f /etc/slurm/slurm.key"),
     "unshare-mount-ns": ("unshare -m true", "Operation not permitted", "true"),
-    "user-ns-root": ("unshare -Ur ls /proc/1/root/etc/warden", "Permission denied", f"test -f {KEY}"),
+    # the job step's seccomp filter (spank/job_filter.c) refuses the user namespace itself
+    "user-ns-root": ("unshare -Ur ls /proc/1/root/etc/warden", "Operation not permitted", f"test -f {KEY}"),
     "chroot-out": ("/usr/sbin/chroot /proc/1/root /bin/true", "Permission denied", "test -x /proc/1/root/bin/true"),
     "read-slurm-key": (
         f"cat /etc/slurm/slurm.key {KEY}",
@@ -172,3 +174,101 @@ def test_escape_attempts_leave_the_node_intact(cluster: DockerCluster, alice: Ja
     assert "slurm.conf" in out
     assert "slurm.key" not in out
     assert "WARDEN_JAIL_VERSION" in out
+
+
+# --- the job step's seccomp filter (spank/job_filter.c) ----------------------------------------
+# Ordinary users' steps get one more seccomp filter than slurmd has; root's steps do not.
+
+#: system calls made from the jail's python3 (no compiler there); numbers: x86_64, aarch64
+RAW_CALLS = r"""
+import ctypes, errno, os, threading
+libc = ctypes.CDLL(None, use_errno=True)
+arm = os.uname().machine == "aarch64"
+calls = {
+    "fsopen": (430, b"tmpfs", 0),
+    "fsmount": (432, -1, 0, 0),
+    "open_tree": (428, -100, b"/", 1),
+    "mount_setattr": (442, -1, b"", 0, None, 0),
+    "bpf": (280 if arm else 321, 0, None, 0),
+    "perf_event_open": (241 if arm else 298, None, 0, -1, -1, 0),
+    "clone3": (435, None, 0),
+}
+libc.syscall.restype = ctypes.c_long
+for name, (nr, *args) in calls.items():
+    r = libc.syscall(ctypes.c_long(nr), *(ctypes.c_long(a) if isinstance(a, int) else a for a in args))
+    print(name, "ok" if r >= 0 else errno.errorcode[ctypes.get_errno()])
+t = threading.Thread(target=print, args=("thread ok",))
+t.start()
+t.join()
+"""
+
+#: what the attempts in an ordinary user's step must say
+REFUSED = {
+    "unshare -U true": "unshare failed: Operation not permitted",
+    "unshare -Ur id -u": "unshare failed: Operation not permitted",
+    "unshare -m true": "unshare failed: Operation not permitted",
+    "unshare -Urm mount -t tmpfs none /mnt": "unshare failed: Operation not permitted",
+    "mount -t tmpfs none /mnt": "mount: ",
+}
+
+
+def _sections(out: str) -> dict[str, str]:
+    """Output split at the script's "## NAME" lines: NAME -> the lines after it."""
+    sections: dict[str, list[str]] = {}
+    lines: list[str] = []
+    for line in out.splitlines():
+        if line.startswith("## "):
+            lines = sections.setdefault(line[3:], [])
+        else:
+            lines.append(line)
+    return {name: "\n".join(body) for name, body in sections.items()}
+
+
+def _status(out: str) -> dict[str, str]:
+    return dict(re.findall(r"^(Seccomp|Seccomp_filters|NoNewPrivs):\s*(\d+)$", out, re.M))
+
+
+def test_users_steps_cannot_make_namespaces_or_mounts(cluster: DockerCluster, alice: JailUser) -> None:
+    """unshare (user and mount namespaces), mount, the new mount API, bpf and perf_event_open fail in
+    alice's step; clone3 fails with ENOSYS, so glibc starts threads with clone, and threads work."""
+    worker = cluster.worker_pods("cpu")[0]
+    script = "".join(f"echo '## {cmd}'; {cmd} 2>&1; echo \"exit=$?\"\n" for cmd in REFUSED)
+    script += f"echo '## python'; python3 -c {shlex.quote(RAW_CALLS)} 2>&1\n"
+    script += "test -f /etc/warden-jail-release && echo still-in-jail\n"
+    out = alice.ssh(f"cat >~/filtered.sh && srun -p cpu -N1 -w {worker} bash ~/filtered.sh", input=script)
+    sections = _sections(out)
+    for cmd, message in REFUSED.items():
+        got = sections.get(cmd, "")
+        assert message in got and re.search(r"^exit=[1-9]\d*$", got, re.M), f"{cmd}:\n{out}"
+    raw = dict(line.split(" ", 1) for line in sections.get("python", "").splitlines() if " " in line)
+    assert raw == {
+        "fsopen": "EPERM",
+        "fsmount": "EPERM",
+        "open_tree": "EPERM",
+        "mount_setattr": "EPERM",
+        "bpf": "EPERM",
+        "perf_event_open": "EPERM",
+        "clone3": "ENOSYS",
+        "thread": "ok",
+    }, out
+    assert "still-in-jail" in out, out
+
+
+def test_the_filter_is_for_ordinary_users_only(cluster: DockerCluster, alice: JailUser) -> None:
+    """alice's step runs under exactly one filter more than slurmd, without no_new_privs (setuid programs
+    in the jail keep working); root's step has slurmd's filters only, is in the jail all the same, and
+    may still make namespaces."""
+    worker = cluster.worker_pods("cpu")[0]
+    slurmd = _status(cluster.exec(worker, "cat /proc/$(pgrep -xo slurmd)/status").out)
+    assert slurmd.get("Seccomp") == "2", slurmd
+    status = "grep -E '^(Seccomp|Seccomp_filters|NoNewPrivs):' /proc/self/status"
+    users = _status(alice.ssh(f"srun -p cpu -N1 -w {worker} {status}"))
+    assert users == {**slurmd, "Seccomp_filters": str(int(slurmd["Seccomp_filters"]) + 1), "NoNewPrivs": "0"}
+    root_step = (
+        f"{status}; test -f /etc/warden-jail-release && echo in-jail; "
+        "unshare -m true && echo mount-ns-ok; unshare -U true && echo user-ns-ok"
+    )
+    out = cluster.ssh("root", f"srun -p cpu -N1 -w {worker} bash -c {shlex.quote(root_step)}").out
+    assert _status(out) == {**slurmd, "NoNewPrivs": "0"}, out
+    for word in ("in-jail", "mount-ns-ok", "user-ns-ok"):
+        assert word in out.split(), out

@@ -29,6 +29,7 @@ CDEF = """
 struct jail_bind { char *src; char *dst; bool ro; };
 struct jail_config {
     bool disabled;
+    bool seccomp_off;
     char *root;
     size_t nbinds;
     struct jail_bind binds[64];
@@ -81,6 +82,7 @@ class Config:
     disabled: bool
     root: str | None
     binds: tuple[Bind, ...]
+    seccomp: bool = True
 
 
 @dataclass(frozen=True)
@@ -118,7 +120,7 @@ def _parse_into(cfg: Any, args: Sequence[str]) -> Config:
     if LIB.jail_config_parse(cfg, len(args), argv, err, ERR_MAX) != 0:
         raise ParseError(FFI.string(err).decode())
     binds = tuple(Bind(str(_text(b.src)), str(_text(b.dst)), bool(b.ro)) for b in cfg.binds[0 : cfg.nbinds])
-    return Config(bool(cfg.disabled), _text(cfg.root), binds)
+    return Config(bool(cfg.disabled), _text(cfg.root), binds, not cfg.seccomp_off)
 
 
 def parse(args: Sequence[str]) -> Config:
@@ -210,6 +212,13 @@ def test_disabled_needs_no_root() -> None:
     assert parse(["root=/mnt/jail", "disabled"]) == Config(True, "/mnt/jail", ())
 
 
+def test_seccomp_filter_is_on_unless_turned_off() -> None:
+    assert parse(["root=/j"]).seccomp is True
+    assert parse(["root=/j", "seccomp=on"]).seccomp is True
+    assert parse(["seccomp=off", "root=/j"]) == Config(False, "/j", (), seccomp=False)
+    assert parse(["disabled", "seccomp=off"]) == Config(True, None, (), seccomp=False)
+
+
 def test_sixty_four_binds_fit() -> None:
     args = ["root=/j", *(f"bind=/src/{i}:/dst/{i}" for i in range(64))]
     assert len(parse(args).binds) == 64
@@ -223,10 +232,18 @@ def test_sixty_four_binds_fit() -> None:
     [
         ([], "missing required argument root="),
         (["bind=/a"], "missing required argument root="),
-        (["foo"], "unknown argument 'foo' (expected root=, bind= or disabled)"),
-        (["root=/j", "Root=/k"], "unknown argument 'Root=/k' (expected root=, bind= or disabled)"),
-        (["disabled=1"], "unknown argument 'disabled=1' (expected root=, bind= or disabled)"),
-        ([""], "unknown argument '' (expected root=, bind= or disabled)"),
+        (["foo"], "unknown argument 'foo' (expected root=, bind=, seccomp= or disabled)"),
+        (["root=/j", "Root=/k"], "unknown argument 'Root=/k' (expected root=, bind=, seccomp= or disabled)"),
+        (["disabled=1"], "unknown argument 'disabled=1' (expected root=, bind=, seccomp= or disabled)"),
+        ([""], "unknown argument '' (expected root=, bind=, seccomp= or disabled)"),
+        (["root=/j", "seccomp="], "argument 'seccomp=': expected seccomp=on or seccomp=off"),
+        (["root=/j", "seccomp=no"], "argument 'seccomp=no': expected seccomp=on or seccomp=off"),
+        (["root=/j", "seccomp=OFF"], "argument 'seccomp=OFF': expected seccomp=on or seccomp=off"),
+        (["root=/j", "seccomp"], "unknown argument 'seccomp' (expected root=, bind=, seccomp= or disabled)"),
+        (
+            ["root=/j", "seccomp=off", "seccomp=off"],
+            "argument 'seccomp=off': seccomp= given more than once",
+        ),
         (["root="], "argument 'root=': jail root: path is empty"),
         (["root=mnt/jail"], "argument 'root=mnt/jail': jail root: 'mnt/jail' is not an absolute path"),
         (["root=/"], "argument 'root=/': jail root must not be '/'"),
