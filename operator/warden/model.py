@@ -116,7 +116,7 @@ REFUSED_SLURM_KEYS = (
 # Python agree on these expressions.
 OWNED_KEY_LINE = rf"(?i)(^|\s)({'|'.join(OPERATOR_OWNED_SLURM_KEYS)})\s*="
 REFUSED_KEY_LINE = rf"(?i)(^|\s)({'|'.join(REFUSED_SLURM_KEYS)})\s*="
-SLURM_CONF_LINE = r"^[A-Za-z][A-Za-z0-9]*=[^\n\r]*$"
+SLURM_CONF_LINE = r"^[A-Za-z][A-Za-z0-9]*=[\t -~]*$"  # one line of printable ASCII
 
 DEFAULT_IMAGE_REPOSITORY = "warden"
 # slurm.conf CPUs is a 16-bit count
@@ -156,9 +156,16 @@ def _positive_quantity(value: str) -> str:
     return value
 
 
+# The pattern holds strings only; written as a number (`cpu: -4`) a quantity is checked by this rule.
+_QUANTITY_RULE = {"rule": f"string(self).matches(r'{QUANTITY}')", "message": "not a quantity (e.g. 4, 500m, 16Gi)"}
+
 Quantity = Annotated[
     str,
-    Field(pattern=QUANTITY, max_length=64, json_schema_extra={"x-kubernetes-int-or-string": True}),
+    Field(
+        pattern=QUANTITY,
+        max_length=64,
+        json_schema_extra={"x-kubernetes-int-or-string": True, "x-kubernetes-validations": [_QUANTITY_RULE]},
+    ),
     BeforeValidator(_quantity_to_str),
     AfterValidator(_readable_quantity),
 ]
@@ -169,6 +176,7 @@ Size = Annotated[
     Field(
         json_schema_extra={
             "x-kubernetes-validations": [
+                _QUANTITY_RULE,
                 {
                     "rule": r"!string(self).matches(r'^(0+\.?0*|\.0+)([A-Za-z]*|[eE][+-]?[0-9]+)$')",
                     "message": "a size must be larger than zero",
@@ -188,7 +196,7 @@ def _qualified_keys(mapping: dict[str, str], what: str) -> dict[str, str]:
     return mapping
 
 
-def _keys_rule(message: str) -> dict[str, str]:
+def _keys_rule(message: str) -> dict[str, Any]:
     """CEL: every key of a map is a qualified name (Kubernetes label and annotation keys)."""
     return {"rule": f"self.all(k, k.matches(r'{QUALIFIED_NAME}') && size(k) <= 316)", "message": message}
 
@@ -223,8 +231,8 @@ class Images(Spec):
 class ResourceRequirements(Spec):
     """Kubernetes resource requests and limits (e.g. `cpu: "4"`, `memory: 16Gi`)."""
 
-    requests: dict[str, Quantity] = Field(default_factory=dict, description="Minimum resources.")
-    limits: dict[str, Quantity] = Field(default_factory=dict, description="Maximum resources.")
+    requests: dict[str, Quantity] = Field(default_factory=dict, max_length=16, description="Minimum resources.")
+    limits: dict[str, Quantity] = Field(default_factory=dict, max_length=16, description="Maximum resources.")
 
 
 class Toleration(Spec):

@@ -114,7 +114,15 @@ def reconcile(applier: Applier, body: Manifest, slurm_required: bool = False) ->
 
     cluster = Cluster(name=meta["name"], namespace=meta["namespace"], spec=spec)
     owner = Owner(name=cluster.name, namespace=cluster.namespace, uid=meta["uid"])
-    rendered = render(cluster)
+    try:
+        rendered = render(cluster)
+    except Exception as e:  # noqa: BLE001 - a spec the model let through but no renderer can hold
+        # Rendering is pure: retrying cannot help. Say so once (InvalidSpec, a Warning Event) instead.
+        log.exception("rendering %s/%s failed", cluster.namespace, cluster.name)
+        message = f"the operator cannot render this spec ({type(e).__name__}: {e}); change it, or report a bug"
+        status = invalid_spec_status(generation, message, previous, now())
+        applier.patch_status(meta["name"], meta["namespace"], status.model_dump(by_alias=True, exclude_none=True))
+        return Outcome(status=status, result=None, invalid=message)
     result = ApplyResult()
     jail_owner = None if spec.jail.retain_on_delete else owner
     result.replaced = replaced_pods(live_workloads(applier, cluster), rendered.objects)

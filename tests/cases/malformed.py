@@ -128,6 +128,8 @@ CASES = [
         "localhostProfile",
     ),
     # sizes: quantities Kubernetes reads, larger than zero, no exponent the renderers cannot hold
+    Case("cpu-negative-number", _group(resources={"limits": {"cpu": -4}}), "limits"),
+    Case("extra-line-control-character", _with(slurmConfig={"extraLines": ["MaxJobCount=5\x0cPrologx"]}), "extraLines"),
     Case("cpu-exponent", _group(resources={"limits": {"cpu": "1e999"}}), "limits"),
     Case("jail-size-zero", _with(jail={"size": "0"}), "size"),
     Case("jail-size-negative", _with(jail={"size": "-1Gi"}), "size"),
