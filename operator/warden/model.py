@@ -180,7 +180,7 @@ Size = Annotated[
                 {
                     "rule": r"!string(self).matches(r'^(0+\.?0*|\.0+)([A-Za-z]*|[eE][+-]?[0-9]+)$')",
                     "message": "a size must be larger than zero",
-                }
+                },
             ]
         }
     ),

@@ -116,7 +116,7 @@ def reconcile(applier: Applier, body: Manifest, slurm_required: bool = False) ->
     owner = Owner(name=cluster.name, namespace=cluster.namespace, uid=meta["uid"])
     try:
         rendered = render(cluster)
-    except Exception as e:  # noqa: BLE001 - a spec the model let through but no renderer can hold
+    except Exception as e:
         # Rendering is pure: retrying cannot help. Say so once (InvalidSpec, a Warning Event) instead.
         log.exception("rendering %s/%s failed", cluster.namespace, cluster.name)
         message = f"the operator cannot render this spec ({type(e).__name__}: {e}); change it, or report a bug"
