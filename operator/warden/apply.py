@@ -32,6 +32,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from warden import retention
 from warden.model import API_GROUP, API_VERSION, PLURAL, WORKER_SET_KIND, WORKER_SET_PLURAL
 from warden.naming import AUTOSCALED_ANNOTATION, FIELD_MANAGER
 from warden.render.jail import TEMPLATE_HASH_ANNOTATION
@@ -50,6 +51,7 @@ KINDS: dict[tuple[str, str], tuple[str, str]] = {
     ("v1", "Service"): ("/api/v1", "services"),
     ("v1", "ServiceAccount"): ("/api/v1", "serviceaccounts"),
     ("v1", "PersistentVolumeClaim"): ("/api/v1", "persistentvolumeclaims"),
+    ("v1", "PersistentVolume"): ("/api/v1", "persistentvolumes"),  # cluster-scoped: namespace ""
     ("v1", "Pod"): ("/api/v1", "pods"),
     ("apps/v1", "StatefulSet"): ("/apis/apps/v1", "statefulsets"),
     ("apps/v1", "Deployment"): ("/apis/apps/v1", "deployments"),
@@ -127,7 +129,7 @@ class Applier:
     # --- low level ------------------------------------------------------------------------------
     def _path(self, api_version: str, kind: str, namespace: str, name: str | None = None) -> str:
         prefix, plural = KINDS[(api_version, kind)]
-        path = f"{prefix}/namespaces/{namespace}/{plural}"
+        path = f"{prefix}/namespaces/{namespace}/{plural}" if namespace else f"{prefix}/{plural}"
         return f"{path}/{name}" if name else path
 
     def _call(
@@ -179,6 +181,10 @@ class Applier:
             if e.status == 404:
                 return False
             raise
+
+    def merge_patch(self, api_version: str, kind: str, namespace: str, name: str, patch: Manifest) -> None:
+        self._call("PATCH", self._path(api_version, kind, namespace, name), body=patch,
+                   content_type="application/merge-patch+json")  # fmt: skip
 
     def server_side_apply(self, obj: Manifest) -> Manifest:
         meta = obj["metadata"]
@@ -304,6 +310,41 @@ class Applier:
                 raise
         _not_terminating(applied)
         result.applied.append(describe(obj))
+
+    def apply_jail_claim(self, obj: Manifest, owner: Owner, retain: bool, result: ApplyResult) -> None:
+        """The jail's claim: created once (bound again to the volume a deleted claim of the same name
+        left, when the jail is retained), then only its ownership and its volume's reclaim policy follow
+        `retainOnDelete` (``warden.retention``)."""
+        meta = obj["metadata"]
+        namespace, name = meta["namespace"], meta["name"]
+        current = self.get("v1", "PersistentVolumeClaim", namespace, name)
+        if current is None:
+            if retain:
+                selector = {retention.JAIL_NAMESPACE_LABEL: namespace, retention.JAIL_CLAIM_LABEL: name}
+                kept = retention.retained_volume(self.list("v1", "PersistentVolume", "", selector), namespace, name)
+                if kept is not None:
+                    obj, reserve = retention.rebind(obj, kept)
+                    self.merge_patch("v1", "PersistentVolume", "", kept["metadata"]["name"], reserve)
+                    log.info("jail %s/%s: binding the kept volume %s", namespace, name, kept["metadata"]["name"])
+                    result.applied.append(f"PersistentVolume/{kept['metadata']['name']} (the kept jail, bound again)")
+            self._create_if_absent(with_owner(obj, None if retain else owner), result)
+            return
+        _not_terminating(current)
+        self.set_jail_retention(current, owner, retain)
+
+    def set_jail_retention(self, claim: Manifest, owner: Owner, retain: bool) -> None:
+        """Make an existing jail claim, and its volume once bound, follow `retainOnDelete`."""
+        meta = claim["metadata"]
+        refs = retention.owner_references(claim, owner.reference(), retain)
+        if refs is not None:
+            self.merge_patch("v1", "PersistentVolumeClaim", meta["namespace"], meta["name"],
+                             {"metadata": {"ownerReferences": refs}})  # fmt: skip
+        volume_name = (claim.get("spec") or {}).get("volumeName")
+        volume = self.get("v1", "PersistentVolume", "", volume_name) if volume_name else None
+        if volume is not None:
+            patch = retention.volume_patch(volume, meta["namespace"], meta["name"], retain)
+            if patch is not None:
+                self.merge_patch("v1", "PersistentVolume", "", volume_name, patch)  # type: ignore[arg-type]
 
     def _without_replicas(self, obj: Manifest) -> Manifest:
         """An autoscaled group's WorkerSet: created (a plain create, so the apply below never owns

@@ -27,7 +27,7 @@ from typing import Any
 import kopf
 from kubernetes import client, config
 
-from warden.apply import Applier, ApplyResult
+from warden.apply import Applier, ApplyResult, Owner
 from warden.model import (
     API_GROUP,
     API_VERSION,
@@ -264,6 +264,28 @@ def worker_pod_changed(meta: kopf.Meta, namespace: str | None, **_: Any) -> None
     for ref in meta.get("ownerReferences") or []:
         if ref.get("kind") == WORKER_SET_KIND and namespace is not None and STATE.worker_pods is not None:
             STATE.worker_pods.enqueue(namespace, str(ref["name"]))
+
+
+@kopf.on.event("", "v1", "persistentvolumeclaims", labels={**MANAGED, COMPONENT: "jail"})
+def jail_claim_changed(type: str | None, body: kopf.Body, namespace: str | None, **_: Any) -> None:
+    """The jail's claim got its volume: from now on the volume, not only the claim, follows
+    `retainOnDelete` (Retain, so the namespace's deletion leaves the homes). A claim the operator no
+    longer finds as it made it (deleted) is put back by the next reconcile of its cluster."""
+    if namespace is None or type in (None, "DELETED") or (body.get("status") or {}).get("phase") != "Bound":
+        return
+    cluster = (body["metadata"].get("labels") or {}).get("app.kubernetes.io/instance")
+    api = applier()
+    owner_body = api.get(f"{API_GROUP}/{API_VERSION}", "SlurmCluster", namespace, str(cluster)) if cluster else None
+    if owner_body is None or owner_body["metadata"].get("deletionTimestamp"):
+        return
+    try:
+        spec = parse_spec(owner_body.get("spec") or {})
+    except ValueError:
+        return  # InvalidSpec: reported by its reconcile
+    meta = owner_body["metadata"]
+    owner = Owner(name=meta["name"], namespace=namespace, uid=meta["uid"])
+    with STATE.locks[(namespace, meta["name"])]:
+        api.set_jail_retention(dict(body), owner, spec.jail.retain_on_delete)
 
 
 @kopf.on.event("batch", "v1", "jobs", labels=MANAGED)

@@ -124,15 +124,18 @@ def reconcile(applier: Applier, body: Manifest, slurm_required: bool = False) ->
         applier.patch_status(meta["name"], meta["namespace"], status.model_dump(by_alias=True, exclude_none=True))
         return Outcome(status=status, result=None, invalid=message)
     result = ApplyResult()
-    jail_owner = None if spec.jail.retain_on_delete else owner
     result.replaced = replaced_pods(live_workloads(applier, cluster), rendered.objects)
 
     steps: list[tuple[str, Callable[[], None]]] = [
         (f"Secret/{s.name}", partial(applier.ensure_secret, s, owner, result)) for s in rendered.secrets
     ]
     for obj in rendered.objects:
-        obj_owner = jail_owner if obj["kind"] == "PersistentVolumeClaim" else owner
-        steps.append((f"{obj['kind']}/{obj['metadata']['name']}", partial(applier.apply, obj, obj_owner, result)))
+        label = f"{obj['kind']}/{obj['metadata']['name']}"
+        if obj["kind"] == "PersistentVolumeClaim":  # the jail: never owned or deleted unless asked
+            retain = spec.jail.retain_on_delete
+            steps.append((label, partial(applier.apply_jail_claim, obj, owner, retain, result)))
+        else:
+            steps.append((label, partial(applier.apply, obj, owner, result)))
     steps.append(("prune", partial(applier.prune, owner, cluster.names.instance_selector(), rendered.objects, result)))
     # Daemons follow their mounted configuration in place (slurmctld by `scontrol reconfigure`); tell
     # the kubelets, so the new files reach the pods in seconds rather than a minute.

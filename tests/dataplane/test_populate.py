@@ -1,5 +1,6 @@
 """populate-jail (the rendered Job's pod) against a fresh volume: a second run returns at once
-without copying; `overwrite` copies again, removes what the image does not have, keeps users."""
+without copying; `overwrite` copies again, once, removes what the image does not have, keeps users'
+homes, /root and accounts; a copy started again after an interrupted one keeps them too."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ def test_populate_once_then_sentinel_then_overwrite(cluster: DockerCluster) -> N
     cluster.volume_sh(
         vol,
         f"mkdir -p /v/home/bob && echo data > /v/home/bob/data && echo 'bob:x:10001:10001::/home/bob:/bin/bash' "
+        f">> /v/etc/passwd && echo mine > /v/root/notes "
         f">> /v/etc/passwd && echo damaged > /v/{DOC} && echo stray > /v/usr/local/bin/stray",
     )
 
@@ -37,10 +39,23 @@ def test_populate_once_then_sentinel_then_overwrite(cluster: DockerCluster) -> N
     assert "overwrite" in again.logs, again.logs
     after = cluster.volume_sh(
         vol,
-        f"cat /v/{DOC}; cat /v/home/bob/data; grep -c '^bob:' /v/etc/passwd; "
+        f"cat /v/{DOC}; cat /v/home/bob/data; grep -c '^bob:' /v/etc/passwd; cat /v/root/notes; "
         "test -e /v/usr/local/bin/stray && echo stray-left; test -f /v/.warden-populated && echo sentinel",
     ).out.split("\n")
     assert after[0] != "damaged" and after[0][:2].isdigit(), after  # the image's debian_version again
-    assert after[1:3] == ["data", "1"], after  # bob's home and account kept
+    assert after[1:4] == ["data", "1", "mine"], after  # bob's home and account, root's files kept
     assert "stray-left" not in after
     assert "sentinel" in after
+
+    # the same request again (the Job deleted and made again, the operator restarted): nothing copied
+    cluster.volume_sh(vol, f"echo damaged-later > /v/{DOC}")
+    repeat = cluster.run_populate(vol, overwrite=True)
+    assert "already overwritten" in repeat.logs, repeat.logs
+    assert cluster.volume_sh(vol, f"cat /v/{DOC}").out == "damaged-later\n", "the same overwrite ran twice"
+
+    # a copy interrupted before its sentinel was written starts again and still keeps the accounts
+    cluster.volume_sh(
+        vol, "rm /v/.warden-populated && echo 'carol:x:10002:10002::/home/carol:/bin/bash' >> /v/etc/passwd"
+    )
+    cluster.run_populate(vol)
+    assert cluster.volume_sh(vol, "grep -c '^carol:' /v/etc/passwd").out == "1\n"

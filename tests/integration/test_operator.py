@@ -164,7 +164,7 @@ def test_cluster_made_again_while_its_old_jail_claim_terminates_gets_a_new_one(
     ns = cluster_namespace
     core = client.CoreV1Api(api_client)
     custom = client.CustomObjectsApi(api_client)
-    apply_cluster(api_client, load_example("cpu-only", ns))
+    apply_cluster(api_client, _deleting_its_jail(load_example("cpu-only", ns)))
     wait_ready(api_client, ns, "cpu", operator)
     hold = "test.warden.dev/hold"
     old = core.patch_namespaced_persistent_volume_claim("cpu-jail", ns, {"metadata": {"finalizers": [hold]}})
@@ -175,7 +175,7 @@ def test_cluster_made_again_while_its_old_jail_claim_terminates_gets_a_new_one(
              lambda: core.read_namespaced_persistent_volume_claim("cpu-jail", ns).metadata.deletion_timestamp, 60,
              on_fail=operator.log_tail)  # fmt: skip
 
-    apply_cluster(api_client, load_example("cpu-only", ns))
+    apply_cluster(api_client, _deleting_its_jail(load_example("cpu-only", ns)))
 
     def waiting_said() -> bool:
         cond = {c["type"]: c for c in get_cluster(api_client, ns, "cpu").get("status", {}).get("conditions", [])}
@@ -187,6 +187,91 @@ def test_cluster_made_again_while_its_old_jail_claim_terminates_gets_a_new_one(
     claim = core.read_namespaced_persistent_volume_claim("cpu-jail", ns)
     assert claim.metadata.uid != old.metadata.uid and claim.metadata.deletion_timestamp is None
     assert claim.metadata.owner_references[0].uid == obj["metadata"]["uid"]
+
+
+def _deleting_its_jail(body: dict[str, Any]) -> dict[str, Any]:
+    body["spec"].setdefault("jail", {})["retainOnDelete"] = False
+    return body
+
+
+def test_jail_outlives_its_namespace_comes_back_to_a_cluster_of_that_name_and_goes_only_when_asked(
+    api_client: Any, controlplane: Any, cluster_namespace: str, operator: OperatorProcess
+) -> None:
+    """Default values: the jail's claim has no owner and its volume's reclaim policy becomes Retain once
+    bound, so deleting the whole namespace leaves the volume (Released). The same SlurmCluster made
+    again in a namespace of the same name gets that volume back, not a fresh one. `retainOnDelete:
+    false` then applies to the existing claim and volume: deleting the SlurmCluster deletes the claim."""
+    ns = cluster_namespace
+    core = client.CoreV1Api(api_client)
+    custom = client.CustomObjectsApi(api_client)
+    storage_class = f"jail-{ns}"  # only this test's volume serves it
+    volume = f"{ns}-jail"
+    pv: Any = {
+        "apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": volume},
+        "spec": {"capacity": {"storage": "3Gi"}, "accessModes": ["ReadWriteMany"], "storageClassName": storage_class,
+                 "persistentVolumeReclaimPolicy": "Delete", "hostPath": {"path": f"/tmp/warden-test-pv/{volume}"}},
+    }  # fmt: skip
+    core.create_persistent_volume(pv)
+    body = load_example("cpu-only", ns)
+    body["spec"]["jail"] = {"size": "2Gi", "storageClassName": storage_class}
+    try:
+        apply_cluster(api_client, copy.deepcopy(body))
+
+        def kept() -> bool:
+            pv = core.read_persistent_volume(volume)
+            return pv.status.phase == "Bound" and pv.spec.persistent_volume_reclaim_policy == "Retain"
+
+        wait_for("the jail's volume bound and kept (Retain)", kept, 60, on_fail=operator.log_tail)
+        first = core.read_namespaced_persistent_volume_claim("cpu-jail", ns)
+        assert not first.metadata.owner_references
+
+        core.delete_namespace(ns)
+        released = lambda: core.read_persistent_volume(volume).status.phase == "Released"  # noqa: E731
+
+        def left() -> str:
+            claims = [(c.metadata.name, c.metadata.finalizers, c.status.phase)
+                      for c in core.list_namespaced_persistent_volume_claim(ns).items]  # fmt: skip
+            pods = [
+                (p.metadata.name, p.metadata.finalizers, p.status.phase) for p in core.list_namespaced_pod(ns).items
+            ]
+            namespace = core.read_namespace(ns)
+            return f"claims {claims}; pods {pods}; namespace {namespace.status}"
+
+        wait_for("the namespace deleted, the volume Released", released, 180, on_fail=left)
+        wait_for("the namespace gone", lambda: ns not in {n.metadata.name for n in core.list_namespace().items}, 180)
+
+        controlplane.create_namespace(ns)
+        apply_cluster(api_client, copy.deepcopy(body))
+
+        def bound_again() -> bool:
+            claim = core.read_namespaced_persistent_volume_claim("cpu-jail", ns)
+            return claim.status.phase == "Bound" and claim.spec.volume_name == volume
+
+        wait_for("the new claim bound to the kept volume", bound_again, 60, on_fail=operator.log_tail)
+        second = core.read_namespaced_persistent_volume_claim("cpu-jail", ns)
+        assert second.metadata.uid != first.metadata.uid
+        assert core.read_persistent_volume(volume).spec.claim_ref.uid == second.metadata.uid
+
+        body["spec"]["jail"]["retainOnDelete"] = False
+        uid = apply_cluster(api_client, copy.deepcopy(body))["metadata"]["uid"]
+
+        def given_back() -> bool:
+            claim = core.read_namespaced_persistent_volume_claim("cpu-jail", ns)
+            pv = core.read_persistent_volume(volume)
+            return [r.uid for r in claim.metadata.owner_references or []] == [uid] and (
+                pv.spec.persistent_volume_reclaim_policy == "Delete"
+            )
+
+        wait_for("retainOnDelete: false on the existing claim and volume", given_back, 60, on_fail=operator.log_tail)
+        custom.delete_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, "cpu")
+
+        def claim_gone() -> bool:
+            return "cpu-jail" not in [c.metadata.name for c in core.list_namespaced_persistent_volume_claim(ns).items]
+
+        wait_for("the jail's claim deleted with its SlurmCluster", claim_gone, 90, on_fail=operator.log_tail)
+    finally:
+        if volume in {v.metadata.name for v in core.list_persistent_volume().items}:
+            core.delete_persistent_volume(volume)  # else gone with its claim (policy Delete)
 
 
 def test_immutable_statefulset_change_recreates_it_without_killing_pods(

@@ -201,7 +201,7 @@ def test_populate_job_is_replaced_when_overwrite_or_image_changes() -> None:
     assert hashes[0] == hashes[1]
     assert len(set(hashes)) == 3
     env = {e["name"]: e["value"] for e in overwrite["spec"]["template"]["spec"]["containers"][0]["env"]}
-    assert env["WARDEN_POPULATE_OVERWRITE"] == "1"
+    assert env["WARDEN_POPULATE_OVERWRITE"].startswith("once:")  # one overwrite per image, not per Job
     assert image["spec"]["template"]["spec"]["containers"][0]["image"] == "me/jail:2"
 
 

@@ -77,13 +77,14 @@ authorized as "create", of one that exists as "patch": both are needed for appli
   resources: ["configmaps"]
   verbs: ["get", "list", "watch", "create", "patch", "update", "delete"]
 # Generated Secrets: created once when absent, never changed or deleted; watched (the operator's own,
-# by label) so a deleted one is made again. PVCs: created once when absent.
+# by label) so a deleted one is made again. The jail's PVC: created once when absent, watched (its
+# volume is kept once bound), its owner reference patched when `retainOnDelete` changes. Never deleted.
 - apiGroups: [""]
   resources: ["secrets"]
   verbs: ["get", "list", "watch", "create"]
 - apiGroups: [""]
   resources: ["persistentvolumeclaims"]
-  verbs: ["get", "create"]
+  verbs: ["get", "list", "watch", "create", "patch"]
 # Every child is watched: one deleted or edited by someone else is put back.
 - apiGroups: [""]
   resources: ["services", "serviceaccounts"]

@@ -39,7 +39,11 @@ def populate_job(cluster: Cluster) -> Manifest:
         "name": "populate-jail",
         "image": image,
         "imagePullPolicy": spec.images.pull_policy,
-        "env": [{"name": "WARDEN_POPULATE_OVERWRITE", "value": "1" if overwrite else "0"}],
+        # One overwrite per image: the jail's sentinel records the request it served, so the Job made
+        # again (deleted, or the operator restarted) does not copy again.
+        "env": [
+            {"name": "WARDEN_POPULATE_OVERWRITE", "value": f"once:{content_hash(image)[:16]}" if overwrite else "0"}
+        ],
         "volumeMounts": [mount("jail", naming.JAIL_MOUNT)],
     }
     labels = names.labels(COMPONENT)
