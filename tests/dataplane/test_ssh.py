@@ -34,6 +34,19 @@ def test_a_users_key_is_not_roots(cluster: DockerCluster, alice: JailUser) -> No
     assert "Permission denied (publickey)" in r.err
 
 
+def test_a_key_written_into_the_jails_root_home_does_not_let_anyone_in_as_root(
+    cluster: DockerCluster, alice: JailUser
+) -> None:
+    """root's keys come from the SlurmCluster only: a key added to the jail's /root/.ssh (by anything
+    that ran as root in a job step, or a backup restored there) is not accepted."""
+    cluster.ssh("root", f"mkdir -p -m 700 /root/.ssh && echo '{alice.public_key}' >> /root/.ssh/authorized_keys")
+    try:
+        r = cluster.ssh("root", "true", check=False, identity=alice.identity)
+        assert r.rc == 255 and "Permission denied (publickey)" in r.err, (r.rc, r.err)
+    finally:
+        cluster.ssh("root", "rm -f /root/.ssh/authorized_keys")
+
+
 def test_password_login_is_refused(cluster: DockerCluster, alice: JailUser) -> None:
     for user in ("root", "alice"):
         for method in ("password", "keyboard-interactive"):

@@ -7,7 +7,8 @@ by `helm upgrade` (its workers join with their GPUs; the login pod, not restarte
 slurm.conf), a `--gpus` job on it, job steps on both GPU nodes at once each loading its own node's
 (stand-in) driver, the NCCL health check run from its CronJob draining the slow GPU
 node, workers scaled up and down joining and leaving Slurm, the controller pod deleted with jobs queued
-(the queue survives and they complete), and `helm uninstall` keeping the jail when asked.
+(the queue survives and they complete), and `helm uninstall` then `helm install` keeping a user's home
+and account (the default), deleting them only when asked.
 
 GPUs: the local cluster has none. Its kubelet gets STAND-IN ``nvidia.com/gpu`` devices from hack/fakegpu
 (a device plugin binding /dev/null at /dev/nvidiaN, and giving each GPU container a stand-in driver built
@@ -99,9 +100,10 @@ class Installed:
             capture_output=True, text=True, timeout=timeout, input=input,
         )  # fmt: skip
 
-    def helm_upgrade(self) -> None:
+    def helm_upgrade(self, install: bool = False) -> None:
         self.values_file.write_text(json.dumps(self.values, indent=2) + "\n")
-        self.kube.helm("upgrade", NAME, str(Path("charts/slurm-cluster").resolve()), "-n", self.namespace,
+        self.kube.helm("upgrade", *(["--install"] if install else []), NAME,
+                       str(Path("charts/slurm-cluster").resolve()), "-n", self.namespace,
                        "-f", str(self.values_file))  # fmt: skip
 
 
@@ -111,7 +113,7 @@ RESOURCES = {"requests": {"cpu": "50m", "memory": "128Mi"}, "limits": {"cpu": "1
 def _values(pubkey: str, workers: int) -> dict[str, Any]:
     return {
         "nameOverride": NAME,
-        "jail": {"size": "2Gi", "retainOnDelete": True},
+        "jail": {"size": "2Gi", "retainOnDelete": False},  # the last test switches to the default
         "login": {"sshAuthorizedKeys": [pubkey], "service": {"type": "NodePort"}},
         "workerGroups": [{"name": "cpu", "replicas": workers, "resources": RESOURCES}],
     }
@@ -164,6 +166,13 @@ def installed(kube: Kube, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
         for release in (NAME, operator, "slurm-operator-crds"):
             kube.helm("uninstall", release, "-n", namespace, "--ignore-not-found", "--wait", check=False)
         kube.kubectl("delete", "namespace", namespace, "--wait=false", "--ignore-not-found", check=False)
+        # a jail kept by default (a test that stopped before deleting it): the local provisioner removes
+        # a Released volume whose policy is Delete
+        kept = kube.kubectl("get", "pv", "-l", f"slurm.warden.dev/jail-namespace={namespace}", "-o", "name",
+                            check=False).split()  # fmt: skip
+        for pv in kept:
+            kube.kubectl("patch", pv, "--type=merge", "-p", '{"spec":{"persistentVolumeReclaimPolicy":"Delete"}}',
+                         check=False)  # fmt: skip
 
 
 def test_helm_install_makes_a_ready_slurmcluster(installed: Installed) -> None:
@@ -893,23 +902,80 @@ def test_kubectl_scale_takes_an_autoscaled_group_to_zero_and_back_and_a_job_queu
     assert groups["cpu"]["replicas"] == 2, groups
 
 
-def test_helm_uninstall_keeps_only_the_jail_claim(installed: Installed) -> None:
+def _jail_claim(installed: Installed) -> dict[str, Any] | None:
+    pvcs = installed.kube.json("-n", installed.namespace, "get", "pvc")["items"]
+    return next((p for p in pvcs if p["metadata"]["name"] == f"{NAME}-jail"), None)
+
+
+def _wait(what: str, probe: Callable[[], Any], timeout: float = 180) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = probe()
+        if value:
+            return value
+        time.sleep(2)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+
+
+def test_uninstall_and_reinstall_keep_a_users_home_and_only_explicit_deletion_deletes_it(installed: Installed) -> None:
+    """Default values (no retention setting at all): `helm uninstall` removes everything but the jail;
+    `helm install` again gives the same user the same home and account. Deleting the SlurmCluster keeps
+    it too. `jail.retainOnDelete: false`, set on the running cluster, applies to the existing claim: the
+    next uninstall deletes the claim and its volume."""
     kube, ns = installed.kube, installed.namespace
+    first = _jail_claim(installed)
+    assert first is not None and first["metadata"].get("ownerReferences"), "installed with retainOnDelete: false"
+    volume = first["spec"]["volumeName"]
+    installed.values["jail"].pop("retainOnDelete", None)
+    installed.helm_upgrade()  # the chart's default from here on: applies to the claim there
+
+    def kept_now() -> bool:
+        claim = _jail_claim(installed) or {}
+        policy = kube.json("get", "pv", volume)["spec"]["persistentVolumeReclaimPolicy"]
+        return not claim.get("metadata", {}).get("ownerReferences") and policy == "Retain"
+
+    _wait("the existing jail claim and volume kept", kept_now, 60)
+    key = installed.make_user("dora")
+    wrote = installed.ssh("echo 'results of a long run' > ~/data.txt && id -u", key=key, user="dora")
+    assert wrote.returncode == 0, wrote.stderr
+
     kube.helm("uninstall", NAME, "-n", ns, "--wait")
     kinds = "slurmclusters,workersets,statefulsets,pods,jobs,services,configmaps,secrets"
-    deadline = time.monotonic() + 180
-    left: list[str] = []
-    while time.monotonic() < deadline:
+
+    def nothing_left() -> bool:
         left = kube.kubectl("-n", ns, "get", kinds, "-l", INSTANCE, "-o", "name").split()
-        left += [n for n in kube.kubectl("-n", ns, "get", "slurmclusters", "-o", "name").split()]
-        if not left:
-            break
-        time.sleep(2)
-    assert left == []
-    pvcs = kube.json("-n", ns, "get", "pvc")["items"]
-    jail = [p for p in pvcs if p["metadata"]["name"] == f"{NAME}-jail"]
-    assert len(jail) == 1 and jail[0]["status"]["phase"] == "Bound"
-    assert not jail[0]["metadata"].get("ownerReferences")
+        return not left and not kube.kubectl("-n", ns, "get", "slurmclusters", "-o", "name").split()
+
+    _wait("the release's objects gone", nothing_left)
+    kept = _jail_claim(installed)
+    assert kept is not None and kept["metadata"]["uid"] == first["metadata"]["uid"], "the jail claim was deleted"
     # besides the jail only StatefulSet volume claims stay (Kubernetes keeps those by default)
-    others = {p["metadata"]["name"] for p in pvcs} - {f"{NAME}-jail"}
+    others = {p["metadata"]["name"] for p in kube.json("-n", ns, "get", "pvc")["items"]} - {f"{NAME}-jail"}
     assert all(n.startswith(f"state-{NAME}-controller-") or "-mariadb-" in n for n in others), others
+
+    installed.helm_upgrade(install=True)
+    wait_slurmcluster_ready(kube, ns, NAME, timeout=600)
+    back = installed.ssh("cat ~/data.txt && id -u", key=key, user="dora")
+    assert back.returncode == 0, back.stderr
+    assert back.stdout == f"results of a long run\n{wrote.stdout}", back.stdout
+
+    kube.kubectl("-n", ns, "delete", "slurmcluster", NAME, "--wait=true")
+    _wait("the SlurmCluster's children gone", lambda: not kube.kubectl("-n", ns, "get", "workersets,pods", "-l",
+                                                                       INSTANCE, "-o", "name").split())  # fmt: skip
+    after_delete = _jail_claim(installed)
+    assert after_delete is not None and after_delete["metadata"]["uid"] == first["metadata"]["uid"]
+
+    installed.values["jail"]["retainOnDelete"] = False
+    installed.helm_upgrade()  # makes the SlurmCluster again, asking for deletion this time
+    made = lambda: kube.kubectl("-n", ns, "get", "slurmcluster", NAME, "-o", "jsonpath={.metadata.uid}", check=False)  # noqa: E731
+    uid = _wait("the SlurmCluster made again", made)
+
+    def owned() -> bool:
+        claim = _jail_claim(installed)
+        refs = [r["uid"] for r in (claim or {}).get("metadata", {}).get("ownerReferences", [])]
+        return refs == [uid] and kube.json("get", "pv", volume)["spec"]["persistentVolumeReclaimPolicy"] == "Delete"
+
+    _wait("retainOnDelete: false applied to the existing claim and volume", owned, 60)
+    kube.helm("uninstall", NAME, "-n", ns, "--wait")
+    _wait("the jail claim deleted", lambda: _jail_claim(installed) is None)
+    _wait("its volume deleted", lambda: volume not in kube.kubectl("get", "pv", "-o", "name"))

@@ -62,6 +62,21 @@ def test_nothing_runs_privileged(example: str) -> None:
 
 
 @pytest.mark.parametrize("example", EXAMPLES)
+def test_slurm_pods_get_no_api_token_and_a_seccomp_profile(example: str) -> None:
+    """Only the NCCL check (its own ServiceAccount, to write its report) holds a Kubernetes API token;
+    every other pod runs under the runtime's default seccomp profile, workers' containers under theirs."""
+    for key, obj in objects(load(example)).items():
+        if "template" not in obj.get("spec", {}):
+            continue
+        pod = pod_spec(obj)
+        assert pod.get("automountServiceAccountToken") is False, f"{key} mounts an API token"
+        assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}, key
+        for c in pod["containers"]:
+            profile = c.get("securityContext", {}).get("seccompProfile")
+            assert profile is None or obj["kind"] == "WorkerSet", f"{key}/{c['name']} overrides the seccomp profile"
+
+
+@pytest.mark.parametrize("example", EXAMPLES)
 def test_workload_selectors_use_only_immutable_labels(example: str) -> None:
     for key, obj in objects(load(example)).items():
         if obj["kind"] not in ("StatefulSet", "WorkerSet"):

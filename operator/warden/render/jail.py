@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from warden import naming
 from warden.render.context import Cluster
-from warden.render.pods import Manifest, claim_spec, content_hash, jail_volume, meta, mount
+from warden.render.pods import POD_DEFAULTS, Manifest, claim_spec, content_hash, jail_volume, meta, mount
 
 COMPONENT = "jail"
 # The Job's pod template is immutable; this annotation tells the apply layer which inputs made it,
@@ -59,8 +59,8 @@ def populate_job(cluster: Cluster) -> Manifest:
             "template": {
                 "metadata": {"labels": labels},
                 "spec": {
+                    **POD_DEFAULTS,
                     "restartPolicy": "OnFailure",
-                    "enableServiceLinks": False,
                     "containers": [container],
                     "volumes": [jail_volume(cluster)],
                 },

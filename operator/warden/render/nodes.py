@@ -8,6 +8,7 @@ from warden.model import API_GROUP, API_VERSION, WORKER_SET_KIND, WorkerGroup
 from warden.render import config
 from warden.render.context import Cluster
 from warden.render.pods import (
+    POD_DEFAULTS,
     Manifest,
     config_map_volume,
     daemon_probes,
@@ -129,7 +130,7 @@ def worker_set(cluster: Cluster, group: WorkerGroup) -> Manifest:
     }
     if group.scale_in_timeout_seconds is not None:
         set_spec["scaleInTimeoutSeconds"] = group.scale_in_timeout_seconds
-    set_spec["template"] = {"metadata": {"labels": labels}, "spec": {"enableServiceLinks": False, **pod_spec}}
+    set_spec["template"] = {"metadata": {"labels": labels}, "spec": {**POD_DEFAULTS, **pod_spec}}
     metadata: Manifest = {"name": name, "namespace": cluster.namespace, "labels": labels}
     if group.autoscaled:
         # the apply layer creates it with `replicas`, then never applies that field again

@@ -155,6 +155,16 @@ def wait_for_jail_init(cluster: Cluster, image: str) -> Manifest:
 # --- workload scaffolding -----------------------------------------------------------------------
 
 
+# Every pod of a Slurm cluster: no Kubernetes API token (nothing in them talks to the API; the NCCL
+# check's Job, which writes its report, has its own ServiceAccount), no Service environment variables,
+# and the runtime's default seccomp profile (workers' containers name their own: they need pivot_root).
+POD_DEFAULTS: Manifest = {
+    "enableServiceLinks": False,
+    "automountServiceAccountToken": False,
+    "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
+}
+
+
 def claim_spec(size: str, storage_class: str | None, access_mode: str = "ReadWriteOnce") -> Manifest:
     spec: Manifest = {"accessModes": [access_mode], "resources": {"requests": {"storage": size}}}
     if storage_class:
@@ -189,7 +199,7 @@ def statefulset(
     template_meta: Manifest = {"labels": labels}
     if annotations:
         template_meta["annotations"] = annotations
-    spec["template"] = {"metadata": template_meta, "spec": {"enableServiceLinks": False, **pod_spec}}
+    spec["template"] = {"metadata": template_meta, "spec": {**POD_DEFAULTS, **pod_spec}}
     if claims:
         spec["volumeClaimTemplates"] = claims
     metadata = {"name": name, "namespace": cluster.namespace, "labels": labels}

@@ -11,6 +11,7 @@ from __future__ import annotations
 from warden import naming
 from warden.render.context import Cluster
 from warden.render.pods import (
+    POD_DEFAULTS,
     Manifest,
     config_map_volume,
     dns_config,
@@ -69,9 +70,8 @@ def restapi_deployment(cluster: Cluster) -> Manifest:
     template = {
         "metadata": {"labels": labels},
         "spec": {
-            "enableServiceLinks": False,
+            **POD_DEFAULTS,
             "dnsConfig": dns_config(cluster),
-            "automountServiceAccountToken": False,
             "containers": [container],
             "volumes": [config_map_volume("slurm-config", names.slurm_config)],
         },
