@@ -177,7 +177,7 @@ def test_escape_attempts_leave_the_node_intact(cluster: DockerCluster, alice: Ja
 
 
 # --- the job step's seccomp filter (spank/job_filter.c) ----------------------------------------
-# Ordinary users' steps get one more seccomp filter than slurmd has; root's steps do not.
+# Ordinary users' steps get one more seccomp filter than the worker container has; root's do not.
 
 #: system calls made from the jail's python3 (no compiler there); numbers: x86_64, aarch64
 RAW_CALLS = r"""
@@ -255,20 +255,21 @@ def test_users_steps_cannot_make_namespaces_or_mounts(cluster: DockerCluster, al
 
 
 def test_the_filter_is_for_ordinary_users_only(cluster: DockerCluster, alice: JailUser) -> None:
-    """alice's step runs under exactly one filter more than slurmd, without no_new_privs (setuid programs
-    in the jail keep working); root's step has slurmd's filters only, is in the jail all the same, and
-    may still make namespaces."""
+    """alice's step runs under exactly one filter more than the worker container (the worker's profile,
+    which slurmd and slurmstepd inherit from its PID 1), without no_new_privs (setuid programs in the
+    jail keep working); root's step has the container's filters only, is in the jail all the same,
+    and may still make namespaces."""
     worker = cluster.worker_pods("cpu")[0]
-    slurmd = _status(cluster.exec(worker, "cat /proc/$(pgrep -xo slurmd)/status").out)
-    assert slurmd.get("Seccomp") == "2", slurmd
+    container = _status(cluster.exec(worker, "cat /proc/1/status").out)
+    assert container.get("Seccomp") == "2", container
     status = "grep -E '^(Seccomp|Seccomp_filters|NoNewPrivs):' /proc/self/status"
     users = _status(alice.ssh(f"srun -p cpu -N1 -w {worker} {status}"))
-    assert users == {**slurmd, "Seccomp_filters": str(int(slurmd["Seccomp_filters"]) + 1), "NoNewPrivs": "0"}
+    assert users == {**container, "Seccomp_filters": str(int(container["Seccomp_filters"]) + 1), "NoNewPrivs": "0"}
     root_step = (
         f"{status}; test -f /etc/warden-jail-release && echo in-jail; "
         "unshare -m true && echo mount-ns-ok; unshare -U true && echo user-ns-ok"
     )
     out = cluster.ssh("root", f"srun -p cpu -N1 -w {worker} bash -c {shlex.quote(root_step)}").out
-    assert _status(out) == {**slurmd, "NoNewPrivs": "0"}, out
+    assert _status(out) == {**container, "NoNewPrivs": "0"}, out
     for word in ("in-jail", "mount-ns-ok", "user-ns-ok"):
         assert word in out.split(), out
