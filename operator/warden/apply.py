@@ -57,6 +57,7 @@ KINDS: dict[tuple[str, str], tuple[str, str]] = {
     ("apps/v1", "Deployment"): ("/apis/apps/v1", "deployments"),
     ("batch/v1", "Job"): ("/apis/batch/v1", "jobs"),
     ("policy/v1", "PodDisruptionBudget"): ("/apis/policy/v1", "poddisruptionbudgets"),
+    ("networking.k8s.io/v1", "NetworkPolicy"): ("/apis/networking.k8s.io/v1", "networkpolicies"),
     ("batch/v1", "CronJob"): ("/apis/batch/v1", "cronjobs"),
     ("rbac.authorization.k8s.io/v1", "Role"): ("/apis/rbac.authorization.k8s.io/v1", "roles"),
     ("rbac.authorization.k8s.io/v1", "RoleBinding"): ("/apis/rbac.authorization.k8s.io/v1", "rolebindings"),
@@ -76,6 +77,7 @@ PRUNABLE = [
     ("batch/v1", "Job"),
     ("batch/v1", "CronJob"),
     ("policy/v1", "PodDisruptionBudget"),
+    ("networking.k8s.io/v1", "NetworkPolicy"),
     ("rbac.authorization.k8s.io/v1", "Role"),
     ("rbac.authorization.k8s.io/v1", "RoleBinding"),
 ]

@@ -302,6 +302,7 @@ for _group, _version, _plural, _kind in (
     ("batch", "v1", "cronjobs", "CronJob"),
     ("apps", "v1", "deployments", "Deployment"),
     ("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget"),
+    ("networking.k8s.io", "v1", "networkpolicies", "NetworkPolicy"),
     ("rbac.authorization.k8s.io", "v1", "roles", "Role"),
     ("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding"),
 ):

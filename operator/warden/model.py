@@ -652,6 +652,26 @@ class Security(Spec):
     )
 
 
+CIDR = r"^([0-9]{1,3}(\.[0-9]{1,3}){3}/[0-9]{1,2}|[0-9A-Fa-f:]+/[0-9]{1,3})$"
+
+
+class NetworkPolicy(Spec):
+    """NetworkPolicies of the cluster's pods (enforced where the network plugin enforces them)."""
+
+    enabled: bool = Field(
+        default=True,
+        description="Render NetworkPolicies: Slurm's daemons, SSH and the REST API reach what they need; the "
+        "database only slurmdbd; job steps and login sessions no Kubernetes API and no database.",
+    )
+    job_egress_cidrs: list[Annotated[str, Field(pattern=CIDR, max_length=43)]] = Field(
+        default_factory=list,
+        max_length=64,
+        description="Networks job steps and login sessions may reach besides the cluster's own Slurm pods and DNS "
+        "(e.g. a package mirror, object storage). Empty: none. `0.0.0.0/0` opens everything, the "
+        "Kubernetes API's address included: list narrower networks when that matters.",
+    )
+
+
 class SlurmClusterSpec(Spec):
     """Desired state of a Slurm cluster with a shared root filesystem."""
 
@@ -695,6 +715,7 @@ class SlurmClusterSpec(Spec):
     accounting: Accounting = Field(default_factory=Accounting)
     health_checks: HealthChecks = Field(default_factory=HealthChecks)
     security: Security = Field(default_factory=Security)
+    network_policy: NetworkPolicy = Field(default_factory=NetworkPolicy)
 
     @model_validator(mode="after")
     def _cross_field(self) -> SlurmClusterSpec:

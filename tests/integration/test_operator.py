@@ -398,3 +398,42 @@ def worker_pods(api: Any, ns: str, name: str) -> list[str]:
     pods = client.CoreV1Api(api).list_namespaced_pod(ns).items
     names = [str(p.metadata.name) for p in pods if not p.metadata.deletion_timestamp]
     return sorted(n for n in names if n.startswith(f"{name}-"))
+
+
+def test_applied_network_policies_carry_slurms_traffic_and_keep_jobs_from_the_api_and_the_database(
+    api_client: Any, cluster_namespace: str, operator: OperatorProcess
+) -> None:
+    """The NetworkPolicies as the apiserver stored them, against the cluster's live pods (their labels,
+    namespace and addresses): what Slurm, SSH and the database need passes; a job step reaching the
+    Kubernetes API or the database does not. (No network plugin here enforces policies: the check is
+    tests/support/netpol.py's reading of the API's rules; docs/security.md.)"""
+    from tests.support.netpol import Endpoint, allowed, slurm_traffic
+
+    ns = cluster_namespace
+    body = load_example("cpu-only", ns)
+    body["spec"]["workerGroups"][0]["replicas"] = 2
+    body["spec"]["accounting"] = {"mode": "InCluster"}
+    apply_cluster(api_client, body)
+    wait_ready(api_client, ns, "cpu", operator, timeout=180)
+    core = client.CoreV1Api(api_client)
+    net = client.NetworkingV1Api(api_client)
+    policies = [api_client.sanitize_for_serialization(p) for p in net.list_namespaced_network_policy(ns).items]
+    assert {p["metadata"]["name"] for p in policies} >= {"cpu-isolate", "cpu-slurm", "cpu-ssh", "cpu-database"}
+    ns_labels: dict[str, str] = core.read_namespace(ns).metadata.labels or {}
+    pods: dict[str, Endpoint] = {}
+    for pod in core.list_namespaced_pod(ns).items:
+        component = str(pod.metadata.labels.get("app.kubernetes.io/component"))
+        key = "worker2" if component == "worker" and "worker" in pods else component
+        pods.setdefault(key, Endpoint(pod.status.pod_ip or "10.244.200.1", ns, pod.metadata.labels, ns_labels))
+    names = Names("cpu", ns)
+    pods.setdefault("populate", Endpoint("10.244.200.2", ns, names.labels("jail"), ns_labels))  # finished
+    outside = {
+        "apiserver": Endpoint("127.0.0.1"),
+        "dns": Endpoint("10.96.0.10"),
+        "internet": Endpoint("203.0.113.7"),
+        "client": Endpoint("198.51.100.20"),
+        "stranger": Endpoint("10.244.9.9", "default", {"app": "web"}, {"kubernetes.io/metadata.name": "default"}),
+    }
+    needed, forbidden = slurm_traffic(pods, outside)
+    assert [c for c in needed if not allowed(policies, *c)] == []
+    assert [c for c in forbidden if allowed(policies, *c)] == []

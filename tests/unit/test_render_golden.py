@@ -136,9 +136,10 @@ def test_sshd_config_chroots_into_the_jail_with_keys_only() -> None:
     assert options["kbdinteractiveauthentication"] == ["no"]
     assert options["pubkeyauthentication"] == ["yes"]
     assert options["permitrootlogin"] == ["prohibit-password"]
-    # Read before the chroot: root's from the spec (installed by the entrypoint), users' from the jail.
+    # Read before the chroot: root's from the spec (installed by the entrypoint), users' from the jail;
+    # root's never from the jail's /root.
     assert options["authorizedkeysfile"] == ["/etc/ssh/warden_authorized_keys/%u", "/mnt/jail%h/.ssh/authorized_keys"]
-    assert not matches
+    assert matches == {"User root": {"authorizedkeysfile": ["/etc/ssh/warden_authorized_keys/root"]}}
 
 
 def test_external_accounting_points_slurmdbd_at_the_users_database() -> None:

@@ -114,6 +114,10 @@ authorized as "create", of one that exists as "patch": both are needed for appli
 - apiGroups: ["policy"]
   resources: ["poddisruptionbudgets"]
   verbs: ["get", "list", "watch", "create", "patch", "delete"]
+# NetworkPolicies of each cluster's pods: applied, pruned, put back.
+- apiGroups: ["networking.k8s.io"]
+  resources: ["networkpolicies"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
 # The NCCL health check's Role and RoleBinding.
 - apiGroups: ["rbac.authorization.k8s.io"]
   resources: ["roles", "rolebindings"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from warden.render import accounting, budgets, configmaps, controller, health, jail, nodes, restapi
+from warden.render import accounting, budgets, configmaps, controller, health, jail, network, nodes, restapi
 from warden.render.context import Cluster
 from warden.render.pods import Manifest
 from warden.render.secrets import SecretSpec, secret_specs
@@ -17,7 +17,12 @@ class Rendered:
 
 
 def render(cluster: Cluster) -> Rendered:
-    objects: list[Manifest] = [configmaps.slurm_config(cluster), configmaps.sshd_config(cluster)]
+    # the network policies first: no pod of the cluster runs before they are there
+    objects: list[Manifest] = [
+        *network.render(cluster),
+        configmaps.slurm_config(cluster),
+        configmaps.sshd_config(cluster),
+    ]
     if cluster.spec.accounting.mode != "Disabled":
         objects.append(configmaps.slurmdbd_config(cluster))
     objects += jail.render(cluster)

@@ -1,0 +1,155 @@
+"""NetworkPolicies: who may talk to whom among a cluster's pods, and what leaves them.
+
+Every pod of the cluster is isolated both ways, then allowed exactly this (docs/security.md):
+- Slurm's pods (slurmctld, slurmrestd, slurmd, login, slurmdbd, the NCCL check) reach each other on
+  any port: srun and job steps connect back to the login node and to each other on ephemeral ports,
+  MPI and NCCL between workers too; and DNS.
+- SSH into the login pods and the REST API from anywhere (both authenticate every caller).
+- The in-cluster database: only slurmdbd, on its port. An external database: slurmdbd, on its port.
+- The NCCL check's Job: anywhere (it writes its report through the Kubernetes API).
+- Job steps and login sessions (worker and login pods): nothing else unless `networkPolicy.jobEgressCidrs`
+  names it. So no job reaches the Kubernetes API or the database.
+"""
+
+from __future__ import annotations
+
+from warden import naming
+from warden.render.context import Cluster
+from warden.render.pods import Manifest, meta
+
+COMPONENT = "network"
+COMPONENT_LABEL = "app.kubernetes.io/component"
+#: the pods running Slurm's daemons and commands (they reach each other freely)
+SLURM_COMPONENTS = ("controller", "restapi", "worker", "login", "accounting", "health-check")
+#: where users' code runs (job steps, SSH sessions)
+USER_COMPONENTS = ("worker", "login")
+EVERYWHERE = [{"ipBlock": {"cidr": "0.0.0.0/0"}}, {"ipBlock": {"cidr": "::/0"}}]
+
+
+def _policy(cluster: Cluster, suffix: str, selector: Manifest, spec: Manifest) -> Manifest:
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": meta(cluster, f"{cluster.name}-{suffix}", COMPONENT),
+        "spec": {"podSelector": selector, **spec},
+    }
+
+
+def _components(cluster: Cluster, *components: str) -> Manifest:
+    instance = {"app.kubernetes.io/instance": cluster.name}
+    if len(components) == 1:
+        return {"matchLabels": {**instance, COMPONENT_LABEL: components[0]}}
+    return {
+        "matchLabels": instance,
+        "matchExpressions": [{"key": COMPONENT_LABEL, "operator": "In", "values": list(components)}],
+    }
+
+
+def _ports(*ports: int) -> list[Manifest]:
+    return [{"protocol": "TCP", "port": p} for p in ports]
+
+
+def render(cluster: Cluster) -> list[Manifest]:
+    spec = cluster.spec
+    if not spec.network_policy.enabled:
+        return []
+    slurm = _components(cluster, *SLURM_COMPONENTS)
+    dns = {"ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]}
+    out = [
+        _policy(
+            cluster,
+            "isolate",
+            {"matchLabels": {"app.kubernetes.io/instance": cluster.name}},
+            {"policyTypes": ["Ingress", "Egress"]},
+        ),
+        _policy(
+            cluster,
+            "slurm",
+            slurm,
+            {
+                "policyTypes": ["Ingress", "Egress"],
+                "ingress": [{"from": [{"podSelector": slurm}]}],
+                "egress": [{"to": [{"podSelector": slurm}]}, dns],
+            },
+        ),
+        _policy(
+            cluster,
+            "ssh",
+            _components(cluster, "login"),
+            {
+                "policyTypes": ["Ingress"],
+                "ingress": [{"ports": _ports(naming.SSH_PORT)}],
+            },
+        ),
+        _policy(
+            cluster,
+            "rest-api",
+            _components(cluster, "restapi"),
+            {
+                "policyTypes": ["Ingress"],
+                "ingress": [{"ports": _ports(naming.RESTAPI_PORT)}],
+            },
+        ),
+    ]
+    accounting = spec.accounting
+    if accounting.mode == "InCluster":
+        out.append(
+            _policy(
+                cluster,
+                "database",
+                _components(cluster, "database"),
+                {
+                    "policyTypes": ["Ingress"],
+                    "ingress": [
+                        {
+                            "from": [{"podSelector": _components(cluster, "accounting")}],
+                            "ports": _ports(naming.MARIADB_PORT),
+                        }
+                    ],
+                },
+            )
+        )
+        to_database: Manifest = {
+            "to": [{"podSelector": _components(cluster, "database")}],
+            "ports": _ports(naming.MARIADB_PORT),
+        }
+    elif accounting.mode == "External" and accounting.external is not None:
+        to_database = {"to": EVERYWHERE, "ports": _ports(accounting.external.port)}
+    if accounting.mode != "Disabled":
+        out.append(
+            _policy(
+                cluster,
+                "slurmdbd-database",
+                _components(cluster, "accounting"),
+                {
+                    "policyTypes": ["Egress"],
+                    "egress": [to_database],
+                },
+            )
+        )
+    if spec.health_checks.nccl.enabled:
+        out.append(
+            _policy(
+                cluster,
+                "health-check",
+                _components(cluster, "health-check"),
+                {
+                    "policyTypes": ["Egress"],
+                    "egress": [{"to": EVERYWHERE}],
+                },
+            )
+        )
+    cidrs = spec.network_policy.job_egress_cidrs
+    if cidrs:
+        out.append(
+            _policy(
+                cluster,
+                "job-egress",
+                _components(cluster, *USER_COMPONENTS),
+                {
+                    "policyTypes": ["Egress"],
+                    "egress": [{"to": [{"ipBlock": {"cidr": c}} for c in cidrs]}],
+                },
+            )
+        )
+    return out

@@ -1,0 +1,86 @@
+"""The rendered NetworkPolicies carry the traffic a Slurm cluster needs and nothing a job must not
+reach (the Kubernetes API, the database), read by tests/support/netpol.py's account of the API's rules.
+No network plugin here enforces them: docs/security.md."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.support.netpol import Endpoint, allowed, slurm_traffic
+from warden.model import parse_spec
+from warden.naming import Names
+from warden.render.cluster import render
+from warden.render.context import Cluster
+
+SPEC: dict[str, Any] = {
+    "workerGroups": [{"name": "cpu", "replicas": 2}],
+    "accounting": {"mode": "InCluster"},
+    "healthChecks": {"nccl": {"enabled": True}},
+}
+OUTSIDE = {
+    "apiserver": Endpoint("172.18.0.2"),
+    "dns": Endpoint("10.244.0.3", "kube-system", {"k8s-app": "kube-dns"}, {"name": "kube-system"}),
+    "internet": Endpoint("203.0.113.7"),
+    "client": Endpoint("198.51.100.20"),
+    "stranger": Endpoint("10.244.9.9", "other", {"app": "web"}, {"kubernetes.io/metadata.name": "other"}),
+}
+
+
+def _policies(spec: dict[str, Any]) -> list[dict[str, Any]]:
+    objects = render(Cluster("demo", "hpc", parse_spec(spec))).objects
+    return [o for o in objects if o["kind"] == "NetworkPolicy"]
+
+
+def _pods() -> dict[str, Endpoint]:
+    names = Names("demo", "hpc")
+    ns_labels = {"kubernetes.io/metadata.name": "hpc"}
+    components = {"controller": "controller", "restapi": "restapi", "worker": "worker", "worker2": "worker",
+                  "login": "login", "accounting": "accounting", "database": "database",
+                  "health-check": "health-check", "populate": "jail"}  # fmt: skip
+    return {
+        key: Endpoint(f"10.244.1.{i + 10}", "hpc", names.labels(component), ns_labels)
+        for i, (key, component) in enumerate(components.items())
+    }
+
+
+def _describe(src: Endpoint, dst: Endpoint, port: int, proto: str) -> str:
+    def name(e: Endpoint) -> str:
+        return (e.labels or {}).get("app.kubernetes.io/component", e.ip)
+
+    return f"{name(src)} -> {name(dst)}:{port}/{proto}"
+
+
+def test_the_policies_carry_what_slurm_needs_and_refuse_what_jobs_must_not_reach() -> None:
+    policies = _policies(SPEC)
+    needed, forbidden = slurm_traffic(_pods(), OUTSIDE)
+    refused = [_describe(*c) for c in needed if not allowed(policies, *c)]
+    assert not refused, f"needed traffic refused: {refused}"
+    passing = [_describe(*c) for c in forbidden if allowed(policies, *c)]
+    assert not passing, f"traffic that must not pass: {passing}"
+
+
+def test_job_egress_networks_open_only_those_networks_to_jobs() -> None:
+    policies = _policies({**SPEC, "networkPolicy": {"jobEgressCidrs": ["203.0.113.0/24"]}})
+    pods = _pods()
+    assert allowed(policies, pods["worker"], OUTSIDE["internet"], 443)
+    assert allowed(policies, pods["login"], OUTSIDE["internet"], 443)
+    assert not allowed(policies, pods["worker"], OUTSIDE["apiserver"], 6443)
+    assert not allowed(policies, pods["controller"], OUTSIDE["internet"], 443)
+
+
+def test_an_external_database_is_reached_by_slurmdbd_alone_on_its_port() -> None:
+    spec = {**SPEC, "accounting": {"mode": "External", "external": {"host": "db.example.com", "port": 3307,
+                                                                    "passwordSecretRef": {"name": "db"}}}}  # fmt: skip
+    policies = _policies(spec)
+    pods, database = _pods(), Endpoint("192.0.2.50")
+    assert allowed(policies, pods["accounting"], database, 3307)
+    assert not allowed(policies, pods["accounting"], database, 22)
+    assert not allowed(policies, pods["worker"], database, 3307)
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_policies_can_be_left_to_the_platform(enabled: bool) -> None:
+    policies = _policies({**SPEC, "networkPolicy": {"enabled": enabled}})
+    assert bool(policies) is enabled
