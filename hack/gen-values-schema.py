@@ -11,8 +11,8 @@ a few chart-only keys, so the values schema is the CRD's spec schema translated 
 - OpenAPI 3.0's boolean `exclusiveMinimum`/`exclusiveMaximum` become JSON Schema's numeric bounds;
 - optional fields without a default may be `null` (values.yaml lists them as `null`, the chart drops
   nulls when it renders the SlurmCluster);
-- a CEL rule "no item of this list matches a pattern" becomes `items: {not: {pattern}}` (slurm.conf
-  lines setting keys the operator owns); other CEL rules and `x-kubernetes-*` extensions are dropped:
+- CEL rules "no item of this list matches a pattern" become `items: {not: {pattern}}` (`anyOf` when several: slurm.conf
+  lines setting keys the operator owns or refuses); other CEL rules and `x-kubernetes-*` extensions are dropped:
   cross-field rules are checked by the chart's templates (`slurm-cluster.validate` in
   templates/_helpers.tpl) and, in any case, by the API server on install.
 
@@ -110,10 +110,13 @@ def translate(node: Any) -> Any:
             out[flag] = out.pop(bound)
     if "properties" in out:
         out["additionalProperties"] = False
-    for rule in node.get("x-kubernetes-validations", []):
-        match = NO_ITEM_MATCHES.match(rule["rule"])
-        if match and "items" in out:
-            out["items"] = {**out["items"], "not": {"pattern": _portable_pattern(match.group(2))}}
+    refused = [
+        {"pattern": _portable_pattern(m.group(2))}
+        for rule in node.get("x-kubernetes-validations", [])
+        if (m := NO_ITEM_MATCHES.match(rule["rule"]))
+    ]
+    if refused and "items" in out:
+        out["items"] = {**out["items"], "not": refused[0] if len(refused) == 1 else {"anyOf": refused}}
     return _order(out)
 
 

@@ -273,3 +273,23 @@ def test_the_filter_is_for_ordinary_users_only(cluster: DockerCluster, alice: Ja
     assert _status(out) == {**container, "NoNewPrivs": "0"}, out
     for word in ("in-jail", "mount-ns-ok", "user-ns-ok"):
         assert word in out.split(), out
+
+
+def test_nothing_written_into_the_jail_runs_as_root_outside_it(cluster: DockerCluster) -> None:
+    """The worker's root has its own home (not the jail's /root), and slurmd's health check program,
+    root's Python outside the jail, ignores user site directories even when HOME points into the jail."""
+    worker = cluster.worker_pods("cpu")[0]
+    version = cluster.exec(worker, "/opt/warden/bin/python -c 'import sys; print(\"%d.%d\" % sys.version_info[:2])'")
+    site = f"/root/.local/lib/python{version.out.strip()}/site-packages"
+    marker = "/var/tmp/warden-user-site-ran"
+    # root in the jail (a login session) plants code where a careless root Python would import it
+    cluster.ssh("root", f'mkdir -p {site} && echo \'open("{marker}", "w").close()\' > {site}/usercustomize.py')
+    try:
+        home = cluster.exec(worker, "getent passwd root | cut -d: -f6; echo $HOME").out.split()
+        assert home == ["/var/lib/warden/root", "/var/lib/warden/root"], home
+        cluster.exec(worker, f"test -f /mnt/jail{site}/usercustomize.py")  # it is there, seen from the worker
+        cluster.exec(worker, "HOME=/root warden-quickcheck --help >/dev/null", check=False)
+        ran = cluster.exec(worker, f"test -e {marker} && echo RAN; true").out
+        assert "RAN" not in ran, "the health check imported Python code from the jail's /root"
+    finally:
+        cluster.ssh("root", "rm -rf /root/.local")

@@ -107,6 +107,8 @@ def test_operator_killed_twenty_times_still_converges(
 
     def differences() -> list[str]:
         live = owned_objects(api_client, ns, uid)
+        jail = client.CoreV1Api(api_client).list_namespaced_persistent_volume_claim(ns).items
+        live.update({f"PersistentVolumeClaim/{c.metadata.name}": {} for c in jail})  # kept: owned by nobody
         out = [f"{key}: missing" for key in wanted if key not in live]
         for key, want in wanted.items():
             if key in live and not key.startswith("PersistentVolumeClaim/"):

@@ -398,8 +398,17 @@ def test_chart_rbac_is_enough_for_the_real_operator(
     obj = wait_ready(api_client, cluster_namespace, "demo", op, timeout=180)
     assert obj["status"]["workers"] == "3/3" and obj["status"]["login"] == "1/1"
     made = owned_objects(api_client, cluster_namespace, obj["metadata"]["uid"])
-    for kind in ("CronJob", "Role", "RoleBinding", "ServiceAccount", "Secret", "PersistentVolumeClaim", "Job"):
+    for kind in ("CronJob", "Role", "RoleBinding", "ServiceAccount", "Secret", "NetworkPolicy", "Job"):
         assert any(key.startswith(f"{kind}/") for key in made), f"no {kind} made: {sorted(made)}"
+    # the jail (kept by default, so owned by nobody): its volume labelled for a later claim of its name
+    core = client.CoreV1Api(api_client)
+
+    def jail_volume_kept() -> bool:
+        claim = core.read_namespaced_persistent_volume_claim("demo-jail", cluster_namespace)
+        volume = core.read_persistent_volume(claim.spec.volume_name) if claim.spec.volume_name else None
+        return volume is not None and (volume.metadata.labels or {}).get("slurm.warden.dev/jail-claim") == "demo-jail"
+
+    wait_for("the jail's volume labelled as kept", jail_volume_kept, 60, on_fail=op.log_tail)
 
     # Events come from the operator (kopf posts core/v1 Events as the SA).
     def reconciled_event() -> bool:

@@ -61,8 +61,8 @@ def test_cluster_converges_to_ready_with_owned_labelled_children(
         f"Secret/{names.slurm_key}",
         f"Secret/{names.ssh_host_keys}",
         f"Secret/{names.jwt_key}",
-        f"PersistentVolumeClaim/{names.jail}",
         f"Job/{names.populate_jail}",
+        "NetworkPolicy/cpu-isolate",
         f"Service/{names.controller}",
         f"StatefulSet/{names.controller}",
         f"Service/{names.restapi}",
@@ -73,6 +73,9 @@ def test_cluster_converges_to_ready_with_owned_labelled_children(
         f"WorkerSet/{names.worker('cpu')}",
     }
     assert expected <= set(children), sorted(expected - set(children))
+    # the jail is kept by default: there, but owned by nobody
+    jail = client.CoreV1Api(api_client).read_namespaced_persistent_volume_claim(names.jail, cluster_namespace)
+    assert not jail.metadata.owner_references and f"PersistentVolumeClaim/{names.jail}" not in children
     for key, item in children.items():
         labels = item["metadata"].get("labels", {})
         assert labels.get("app.kubernetes.io/instance") == "cpu", key

@@ -143,6 +143,7 @@ def owned_objects(api: Any, ns: str, uid: str) -> dict[str, dict[str, Any]]:
         "Role": rbac.list_namespaced_role,
         "RoleBinding": rbac.list_namespaced_role_binding,
         "PodDisruptionBudget": client.PolicyV1Api(api).list_namespaced_pod_disruption_budget,
+        "NetworkPolicy": client.NetworkingV1Api(api).list_namespaced_network_policy,
         "WorkerSet": partial(client.CustomObjectsApi(api).list_namespaced_custom_object, GROUP, VERSION),
     }
     out: dict[str, dict[str, Any]] = {}
