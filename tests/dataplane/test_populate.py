@@ -26,8 +26,8 @@ def test_populate_once_then_sentinel_then_overwrite(cluster: DockerCluster) -> N
     cluster.volume_sh(
         vol,
         f"mkdir -p /v/home/bob && echo data > /v/home/bob/data && echo 'bob:x:10001:10001::/home/bob:/bin/bash' "
-        f">> /v/etc/passwd && echo mine > /v/root/notes "
-        f">> /v/etc/passwd && echo damaged > /v/{DOC} && echo stray > /v/usr/local/bin/stray",
+        f">> /v/etc/passwd && echo mine > /v/root/notes && echo damaged > /v/{DOC} "
+        "&& echo stray > /v/usr/local/bin/stray",
     )
 
     second = cluster.run_populate(vol)
