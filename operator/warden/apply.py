@@ -10,7 +10,8 @@ Immutable fields, handled deliberately rather than by a failing retry loop:
   running and are adopted by the new StatefulSet (same selector), so no Slurm node goes down.
 - Job (the populate-jail pod template): when the template hash annotation differs, the Job is deleted
   (with its pods) and created again, which re-runs the populate step.
-- PersistentVolumeClaim: created once, never patched. Resizing or moving the jail is an operator's
+- The jail's PersistentVolumeClaim (`apply_jail_claim`, not `apply`): created once, never patched
+  but for its owner reference (`retainOnDelete`). Resizing or moving the jail is an operator's
   (person's) decision, see docs/operations.md.
 - Secrets the operator generates: created once with generated values, never regenerated.
 
@@ -289,9 +290,6 @@ class Applier:
         obj = with_owner(obj, owner)
         kind = obj["kind"]
         meta = obj["metadata"]
-        if kind == "PersistentVolumeClaim":
-            self._create_if_absent(obj, result)
-            return
         if kind == "Job":
             self._replace_job_if_changed(obj, result)
         if (meta.get("annotations") or {}).get(AUTOSCALED_ANNOTATION) == "true":
@@ -342,11 +340,12 @@ class Applier:
             self.merge_patch("v1", "PersistentVolumeClaim", meta["namespace"], meta["name"],
                              {"metadata": {"ownerReferences": refs}})  # fmt: skip
         volume_name = (claim.get("spec") or {}).get("volumeName")
-        volume = self.get("v1", "PersistentVolume", "", volume_name) if volume_name else None
-        if volume is not None:
-            patch = retention.volume_patch(volume, meta["namespace"], meta["name"], retain)
-            if patch is not None:
-                self.merge_patch("v1", "PersistentVolume", "", volume_name, patch)  # type: ignore[arg-type]
+        if not volume_name:
+            return  # not bound yet: the claim's event handler comes back once it is
+        volume = self.get("v1", "PersistentVolume", "", volume_name)
+        patch = retention.volume_patch(volume, meta["namespace"], meta["name"], retain) if volume else None
+        if patch is not None:
+            self.merge_patch("v1", "PersistentVolume", "", volume_name, patch)
 
     def _without_replicas(self, obj: Manifest) -> Manifest:
         """An autoscaled group's WorkerSet: created (a plain create, so the apply below never owns

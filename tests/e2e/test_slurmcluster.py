@@ -907,16 +907,6 @@ def _jail_claim(installed: Installed) -> dict[str, Any] | None:
     return next((p for p in pvcs if p["metadata"]["name"] == f"{NAME}-jail"), None)
 
 
-def _wait(what: str, probe: Callable[[], Any], timeout: float = 180) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = probe()
-        if value:
-            return value
-        time.sleep(2)
-    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-
-
 def test_uninstall_and_reinstall_keep_a_users_home_and_only_explicit_deletion_deletes_it(installed: Installed) -> None:
     """Default values (no retention setting at all): `helm uninstall` removes everything but the jail;
     `helm install` again gives the same user the same home and account. Deleting the SlurmCluster keeps
@@ -934,7 +924,7 @@ def test_uninstall_and_reinstall_keep_a_users_home_and_only_explicit_deletion_de
         policy = kube.json("get", "pv", volume)["spec"]["persistentVolumeReclaimPolicy"]
         return not claim.get("metadata", {}).get("ownerReferences") and policy == "Retain"
 
-    _wait("the existing jail claim and volume kept", kept_now, 60)
+    _eventually("the existing jail claim and volume kept", kept_now, timeout=60, interval=2)
     key = installed.make_user("dora")
     wrote = installed.ssh("echo 'results of a long run' > ~/data.txt && id -u", key=key, user="dora")
     assert wrote.returncode == 0, wrote.stderr
@@ -946,7 +936,7 @@ def test_uninstall_and_reinstall_keep_a_users_home_and_only_explicit_deletion_de
         left = kube.kubectl("-n", ns, "get", kinds, "-l", INSTANCE, "-o", "name").split()
         return not left and not kube.kubectl("-n", ns, "get", "slurmclusters", "-o", "name").split()
 
-    _wait("the release's objects gone", nothing_left)
+    _eventually("the release's objects gone", nothing_left, timeout=180, interval=2)
     kept = _jail_claim(installed)
     assert kept is not None and kept["metadata"]["uid"] == first["metadata"]["uid"], "the jail claim was deleted"
     # besides the jail only StatefulSet volume claims stay (Kubernetes keeps those by default)
@@ -960,22 +950,27 @@ def test_uninstall_and_reinstall_keep_a_users_home_and_only_explicit_deletion_de
     assert back.stdout == f"results of a long run\n{wrote.stdout}", back.stdout
 
     kube.kubectl("-n", ns, "delete", "slurmcluster", NAME, "--wait=true")
-    _wait("the SlurmCluster's children gone", lambda: not kube.kubectl("-n", ns, "get", "workersets,pods", "-l",
-                                                                       INSTANCE, "-o", "name").split())  # fmt: skip
+
+    def no_children() -> bool:
+        return not kube.kubectl("-n", ns, "get", "workersets,pods", "-l", INSTANCE, "-o", "name").split()
+
+    _eventually("the SlurmCluster's children gone", no_children, timeout=180, interval=2)
     after_delete = _jail_claim(installed)
     assert after_delete is not None and after_delete["metadata"]["uid"] == first["metadata"]["uid"]
 
     installed.values["jail"]["retainOnDelete"] = False
     installed.helm_upgrade()  # makes the SlurmCluster again, asking for deletion this time
     made = lambda: kube.kubectl("-n", ns, "get", "slurmcluster", NAME, "-o", "jsonpath={.metadata.uid}", check=False)  # noqa: E731
-    uid = _wait("the SlurmCluster made again", made)
+    uid = _eventually("the SlurmCluster made again", made, timeout=180, interval=2)
 
     def owned() -> bool:
         claim = _jail_claim(installed)
         refs = [r["uid"] for r in (claim or {}).get("metadata", {}).get("ownerReferences", [])]
         return refs == [uid] and kube.json("get", "pv", volume)["spec"]["persistentVolumeReclaimPolicy"] == "Delete"
 
-    _wait("retainOnDelete: false applied to the existing claim and volume", owned, 60)
+    _eventually("retainOnDelete: false applied to the existing claim and volume", owned, timeout=60, interval=2)
     kube.helm("uninstall", NAME, "-n", ns, "--wait")
-    _wait("the jail claim deleted", lambda: _jail_claim(installed) is None)
-    _wait("its volume deleted", lambda: volume not in kube.kubectl("get", "pv", "-o", "name"))
+    _eventually("the jail claim deleted", lambda: _jail_claim(installed) is None, timeout=180, interval=2)
+    _eventually(
+        "its volume deleted", lambda: volume not in kube.kubectl("get", "pv", "-o", "name"), timeout=180, interval=2
+    )

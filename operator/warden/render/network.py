@@ -109,13 +109,12 @@ def render(cluster: Cluster) -> list[Manifest]:
                 },
             )
         )
-        to_database: Manifest = {
-            "to": [{"podSelector": _components(cluster, "database")}],
-            "ports": _ports(naming.MARIADB_PORT),
-        }
+    to_database: Manifest | None = None
+    if accounting.mode == "InCluster":
+        to_database = {"to": [{"podSelector": _components(cluster, "database")}], "ports": _ports(naming.MARIADB_PORT)}
     elif accounting.mode == "External" and accounting.external is not None:
         to_database = {"to": EVERYWHERE, "ports": _ports(accounting.external.port)}
-    if accounting.mode != "Disabled":
+    if to_database is not None:
         out.append(
             _policy(
                 cluster,
