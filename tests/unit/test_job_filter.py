@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import platform
 import re
-import shutil
 import struct
-import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,11 +17,10 @@ from typing import Any
 
 import pytest
 
+from tests.support import spanklib
+
 cffi = pytest.importorskip("cffi")
 
-REPO = Path(__file__).resolve().parents[2]
-SPANK = REPO / "spank"
-LIBRARY = SPANK / "build" / "libjailhelpers.so"
 
 CDEF = """
 struct sock_filter { uint16_t code; uint8_t jt; uint8_t jf; uint32_t k; };
@@ -39,17 +36,7 @@ int job_filter_build(uint32_t native, struct sock_filter *out, size_t max, char 
 """
 
 
-def _load() -> tuple[Any, Any]:
-    if shutil.which("make") is None or shutil.which("cc") is None:
-        pytest.skip("needs make and a C compiler to build spank/build/libjailhelpers.so")
-    done = subprocess.run(["make", "-s", "-C", str(SPANK), "helpers"], capture_output=True, text=True, check=False)
-    assert done.returncode == 0, f"make -C spank helpers failed:\n{done.stdout}{done.stderr}"
-    ffi = cffi.FFI()
-    ffi.cdef(CDEF)
-    return ffi, ffi.dlopen(str(LIBRARY))
-
-
-FFI, LIB = _load()
+FFI, LIB = spanklib.load(CDEF)
 ERR_MAX = 512
 
 # include/uapi/linux/audit.h

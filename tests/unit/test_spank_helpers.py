@@ -7,20 +7,16 @@ clone only needs a C compiler and make.
 from __future__ import annotations
 
 import itertools
-import shutil
-import subprocess
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.support import spanklib
+
 cffi = pytest.importorskip("cffi")
 
-REPO = Path(__file__).resolve().parents[2]
-SPANK = REPO / "spank"
-LIBRARY = SPANK / "build" / "libjailhelpers.so"
 
 CDEF = """
 #define JAIL_PATH_MAX 4096
@@ -55,18 +51,7 @@ int jail_build_mounts(const struct jail_config *cfg, struct jail_mount *out, siz
 """
 
 
-def _load() -> tuple[Any, Any]:
-    if shutil.which("make") is None or shutil.which("cc") is None:
-        pytest.skip("needs make and a C compiler to build spank/build/libjailhelpers.so")
-    # Always ask make: it rebuilds only when a source changed.
-    done = subprocess.run(["make", "-s", "-C", str(SPANK), "helpers"], capture_output=True, text=True, check=False)
-    assert done.returncode == 0, f"make -C spank helpers failed:\n{done.stdout}{done.stderr}"
-    ffi = cffi.FFI()
-    ffi.cdef(CDEF)
-    return ffi, ffi.dlopen(str(LIBRARY))
-
-
-FFI, LIB = _load()
+FFI, LIB = spanklib.load(CDEF)
 ERR_MAX = 512
 
 
