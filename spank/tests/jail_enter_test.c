@@ -23,29 +23,9 @@
 
 #include "jail_enter.h"
 #include "jail_helpers.h"
+#include "tap.h"
 
-static int failures;
 static char jail[64], src[64], host_marker[128], srcfile[128];
-
-static void ok(bool cond, const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	printf("%s - ", cond ? "ok" : "NOT OK");
-	vprintf(fmt, ap);
-	printf("\n");
-	va_end(ap);
-	fflush(stdout);
-	if (!cond)
-		failures++;
-}
-
-static void die(const char *what)
-{
-	perror(what);
-	exit(2);
-}
 
 static void write_file(const char *path, const char *text)
 {
@@ -109,31 +89,6 @@ static struct jail_config *config(int argc, char **argv)
 		exit(2);
 	}
 	return cfg;
-}
-
-/* Run fn in a child; count its failures. */
-static void scenario(const char *name, void (*fn)(void))
-{
-	pid_t pid;
-	int status;
-
-	printf("# %s\n", name);
-	fflush(stdout);
-	pid = fork();
-	if (pid < 0)
-		die("fork");
-	if (pid == 0) {
-		failures = 0;
-		fn();
-		exit(failures > 100 ? 100 : failures);
-	}
-	if (waitpid(pid, &status, 0) < 0)
-		die("waitpid");
-	if (!WIFEXITED(status)) {
-		ok(false, "%s: child died (status %d)", name, status);
-		return;
-	}
-	failures += WEXITSTATUS(status);
 }
 
 static void enter_full(void)

@@ -48,6 +48,7 @@
 #include <linux/seccomp.h>
 
 #include "job_filter.h"
+#include "tap.h"
 
 #ifndef CLONE_NEWTIME
 #define CLONE_NEWTIME 0x00000080
@@ -61,39 +62,6 @@
 
 extern char **environ;
 
-static int failures;
-
-static void ok(bool cond, const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	printf("%s - ", cond ? "ok" : "NOT OK");
-	vprintf(fmt, ap);
-	printf("\n");
-	va_end(ap);
-	fflush(stdout);
-	if (!cond)
-		failures++;
-}
-
-static void note(const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	printf("  # ");
-	vprintf(fmt, ap);
-	printf("\n");
-	va_end(ap);
-	fflush(stdout);
-}
-
-static void die(const char *what)
-{
-	perror(what);
-	exit(100);
-}
 
 /* ---- probes --------------------------------------------------------- */
 
@@ -645,34 +613,6 @@ static void no_cap_sys_admin(void)
 	ok(in_child(p_unshare_newns) == EPERM && in_child(p_fsopen) == EPERM,
 	   "unshare(CLONE_NEWNS) and fsopen fail with EPERM");
 	exit(failures);
-}
-
-static void scenario(const char *name, void (*fn)(void))
-{
-	pid_t pid;
-	int status;
-
-	printf("# %s\n", name);
-	fflush(stdout);
-	pid = fork();
-	if (pid < 0)
-		die("fork");
-	if (pid == 0) {
-		failures = 0;
-		fn();
-		exit(failures);
-	}
-	if (waitpid(pid, &status, 0) < 0)
-		die("waitpid");
-	if (!WIFEXITED(status)) {
-		ok(false, "%s: child died (status 0x%x)", name, status);
-		return;
-	}
-	if (WEXITSTATUS(status) == 100) {
-		ok(false, "%s: could not run", name);
-		return;
-	}
-	failures += WEXITSTATUS(status);
 }
 
 int main(int argc, char **argv)
