@@ -223,6 +223,10 @@ class Images(Spec):
         description="Image holding the jail's root filesystem and the copy program.",
     )
     health_check: ImageReference = Field(default=_default_image("health-check"), description="NCCL health-check image.")
+    exporter: ImageReference = Field(
+        default=_default_image("operator"),
+        description="Image of the Slurm metrics exporter (`warden-slurm-exporter`, shipped in the operator's image).",
+    )
     pull_policy: Literal["Always", "IfNotPresent", "Never"] = Field(
         default="IfNotPresent", description="imagePullPolicy of every container."
     )
@@ -672,6 +676,57 @@ class NetworkPolicy(Spec):
     )
 
 
+DURATION = r"^[0-9]+(ms|s|m|h)$"
+
+
+class ServiceMonitor(Spec):
+    """A Prometheus Operator ServiceMonitor for the exporter."""
+
+    mode: Literal["Auto", "Enabled", "Disabled"] = Field(
+        default="Auto",
+        description="`Auto`: made when the ServiceMonitor CRD (monitoring.coreos.com/v1) is installed; `Enabled`: "
+        "always (the cluster reports an apply error while the CRD is missing); `Disabled`: never.",
+    )
+    interval: str = Field(default="30s", pattern=DURATION, max_length=16, description="Scrape interval (e.g. `30s`).")
+    labels: dict[str, LabelValue] = Field(
+        default_factory=dict,
+        max_length=16,
+        description="Extra labels of the ServiceMonitor, for a Prometheus whose `serviceMonitorSelector` asks for "
+        "them (e.g. `release: prometheus`).",
+        json_schema_extra={"x-kubernetes-validations": [_keys_rule("a ServiceMonitor label key is not a label key")]},
+    )
+
+    @field_validator("labels")
+    @classmethod
+    def _label_keys(cls, labels: dict[str, str]) -> dict[str, str]:
+        return _qualified_keys(labels, "serviceMonitor label key")
+
+
+class DcgmJobMapping(Spec):
+    """Job-to-GPU mapping files for dcgm-exporter's HPC job mapping (`DCGM_HPC_JOB_MAPPING_DIR`)."""
+
+    enabled: bool = Field(
+        default=False,
+        description="Worker prolog and epilog write, per GPU index, a file naming the jobs on that GPU.",
+    )
+    host_path: str = Field(
+        default="/var/lib/dcgm-exporter/job-mapping",
+        pattern=ABSOLUTE_PATH,
+        max_length=255,
+        description="Directory on each GPU node (a hostPath) where the files go; dcgm-exporter mounts the same one.",
+    )
+
+
+class Metrics(Spec):
+    """Prometheus metrics of Slurm: the exporter Deployment `<cluster>-exporter` (reads Slurm through
+    slurmrestd) and its Service, with scrape annotations."""
+
+    enabled: bool = Field(default=True, description="Run the Slurm metrics exporter.")
+    resources: ResourceRequirements = Field(default_factory=ResourceRequirements)
+    service_monitor: ServiceMonitor = Field(default_factory=ServiceMonitor)
+    dcgm_job_mapping: DcgmJobMapping = Field(default_factory=DcgmJobMapping)
+
+
 class SlurmClusterSpec(Spec):
     """Desired state of a Slurm cluster with a shared root filesystem."""
 
@@ -716,6 +771,7 @@ class SlurmClusterSpec(Spec):
     health_checks: HealthChecks = Field(default_factory=HealthChecks)
     security: Security = Field(default_factory=Security)
     network_policy: NetworkPolicy = Field(default_factory=NetworkPolicy)
+    metrics: Metrics = Field(default_factory=Metrics)
 
     @model_validator(mode="after")
     def _cross_field(self) -> SlurmClusterSpec:

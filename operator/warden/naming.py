@@ -44,6 +44,9 @@ RESTAPI_PORT = 6820
 #: the one slurmrestd OpenAPI version the operator speaks (Slurm 24.11 serves v0.0.40 to v0.0.42)
 RESTAPI_VERSION = "v0.0.42"
 MARIADB_PORT = 3306
+#: the Slurm metrics exporter's HTTP port (`/metrics`), and the operator's own
+EXPORTER_PORT = 9341
+OPERATOR_METRICS_PORT = 9340
 SSH_PORT = 22
 
 # Keys inside the Secrets the operator generates.
@@ -168,6 +171,12 @@ class Names:
     @property
     def mariadb(self) -> str:
         return f"{self.cluster}-mariadb"
+
+    # --- metrics ------------------------------------------------------------------------------
+    @property
+    def exporter(self) -> str:
+        """The Slurm metrics exporter: its Deployment, Service and ServiceMonitor."""
+        return f"{self.cluster}-exporter"
 
     # --- health checks ------------------------------------------------------------------------
     @property
