@@ -34,15 +34,13 @@ def restapi_service(cluster: Cluster) -> Manifest:
 def restapi_deployment(cluster: Cluster) -> Manifest:
     names = cluster.names
     spec = cluster.spec
-    # openapi/slurmdbd (the /slurmdb/ paths) only with accounting: the exporter asks slurmdbd through it
-    plugins = ["openapi/slurmctld"] + (["openapi/slurmdbd"] if spec.accounting.mode != "Disabled" else [])
     container: Manifest = {
         "name": "slurmrestd",
         "image": spec.images.controller,
         "imagePullPolicy": spec.images.pull_policy,
         "command": ["slurmrestd"],
         # rest_auth/jwt only: no request is trusted for who it comes from but by its token.
-        "args": ["-a", "rest_auth/jwt", "-s", ",".join(plugins), f"0.0.0.0:{naming.RESTAPI_PORT}"],
+        "args": ["-a", "rest_auth/jwt", "-s", "openapi/slurmctld", f"0.0.0.0:{naming.RESTAPI_PORT}"],
         "env": [
             # slurm.conf straight from the ConfigMap (gres.conf, cgroup.conf beside it); no key needed.
             {"name": "SLURM_CONF", "value": f"{naming.SLURM_CONFIG_DIR}/slurm.conf"},
