@@ -33,7 +33,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from warden import retention
+from warden import opmetrics, retention
 from warden.model import API_GROUP, API_VERSION, PLURAL, WORKER_SET_KIND, WORKER_SET_PLURAL
 from warden.naming import AUTOSCALED_ANNOTATION, FIELD_MANAGER
 from warden.render.jail import TEMPLATE_HASH_ANNOTATION
@@ -62,6 +62,7 @@ KINDS: dict[tuple[str, str], tuple[str, str]] = {
     ("batch/v1", "CronJob"): ("/apis/batch/v1", "cronjobs"),
     ("rbac.authorization.k8s.io/v1", "Role"): ("/apis/rbac.authorization.k8s.io/v1", "roles"),
     ("rbac.authorization.k8s.io/v1", "RoleBinding"): ("/apis/rbac.authorization.k8s.io/v1", "rolebindings"),
+    ("monitoring.coreos.com/v1", "ServiceMonitor"): ("/apis/monitoring.coreos.com/v1", "servicemonitors"),
     (f"{API_GROUP}/{API_VERSION}", "SlurmCluster"): (f"/apis/{API_GROUP}/{API_VERSION}", PLURAL),
     (f"{API_GROUP}/{API_VERSION}", WORKER_SET_KIND): (f"/apis/{API_GROUP}/{API_VERSION}", WORKER_SET_PLURAL),
 }
@@ -81,7 +82,10 @@ PRUNABLE = [
     ("networking.k8s.io/v1", "NetworkPolicy"),
     ("rbac.authorization.k8s.io/v1", "Role"),
     ("rbac.authorization.k8s.io/v1", "RoleBinding"),
+    ("monitoring.coreos.com/v1", "ServiceMonitor"),  # skipped where the API does not serve it
 ]
+#: how long an answer of API discovery (``Applier.serves``) is trusted
+DISCOVERY_TTL_SECONDS = 60.0
 
 
 @dataclass(frozen=True)
@@ -128,6 +132,24 @@ def describe(obj: Manifest) -> str:
 class Applier:
     def __init__(self, api: client.ApiClient) -> None:
         self.api = api
+        self._served: dict[tuple[str, str], tuple[float, bool]] = {}
+
+    def serves(self, api_version: str, kind: str) -> bool:
+        """Whether the API serves this kind now (a CRD installed), asked at most once a minute."""
+        now = time.monotonic()
+        cached = self._served.get((api_version, kind))
+        if cached is not None and now - cached[0] < DISCOVERY_TTL_SECONDS:
+            return cached[1]
+        prefix, plural = KINDS[(api_version, kind)]
+        try:
+            resources = self._call("GET", prefix).get("resources", [])
+            served = any(r.get("name") == plural for r in resources)
+        except ApiException as e:
+            if e.status != 404:
+                raise
+            served = False
+        self._served[(api_version, kind)] = (now, served)
+        return served
 
     # --- low level ------------------------------------------------------------------------------
     def _path(self, api_version: str, kind: str, namespace: str, name: str | None = None) -> str:
@@ -153,6 +175,8 @@ class Applier:
             body=payload,
             auth_settings=["BearerToken"],
         )
+        if method != "GET":
+            opmetrics.API_WRITES.labels(method, opmetrics.api_resource(path)).inc()
         response = self.api.call_api(method, url, header_params=headers, body=data, post_params=post)
         response.read()  # type: ignore[no-untyped-call]
         text = response.data.decode() if response.data else ""
@@ -292,6 +316,12 @@ class Applier:
         meta = obj["metadata"]
         if kind == "Job":
             self._replace_job_if_changed(obj, result)
+        if kind == "ServiceMonitor" and not self.serves(obj["apiVersion"], kind):
+            raise ApiException(
+                status=404,
+                reason="the API serves no monitoring.coreos.com/v1 ServiceMonitor: install the Prometheus Operator's "
+                "CRDs, or set spec.metrics.serviceMonitor.mode to Auto (made once the CRD is there) or Disabled",
+            )
         if (meta.get("annotations") or {}).get(AUTOSCALED_ANNOTATION) == "true":
             obj = self._without_replicas(obj)
         try:
@@ -422,6 +452,8 @@ class Applier:
         """Delete objects this cluster owns that are no longer rendered."""
         wanted = {(o["apiVersion"], o["kind"], o["metadata"]["name"]) for o in keep}
         for api_version, kind in PRUNABLE:
+            if api_version == "monitoring.coreos.com/v1" and not self.serves(api_version, kind):
+                continue
             for item in self.list(api_version, kind, owner.namespace, selector):
                 name = item["metadata"]["name"]
                 if (api_version, kind, name) in wanted or not owned_by(item, owner):
@@ -456,8 +488,9 @@ def owned_by(obj: Manifest, owner: Owner) -> bool:
     return any(ref.get("uid") == owner.uid for ref in obj["metadata"].get("ownerReferences", []))
 
 
-def run_steps(steps: Iterable[tuple[str, Callable[[], None]]], result: ApplyResult) -> None:
-    """Run every step even when some fail; failures are collected for one Warning Event each."""
+def run_steps(steps: Iterable[tuple[str, Callable[[], None]]], result: ApplyResult, cluster: str = "") -> None:
+    """Run every step even when some fail; failures are collected for one Warning Event each and
+    counted by step kind (``warden_reconcile_step_errors_total``)."""
     for label, step in steps:
         try:
             step()
@@ -467,6 +500,7 @@ def run_steps(steps: Iterable[tuple[str, Callable[[], None]]], result: ApplyResu
             reason = _api_error_message(e)
             log.warning("%s failed: %s", label, reason)
             result.errors.append(f"{label}: {reason}")
+            opmetrics.STEP_ERRORS.labels(cluster, label.split("/")[0]).inc()
 
 
 def _api_error_message(e: ApiException) -> str:

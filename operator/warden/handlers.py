@@ -27,6 +27,7 @@ from typing import Any
 import kopf
 from kubernetes import client, config
 
+from warden import opmetrics
 from warden.apply import Applier, ApplyResult, Owner
 from warden.model import (
     API_GROUP,
@@ -189,6 +190,9 @@ def _announce_health(cluster: dict[str, Any], report: dict[str, Any]) -> None:
     Called once per change of the report ConfigMap (kopf handles one object's events in order), so
     a run is announced once, however many status refreshes happen around it."""
     body = kopf.Body(cluster)  # type: ignore[arg-type]
+    key = f"{cluster['metadata']['namespace']}/{cluster['metadata']['name']}"
+    opmetrics.HEALTH_CHECK_ACTIONS.labels(key, "drained").inc(len(report.get("drained", [])))
+    opmetrics.HEALTH_CHECK_ACTIONS.labels(key, "resumed").inc(len(report.get("resumed", [])))
     if report.get("checkFailed"):
         kopf.warn(body, reason="HealthCheckFailed", message=f"NCCL check drained nobody: {report['checkFailed']}")
     for d in report.get("drained", []):
@@ -322,7 +326,11 @@ for _group, _version, _plural, _kind in (
 @kopf.on.event("", "v1", "configmaps", labels={**MANAGED, COMPONENT: HEALTH})
 def health_report_changed(type: str | None, body: kopf.Body, meta: kopf.Meta, namespace: str | None, **_: Any) -> None:
     owner = _owner_name(meta.get("ownerReferences"))
-    if type is None or namespace is None or owner is None:
+    if namespace is None or owner is None:
+        return
+    key = f"{namespace}/{owner}"
+    opmetrics.NCCL.update(key, None if type == "DELETED" else health_report(dict(body)))  # the initial listing too
+    if type is None:
         return
     _refresh(namespace, owner)  # the report reaches status.healthCheck
     if type != "MODIFIED":

@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 
 import kopf
+from prometheus_client import start_http_server
 
-from warden import handlers  # registers the handlers
+from warden import handlers, naming, opmetrics  # handlers: registers them
 from warden.slurmsync import Settings
 
 
@@ -16,6 +17,10 @@ def main(argv: list[str] | None = None) -> int:
     scope.add_argument("--namespace", "-n", action="append", default=[], help="watch only these namespaces")
     scope.add_argument("--all-namespaces", "-A", action="store_true", help="watch every namespace (default)")
     parser.add_argument("--liveness", default="http://0.0.0.0:8080/healthz", help="liveness endpoint URL")
+    parser.add_argument(
+        "--metrics-port", type=int, default=naming.OPERATOR_METRICS_PORT, metavar="PORT",
+        help=f"serve Prometheus metrics on this port, path /metrics (default {naming.OPERATOR_METRICS_PORT}; 0: off)",
+    )  # fmt: skip
     parser.add_argument("--log-format", choices=["plain", "full", "json"], default="full")
     parser.add_argument("--verbose", "-v", action="store_true")
     parser.add_argument(
@@ -29,6 +34,8 @@ def main(argv: list[str] | None = None) -> int:
     )  # fmt: skip
     args = parser.parse_args(argv)
     handlers.STATE.sync_settings = Settings(interval=args.slurm_sync_interval, register_timeout=args.register_timeout)
+    if args.metrics_port:
+        start_http_server(args.metrics_port, registry=opmetrics.REGISTRY)
     kopf.configure(verbose=args.verbose, log_format=kopf.LogFormat[args.log_format.upper()])
     kopf.run(
         standalone=True,

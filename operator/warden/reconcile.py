@@ -9,13 +9,14 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 
 from pydantic import ValidationError
 
-from warden import naming
+from warden import naming, opmetrics
 from warden.apply import Applier, ApplyResult, Owner, run_steps
 from warden.model import API_GROUP, API_VERSION, WORKER_SET_KIND, SlurmClusterStatus, SlurmNodesStatus, parse_spec
 from warden.observe import observe
@@ -101,6 +102,20 @@ def previous_status(body: Manifest) -> SlurmClusterStatus | None:
 
 
 def reconcile(applier: Applier, body: Manifest, slurm_required: bool = False) -> Outcome:
+    """Render, apply, prune and fold status for one SlurmCluster; counted and timed (``warden.opmetrics``)."""
+    start = time.monotonic()
+    outcome = _reconcile(applier, body, slurm_required)
+    opmetrics.RECONCILE_SECONDS.observe(time.monotonic() - start)
+    if outcome.invalid is not None:
+        result = "invalid"
+    else:
+        result = "complete" if outcome.result is not None and outcome.result.complete else "incomplete"
+    meta = body["metadata"]
+    opmetrics.RECONCILES.labels(f"{meta['namespace']}/{meta['name']}", result).inc()
+    return outcome
+
+
+def _reconcile(applier: Applier, body: Manifest, slurm_required: bool) -> Outcome:
     meta = body["metadata"]
     generation = int(meta.get("generation", 0))
     previous = previous_status(body)
@@ -112,7 +127,10 @@ def reconcile(applier: Applier, body: Manifest, slurm_required: bool = False) ->
         applier.patch_status(meta["name"], meta["namespace"], status.model_dump(by_alias=True, exclude_none=True))
         return Outcome(status=status, result=None, invalid=message)
 
-    cluster = Cluster(name=meta["name"], namespace=meta["namespace"], spec=spec)
+    monitors = spec.metrics.service_monitor.mode == "Auto" and applier.serves(
+        "monitoring.coreos.com/v1", "ServiceMonitor"
+    )
+    cluster = Cluster(name=meta["name"], namespace=meta["namespace"], spec=spec, service_monitor_crd=monitors)
     owner = Owner(name=cluster.name, namespace=cluster.namespace, uid=meta["uid"])
     try:
         rendered = render(cluster)
@@ -147,7 +165,7 @@ def reconcile(applier: Applier, body: Manifest, slurm_required: bool = False) ->
         config_hash(rendered.objects),
     )
     steps.append(("pods: new configuration", mark))
-    run_steps(steps, result)
+    run_steps(steps, result, cluster=f"{cluster.namespace}/{cluster.name}")
     status = refresh_status(
         applier, cluster, generation, previous, list(result.errors), list(result.waiting), slurm_required=slurm_required
     )

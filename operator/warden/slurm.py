@@ -42,6 +42,7 @@ __all__ = [
     "SlurmParseError",
     "SlurmTimeout",
     "StepResult",
+    "diag_from_doc",
     "expand_hostlist",
     "first_line",
     "gpu_count",
@@ -152,10 +153,17 @@ class Node:
     gres: str
     features: tuple[str, ...]
     partitions: tuple[str, ...]
+    cpus: int = 0
+    alloc_cpus: int = 0
+    gres_used: str = ""  # ``gpu:h100:2(IDX:0-1)``: the GPUs jobs hold now
 
     @property
     def gpus(self) -> int:
         return gpu_count(self.gres)
+
+    @property
+    def gpus_used(self) -> int:
+        return gpu_count(self.gres_used)
 
     @property
     def drained(self) -> bool:
@@ -198,6 +206,7 @@ def _node_from_json(raw: dict[str, Any]) -> Node:
     base = next((w for w in words if w in BASE_STATES), "UNKNOWN")
     reason = raw.get("reason")
     gres = raw.get("gres")
+    gres_used = raw.get("gres_used")
     return Node(
         name=name,
         state=base,
@@ -206,7 +215,21 @@ def _node_from_json(raw: dict[str, Any]) -> Node:
         gres=gres if isinstance(gres, str) and gres != "(null)" else "",
         features=_str_list(raw.get("features")),
         partitions=_str_list(raw.get("partitions")),
+        cpus=_count(raw.get("cpus"), f"node {name}: cpus"),
+        alloc_cpus=_count(raw.get("alloc_cpus"), f"node {name}: alloc_cpus"),
+        gres_used=gres_used if isinstance(gres_used, str) and gres_used != "(null)" else "",
     )
+
+
+def _count(raw: Any, what: str) -> int:
+    """A count as data_parser writes it: a plain number or ``{"set": true, "number": n}``; absent: 0."""
+    if isinstance(raw, dict):
+        raw = raw.get("number", 0) if raw.get("set", True) and not raw.get("infinite") else 0
+    if raw is None:
+        return 0
+    if isinstance(raw, bool) or not isinstance(raw, int) or raw < 0:
+        raise SlurmParseError(f"{what} is not a count: {raw!r}")
+    return raw
 
 
 def parse_nodes_json(text: str) -> list[Node]:
@@ -298,6 +321,10 @@ class Job:
     nodes: tuple[str, ...]  # the nodes allocated to it, expanded; () while pending
     #: epoch seconds: for a running job, its start plus its time limit; None when Slurm sets none
     end_time: float | None
+    partition: str = ""
+    #: why a pending job waits (``Resources``, ``Priority``, ``ReqNodeNotAvail...``); ``None`` otherwise
+    state_reason: str = "None"
+    cpus: int = 0
 
 
 def _end_time(raw: Any, job_id: int) -> float | None:
@@ -339,7 +366,16 @@ def _job_from_json(raw: Any) -> Job:
             nodes = tuple(expand_hostlist("" if hostlist == "(null)" else hostlist))
         except SlurmParseError as e:
             raise SlurmParseError(f"job {job_id}: {e}") from e
-    return Job(id=job_id, state=state, nodes=nodes, end_time=_end_time(raw.get("end_time"), job_id))
+    partition, reason = raw.get("partition"), raw.get("state_reason")
+    return Job(
+        id=job_id,
+        state=state,
+        nodes=nodes,
+        end_time=_end_time(raw.get("end_time"), job_id),
+        partition=partition if isinstance(partition, str) else "",
+        state_reason=reason if isinstance(reason, str) and reason else "None",
+        cpus=_count(raw.get("cpus"), f"job {job_id}: cpus"),
+    )
 
 
 def jobs_from_doc(doc: Any) -> list[Job]:
@@ -350,6 +386,30 @@ def jobs_from_doc(doc: Any) -> list[Job]:
     if errors:
         raise SlurmParseError(f"Slurm reported errors: {errors}")
     return [_job_from_json(j) for j in doc["jobs"]]
+
+
+def diag_from_doc(doc: Any) -> dict[str, float]:
+    """The scheduler statistics of slurmrestd's ``GET /slurm/v0.0.42/diag`` (what ``sdiag`` prints):
+    every number in ``statistics``, nested objects flattened with ``_`` (``schedule_exit_max_job_start``),
+    booleans as 0/1; lists (RPCs by type and user) left out."""
+    stats = doc.get("statistics") if isinstance(doc, dict) else None
+    if not isinstance(stats, dict):
+        raise SlurmParseError(f"no 'statistics' object in Slurm's diag JSON: {str(doc)[:200]!r}")
+    out: dict[str, float] = {}
+
+    def walk(prefix: str, value: Any) -> None:
+        if isinstance(value, int | float):  # bool is an int
+            out[prefix] = float(value)
+        elif isinstance(value, dict) and "number" in value and "set" in value:
+            if value.get("set") and not value.get("infinite"):
+                walk(prefix, value["number"])
+        elif isinstance(value, dict):
+            for k, v in value.items():
+                walk(f"{prefix}_{k}", v)
+
+    for key, value in stats.items():
+        walk(str(key), value)
+    return out
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,16 @@ from urllib.parse import quote
 import urllib3
 
 from warden.naming import RESTAPI_VERSION
-from warden.slurm import Job, Node, SlurmError, SlurmNodeUnknown, SlurmParseError, jobs_from_doc, nodes_from_doc
+from warden.slurm import (
+    Job,
+    Node,
+    SlurmError,
+    SlurmNodeUnknown,
+    SlurmParseError,
+    diag_from_doc,
+    jobs_from_doc,
+    nodes_from_doc,
+)
 
 __all__ = ["SlurmRest", "SlurmRestError", "SlurmUnreachable", "mint_token"]
 
@@ -135,6 +144,10 @@ class SlurmRest:
         """Every job slurmctld still lists (pending, running, completing, recently ended), with the nodes
         each runs on and when it will end."""
         return jobs_from_doc(self._request("GET", "jobs", "list jobs"))
+
+    def diag(self) -> dict[str, float]:
+        """slurmctld's scheduler statistics (``sdiag``), see ``warden.slurm.diag_from_doc``."""
+        return diag_from_doc(self._request("GET", "diag", "scheduler statistics"))
 
     def _update(self, name: str, what: str, body: dict[str, Any]) -> None:
         try:

@@ -15,13 +15,14 @@ import base64
 import datetime
 import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 
 from kubernetes.client.exceptions import ApiException
 
-from warden import naming, podset, rollout, scalein
+from warden import naming, opmetrics, podset, rollout, scalein
 from warden.apply import Applier
 from warden.model import API_GROUP, API_VERSION, WORKER_SET_KIND, SlurmNodesStatus, parse_spec
 from warden.naming import Names
@@ -116,12 +117,14 @@ class SlurmSync:
             with self._lock:
                 clusters = sorted(self.clusters)
             for namespace, name in clusters:
+                start = time.monotonic()
                 try:
                     if not self.sync(namespace, name):
                         with self._lock:
                             self.clusters.discard((namespace, name))
                 except Exception:  # one cluster's trouble must not stop the others
                     log.exception("SlurmCluster %s/%s: Slurm state sync failed", namespace, name)
+                opmetrics.SLURM_SYNC_SECONDS.observe(time.monotonic() - start)
 
     def sync(self, namespace: str, name: str) -> bool:
         """One round for one cluster; False when the SlurmCluster is gone (stop watching it)."""
@@ -289,14 +292,17 @@ class SlurmSync:
     def _act(self, body: Manifest, action: Callable[[], None], reason: str, message: str) -> None:
         """Run one Slurm action and say so in an Event; a failure is told once, not every round."""
         cluster = body["metadata"]["name"]
+        counted = opmetrics.SLURM_ACTIONS.labels(f"{body['metadata']['namespace']}/{cluster}", reason, "failed")
         try:
             action()
         except (SlurmError, ApiException) as e:
+            counted.inc()
             log.warning("SlurmCluster %s: %s", cluster, e)
             if (cluster, message) not in self._failed:
                 self._failed.add((cluster, message))
                 self.applier.post_event(body, True, "SlurmActionFailed", str(e))
             return
         self._failed.discard((cluster, message))
+        opmetrics.SLURM_ACTIONS.labels(f"{body['metadata']['namespace']}/{cluster}", reason, "ok").inc()
         log.info("SlurmCluster %s: %s", cluster, message)
         self.applier.post_event(body, False, reason, message)

@@ -327,7 +327,8 @@ def test_json_logs_on_request(controlplane: Any, cluster_namespace: str, tmp_pat
     import sys
 
     env = {**os.environ, "KUBECONFIG": str(controlplane.kubeconfig)}
-    cmd = [sys.executable, "-m", "warden.main", "-n", cluster_namespace, "--log-format", "json", "--liveness", ""]
+    cmd = [sys.executable, "-m", "warden.main", "-n", cluster_namespace, "--log-format", "json", "--liveness", "",
+           "--metrics-port=0"]  # fmt: skip
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         assert proc.stdout is not None

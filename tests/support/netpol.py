@@ -123,7 +123,7 @@ def allowed(policies: list[Manifest], src: Endpoint, dst: Endpoint, port: int, p
 def slurm_traffic(pods: dict[str, Endpoint], outside: dict[str, Endpoint]) -> tuple[list[Any], list[Any]]:
     """(needed, forbidden) connections of a Slurm cluster as (source, destination, port, protocol).
     ``pods`` by component (controller, restapi, worker, worker2, login, accounting, database,
-    health-check, populate; connections of a component not given are left out); ``outside``:
+    health-check, populate, exporter; connections of a component not given are left out); ``outside``:
     apiserver, dns, internet, client (a person on the network), stranger (a pod of another namespace)."""
     missing = Endpoint("missing")
     p, o = {k: pods.get(k, missing) for k in _COMPONENTS}, outside
@@ -146,6 +146,10 @@ def slurm_traffic(pods: dict[str, Endpoint], outside: dict[str, Endpoint]) -> tu
         (o["client"], p["restapi"], 6820, "TCP"),  # REST API (the operator too)
         (p["worker"], o["dns"], 53, "UDP"),
         (p["login"], o["dns"], 53, "TCP"),
+        (o["client"], p["exporter"], 9341, "TCP"),  # Prometheus scrapes the exporter
+        (p["exporter"], p["restapi"], 6820, "TCP"),  # which reads Slurm through slurmrestd
+        (p["exporter"], p["accounting"], 6819, "TCP"),  # and sees whether slurmdbd answers
+        (p["exporter"], o["dns"], 53, "UDP"),
     ]
     forbidden = [
         (p["worker"], o["apiserver"], 6443, "TCP"),  # a job step at the Kubernetes API
@@ -161,6 +165,11 @@ def slurm_traffic(pods: dict[str, Endpoint], outside: dict[str, Endpoint]) -> tu
         (o["stranger"], p["worker"], 6818, "TCP"),
         (p["populate"], o["internet"], 443, "TCP"),
         (p["populate"], p["controller"], 6817, "TCP"),
+        (p["exporter"], p["controller"], 6817, "TCP"),  # the exporter holds a key, not Slurm's
+        (p["exporter"], p["worker"], 6818, "TCP"),
+        (p["exporter"], o["apiserver"], 6443, "TCP"),
+        (p["exporter"], p["database"], 3306, "TCP"),
+        (o["client"], p["exporter"], 9342, "TCP"),  # only its metrics port
     ]
 
     def given(connection: tuple[Endpoint, Endpoint, int, str]) -> bool:
@@ -170,4 +179,4 @@ def slurm_traffic(pods: dict[str, Endpoint], outside: dict[str, Endpoint]) -> tu
 
 
 _COMPONENTS = ("controller", "restapi", "worker", "worker2", "login", "accounting", "database", "health-check",
-               "populate")  # fmt: skip
+               "populate", "exporter")  # fmt: skip

@@ -39,10 +39,13 @@ class OperatorProcess:
         self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
         self.liveness_url = ""
+        self.metrics_url = ""
 
     def start(self) -> None:
         env = {**os.environ, "KUBECONFIG": str(self.kubeconfig), "PYTHONUNBUFFERED": "1"}
         liveness = self.liveness_url = f"http://127.0.0.1:{free_port()}/healthz"
+        metrics_port = free_port()
+        self.metrics_url = f"http://127.0.0.1:{metrics_port}/metrics"
         log = self.log_path.open("ab")
         log.write(f"\n--- start #{self.starts + 1} ---\n".encode())
         log.flush()
@@ -58,6 +61,7 @@ class OperatorProcess:
                 liveness,
                 "-v",
                 "--slurm-sync-interval=0",
+                f"--metrics-port={metrics_port}",
             ],
             env=env,
             stdout=log,

@@ -4,7 +4,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from warden.render import accounting, budgets, configmaps, controller, health, jail, network, nodes, restapi
+from warden.render import (
+    accounting,
+    budgets,
+    configmaps,
+    controller,
+    exporter,
+    health,
+    jail,
+    network,
+    nodes,
+    restapi,
+)
 from warden.render.context import Cluster
 from warden.render.pods import Manifest
 from warden.render.secrets import SecretSpec, secret_specs
@@ -29,6 +40,7 @@ def render(cluster: Cluster) -> Rendered:
     objects += accounting.render(cluster)
     objects += controller.render(cluster)
     objects += restapi.render(cluster)
+    objects += exporter.render(cluster)
     objects += nodes.render(cluster)
     objects += health.render(cluster)
     objects += budgets.render(cluster)

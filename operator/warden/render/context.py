@@ -14,6 +14,8 @@ class Cluster:
     name: str
     namespace: str
     spec: SlurmClusterSpec
+    #: the API serves monitoring.coreos.com/v1 ServiceMonitors (``metrics.serviceMonitor.mode: Auto``)
+    service_monitor_crd: bool = False
 
     @cached_property
     def names(self) -> Names:

@@ -7,6 +7,8 @@ Every pod of the cluster is isolated both ways, then allowed exactly this (docs/
 - SSH into the login pods and the REST API from anywhere (both authenticate every caller).
 - The in-cluster database: only slurmdbd, on its port. An external database: slurmdbd, on its port.
 - The NCCL check's Job: anywhere (it writes its report through the Kubernetes API).
+- The metrics exporter: scraped from anywhere on its port; it reaches slurmrestd's port, slurmdbd's
+  port (to tell whether it answers) and DNS, nothing else.
 - Job steps and login sessions (worker and login pods): nothing else unless `networkPolicy.jobEgressCidrs`
   names it. So no job reaches the Kubernetes API or the database.
 """
@@ -138,6 +140,8 @@ def render(cluster: Cluster) -> list[Manifest]:
                 },
             )
         )
+    if spec.metrics.enabled:
+        out += _exporter_policies(cluster, dns)
     cidrs = spec.network_policy.job_egress_cidrs
     if cidrs:
         out.append(
@@ -151,4 +155,42 @@ def render(cluster: Cluster) -> list[Manifest]:
                 },
             )
         )
+    return out
+
+
+def _exporter_policies(cluster: Cluster, dns: Manifest) -> list[Manifest]:
+    exporter = _components(cluster, "exporter")
+    egress: list[Manifest] = [
+        {"to": [{"podSelector": _components(cluster, "restapi")}], "ports": _ports(naming.RESTAPI_PORT)},
+        dns,
+    ]
+    out = []
+    if cluster.spec.accounting.mode != "Disabled":
+        egress.append(
+            {"to": [{"podSelector": _components(cluster, "accounting")}], "ports": _ports(naming.SLURMDBD_PORT)}
+        )
+        out.append(
+            _policy(
+                cluster,
+                "slurmdbd-from-exporter",
+                _components(cluster, "accounting"),
+                {
+                    "policyTypes": ["Ingress"],
+                    "ingress": [{"from": [{"podSelector": exporter}], "ports": _ports(naming.SLURMDBD_PORT)}],
+                },
+            )
+        )
+    out.insert(
+        0,
+        _policy(
+            cluster,
+            "exporter",
+            exporter,
+            {
+                "policyTypes": ["Ingress", "Egress"],
+                "ingress": [{"ports": _ports(naming.EXPORTER_PORT)}],
+                "egress": egress,
+            },
+        ),
+    )
     return out

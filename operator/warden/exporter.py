@@ -1,0 +1,159 @@
+"""`warden-slurm-exporter`: Slurm's state in Prometheus format, read through slurmrestd at each scrape.
+
+One per SlurmCluster (Deployment ``<cluster>-exporter``, port ``naming.EXPORTER_PORT``, path
+``/metrics``). At each scrape it asks slurmrestd (``warden.slurmrest``, tokens for ``slurm`` minted from
+the cluster's JWT key) for the nodes, the jobs and the scheduler statistics, tries slurmdbd's port
+when the cluster keeps accounting, and serves ``warden.slurmmetrics.families`` plus the process's
+own figures (``process_resident_memory_bytes``...). Nothing is cached: a scrape shows Slurm as it is.
+
+Why not a maintained exporter: the public Slurm exporters are not served by the Go module proxy here,
+Debian packages none, and Slurm 24.11's slurmctld has no metrics endpoint of its own (that came in
+25.11). slurmrestd already runs in every cluster and answers in JSON the operator parses anyway.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+
+from prometheus_client import CollectorRegistry, ProcessCollector, start_http_server
+from prometheus_client.core import Metric
+from prometheus_client.registry import Collector
+
+from warden import naming
+from warden.slurm import SlurmError
+from warden.slurmmetrics import Snapshot, families
+from warden.slurmrest import SlurmRest, mint_token
+
+log = logging.getLogger("warden.exporter")
+
+TOKEN_LIFETIME_S = 300
+
+
+def tcp_answers(host: str, port: int, timeout: float) -> bool:
+    """Whether something accepts a TCP connection at host:port within ``timeout`` seconds."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+class SlurmCollector(Collector):
+    """Reads Slurm at each ``collect`` (one scrape) and yields every family of ``warden.slurmmetrics``."""
+
+    def __init__(
+        self,
+        rest: SlurmRest,
+        cluster: str,
+        slurmdbd: tuple[str, int] | None = None,
+        timeout: float = 5.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.rest = rest
+        self.cluster = cluster
+        self.slurmdbd = slurmdbd
+        self.timeout = timeout
+        self.clock = clock
+
+    def snapshot(self) -> Snapshot:
+        start = self.clock()
+        errors: dict[str, int] = {}
+        try:
+            self.rest.ping()
+            up = True
+        except SlurmError as e:
+            log.warning("slurmctld did not answer: %s", e)
+            up, errors["ping"] = False, 1
+        nodes, jobs, diag = [], [], {}
+        if up:
+            try:
+                nodes = self.rest.nodes()
+            except SlurmError as e:
+                log.warning("reading the nodes failed: %s", e)
+                errors["nodes"] = 1
+            try:
+                jobs = self.rest.jobs()
+            except SlurmError as e:
+                log.warning("reading the jobs failed: %s", e)
+                errors["jobs"] = 1
+            try:
+                diag = self.rest.diag()
+            except SlurmError as e:
+                log.warning("reading the scheduler statistics failed: %s", e)
+                errors["diag"] = 1
+        dbd = None if self.slurmdbd is None else tcp_answers(*self.slurmdbd, timeout=self.timeout)
+        return Snapshot(
+            cluster=self.cluster,
+            up=up,
+            nodes=nodes,
+            jobs=jobs,
+            diag=diag,
+            slurmdbd_reachable=dbd,
+            collect_seconds=self.clock() - start,
+            errors=errors,
+        )
+
+    def collect(self) -> Iterable[Metric]:
+        return families(self.snapshot())
+
+
+def key_reader(path: Path) -> Callable[[], str]:
+    """Tokens for ``slurm`` from the key file, read at each call (a rotated Secret is picked up)."""
+
+    def token() -> str:
+        return mint_token(path.read_bytes().strip(), "slurm", lifetime_s=TOKEN_LIFETIME_S)
+
+    return token
+
+
+def _host_port(text: str) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise argparse.ArgumentTypeError(f"{text!r} is not host:port")
+    return host, int(port)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="warden-slurm-exporter", description=__doc__.split("\n\n")[0])
+    p.add_argument("--cluster", required=True, help="the SlurmCluster as <namespace>/<name> (label slurm_cluster)")
+    p.add_argument("--restapi", required=True, help="slurmrestd's base URL (http://<cluster>-restapi:6820)")
+    p.add_argument("--jwt-key", type=Path, default=Path(naming.JWT_KEY_DIR) / naming.JWT_KEY,
+                   help="the cluster's auth/jwt key file (Secret <cluster>-jwt-key)")  # fmt: skip
+    p.add_argument("--slurmdbd", type=_host_port, default=None, help="host:port of slurmdbd (accounting only)")
+    p.add_argument("--listen", default="0.0.0.0", help="address to serve /metrics on")
+    p.add_argument("--port", type=int, default=naming.EXPORTER_PORT, help="port to serve /metrics on")
+    p.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for slurmrestd per request")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if not args.jwt_key.is_file():
+        log.error("no JWT key at %s (mount Secret <cluster>-jwt-key there, or pass --jwt-key)", args.jwt_key)
+        return 2
+    rest = SlurmRest(args.restapi, key_reader(args.jwt_key), timeout=args.timeout)
+    registry = CollectorRegistry()
+    registry.register(SlurmCollector(rest, args.cluster, args.slurmdbd, timeout=min(args.timeout, 5.0)))
+    ProcessCollector(registry=registry)
+    server, thread = start_http_server(args.port, addr=args.listen, registry=registry)
+    log.info("serving %s's metrics on %s:%d/metrics (slurmrestd %s)", args.cluster, args.listen, args.port,
+             args.restapi)  # fmt: skip
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    stop.wait()
+    server.shutdown()
+    thread.join(timeout=5)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
