@@ -68,7 +68,10 @@ def test_real_capture_of_a_running_job() -> None:
     doc = json.loads((Path(__file__).parent / "fixtures" / "slurm" / "slurmrestd_jobs_running.json").read_text())
     [job] = jobs_from_doc(doc)
     start = doc["jobs"][0]["start_time"]["number"]
-    assert job == Job(id=1, state="RUNNING", nodes=("dp-worker-cpu-0",), end_time=float(start + 120))
+    partition = doc["jobs"][0]["partition"]
+    assert job == Job(
+        id=1, state="RUNNING", nodes=("dp-worker-cpu-0",), end_time=float(start + 120), partition=partition, cpus=1
+    )
 
 
 def _job(job_id: Any = 7, **fields: Any) -> dict[str, Any]:
