@@ -401,6 +401,12 @@ class DockerCluster:
             args += ["--env", f"{env['name']}={env['value']}"]
         for m in container.get("volumeMounts", []):
             args += self._mount_args(pod, volumes[m["name"]], m, claims)
+        fs_group = (spec.get("securityContext") or {}).get("fsGroup")
+        if fs_group is not None:
+            # as the kubelet does: ConfigMap and Secret files get the pod's fsGroup, the container the group
+            for f in (self.dir / "volumes" / pod).rglob("*"):
+                os.chown(f, -1, int(fs_group))
+            args += ["--group-add", str(fs_group)]
         sec = container.get("securityContext") or {}
         if sec.get("privileged"):
             raise DockerError(f"pod {pod}: the renderer asks for a privileged container")
