@@ -67,6 +67,8 @@ def test_cluster_converges_to_ready_with_owned_labelled_children(
         f"StatefulSet/{names.controller}",
         f"Service/{names.restapi}",
         f"Deployment/{names.restapi}",
+        f"Service/{names.exporter}",
+        f"Deployment/{names.exporter}",
         f"Service/{names.nodes_service}",
         f"Service/{names.login}",
         f"StatefulSet/{names.login}",
