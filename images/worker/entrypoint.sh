@@ -135,6 +135,13 @@ for p in ${WARDEN_JAIL_SHARED:-/home /root}; do
         warden_log "warning: cannot bind $WARDEN_JAIL$p at $p; jobs cannot use paths under $p"
 done
 
+# dcgm-exporter's job mapping (spec.metrics.dcgmJobMapping; nothing to do without its directory): jobs
+# a previous pod ran on this pod's GPUs ended with it, and no epilog took them out of the files.
+if [ "${WARDEN_GPUS:-0}" -gt 0 ]; then
+    /usr/lib/warden/warden-job-mapping reset ||
+        warden_log "dcgm job mapping: warning: could not clear the files of this pod's GPUs"
+fi
+
 # The node's own NVIDIA driver in every job step (GPU workers only; nothing on the shared volume).
 if [ "${WARDEN_GPUS:-0}" -gt 0 ]; then
     if warden_driver_setup; then

@@ -33,6 +33,12 @@ SPANK_PLUGIN = "/usr/lib/warden/spank_jail.so"
 #: readiness check of the Slurm daemons and sshd (images/slurm-base/warden-listening): connects to nothing
 LISTENING_CHECK = "/usr/lib/warden/warden-listening"
 QUICKCHECK_PROGRAM = "/usr/local/bin/warden-quickcheck"
+#: slurmd's Prolog and Epilog when spec.metrics.dcgmJobMapping is on (images/worker/warden-job-mapping):
+#: they keep dcgm-exporter's job mapping files in DCGM_JOB_MAPPING_DIR, where GPU workers have the
+#: node's hostPath mounted
+PROLOG_PROGRAM = "/usr/lib/warden/warden-prolog"
+EPILOG_PROGRAM = "/usr/lib/warden/warden-epilog"
+DCGM_JOB_MAPPING_DIR = "/var/lib/warden/dcgm-job-mapping"
 JAIL_MARKER = "/etc/warden-jail-release"
 # Written by populate-jail at the root of the jail volume once the copy is complete.
 JAIL_POPULATED_SENTINEL = ".warden-populated"

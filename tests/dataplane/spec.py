@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 #: Two CPU workers, one GPU worker with two (fake) GPUs of type "fake", a login node, in-cluster
-#: accounting. Each worker claims 2 CPUs and 1 GiB, which every CI machine has.
+#: accounting, dcgm-exporter's GPU job mapping (so every job runs slurmd's Prolog and Epilog). Each
+#: worker claims 2 CPUs and 1 GiB, which every CI machine has.
 SPEC: dict[str, Any] = {
     "login": {"replicas": 1},
     "workerGroups": [
@@ -22,4 +23,5 @@ SPEC: dict[str, Any] = {
         {"name": "gpu", "workerGroups": ["gpu"]},
     ],
     "accounting": {"mode": "InCluster"},
+    "metrics": {"dcgmJobMapping": {"enabled": True}},
 }

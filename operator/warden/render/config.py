@@ -73,6 +73,11 @@ def slurm_conf(cluster: Cluster) -> str:
             {"program": naming.QUICKCHECK_PROGRAM, "interval": quick.interval_seconds} if quick.enabled else None
         ),
         accounting=accounting,
+        job_mapping=(
+            {"prolog": naming.PROLOG_PROGRAM, "epilog": naming.EPILOG_PROGRAM}
+            if spec.metrics.dcgm_job_mapping.enabled
+            else None
+        ),
         nodesets=[{"name": nodeset_name(g.name), "feature": group_feature(g.name)} for g in spec.worker_groups],
         standby=[standby_nodes(names.worker(g.name), g) for g in spec.worker_groups if g.autoscaled],
         partitions=partitions,

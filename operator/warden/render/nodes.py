@@ -67,6 +67,21 @@ def _gpu_env(group: WorkerGroup) -> list[Manifest]:
     ]
 
 
+JOB_MAPPING_VOLUME = "dcgm-job-mapping"
+
+
+def _job_mapping(cluster: Cluster, group: WorkerGroup) -> tuple[list[Manifest], list[Manifest]]:
+    """(volumes, mounts) for dcgm-exporter's GPU job mapping (spec.metrics.dcgmJobMapping): a GPU
+    worker sees the node's mapping directory (a hostPath, made when missing) at a fixed path, where
+    slurmd's prolog and epilog write one file per GPU. CPU workers get nothing: there the scripts find
+    no directory and do nothing."""
+    mapping = cluster.spec.metrics.dcgm_job_mapping
+    if not mapping.enabled or not group.gpus.count:
+        return [], []
+    volume = {"name": JOB_MAPPING_VOLUME, "hostPath": {"path": mapping.host_path, "type": "DirectoryOrCreate"}}
+    return [volume], [mount(JOB_MAPPING_VOLUME, naming.DCGM_JOB_MAPPING_DIR)]
+
+
 def worker_set(cluster: Cluster, group: WorkerGroup) -> Manifest:
     names = cluster.names
     spec = cluster.spec
@@ -81,6 +96,7 @@ def worker_set(cluster: Cluster, group: WorkerGroup) -> Manifest:
     # path inside the jail: `sbatch -o /scratch/out` is opened by slurmstepd before the jail plugin
     # runs, and must land where the job sees it.
     local_mounts = [mount(f"local-{m.name}", m.jail_path) for m in group.local_mounts]
+    mapping_volumes, mapping_mounts = _job_mapping(cluster, group)
     container: Manifest = {
         "name": "slurmd",
         "image": spec.images.worker,
@@ -98,6 +114,7 @@ def worker_set(cluster: Cluster, group: WorkerGroup) -> Manifest:
             mount("spool", naming.SLURMD_SPOOL_DIR),
             mount("run-slurm", naming.SLURM_RUN_DIR),
             *local_mounts,
+            *mapping_mounts,
         ],
         "readinessProbe": listening_probe(naming.SLURMD_PORT, period=5),
         "resources": resources(group.resources, gpu_limits),
@@ -116,6 +133,7 @@ def worker_set(cluster: Cluster, group: WorkerGroup) -> Manifest:
             empty_dir("spool"),
             empty_dir("run-slurm"),
             *local_volumes,
+            *mapping_volumes,
         ],
     }
     if group.node_selector:
