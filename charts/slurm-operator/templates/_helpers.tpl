@@ -48,6 +48,30 @@ app.kubernetes.io/part-of: warden
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
 {{- end -}}
 
+{{/* The plain Prometheus scrape annotations of the operator's pod and metrics Service (as the
+operator puts on each cluster's exporter). */}}
+{{- define "slurm-operator.scrapeAnnotations" -}}
+prometheus.io/scrape: "true"
+prometheus.io/port: {{ .Values.metrics.port | quote }}
+prometheus.io/path: /metrics
+{{- end -}}
+
+{{/* Render the operator's ServiceMonitor? metrics.serviceMonitor.mode: Enabled, or Auto and the API
+serves monitoring.coreos.com/v1 ServiceMonitors. "true" or "". */}}
+{{- define "slurm-operator.serviceMonitorWanted" -}}
+{{- $mode := .Values.metrics.serviceMonitor.mode -}}
+{{- if and .Values.metrics.enabled (or (eq $mode "Enabled") (and (eq $mode "Auto") (.Capabilities.APIVersions.Has "monitoring.coreos.com/v1/ServiceMonitor"))) -}}
+true
+{{- end -}}
+{{- end -}}
+
+{{/* Values no schema can check: two ports that must differ. */}}
+{{- define "slurm-operator.validate" -}}
+{{- if and .Values.metrics.enabled (eq (int .Values.metrics.port) (int .Values.healthPort)) -}}
+{{- fail (printf "metrics.port (%v) must differ from healthPort: /healthz and /metrics are served by two servers" .Values.metrics.port) -}}
+{{- end -}}
+{{- end -}}
+
 {{/*
 What the operator does in a namespace it manages: exactly the API calls of warden.apply, warden.handlers
 and kopf (docs/helm.md explains every rule). Server-side apply of an object that does not exist yet is
@@ -122,6 +146,11 @@ authorized as "create", of one that exists as "patch": both are needed for appli
 - apiGroups: ["rbac.authorization.k8s.io"]
   resources: ["roles", "rolebindings"]
   verbs: ["get", "list", "watch", "create", "patch", "delete"]
+# The exporter's ServiceMonitor (spec.metrics.serviceMonitor): applied, pruned; only where the API
+# serves monitoring.coreos.com/v1 (API discovery, which needs no rule, tells).
+- apiGroups: ["monitoring.coreos.com"]
+  resources: ["servicemonitors"]
+  verbs: ["get", "list", "create", "patch", "delete"]
 # kopf posts core/v1 Events (Reconciled, ApplyFailed, NodeDrained...).
 - apiGroups: [""]
   resources: ["events"]
