@@ -9,7 +9,8 @@ login answers, and `scontrol show job` polled until COMPLETED. Everything is rem
 On the same cluster, then: a SlurmCluster edit (`spec.slurmConfig.extraLines`, by kubectl patch) to the
 new value in `scontrol show config` on the controller, and in the slurm.conf a worker's slurmd runs
 with, with the number of slurmctld restarts and pod replacements it caused; and a deleted child
-(the slurm-config ConfigMap) to its return.
+(the slurm-config ConfigMap) to its return; and the Slurm exporter's RSS and scrape latency, beside the
+slurmrestd reads one scrape makes, done directly from the exporter's pod (alternated, 30 each).
 
 Never asserted: figures for the record. Usage: python bench/e2e.py
 """
@@ -158,7 +159,44 @@ def scale_in(kube: Kube, ns: str, key: Path) -> tuple[float, float]:
     return ended, gone
 
 
-def measure(kube: Kube, tmp: Path) -> tuple[float, float, list[dict[str, float]], float, tuple[float, float]]:
+# Run inside the exporter's pod (the operator's image has the warden package): scrapes of its /metrics
+# alternated with the same four slurmrestd reads a scrape makes, done directly; and the exporter's RSS.
+EXPORTER_PROBE = """
+import json, statistics, time, urllib.request
+from pathlib import Path
+from warden.slurmrest import SlurmRest, mint_token
+key = Path("/etc/warden/jwt/jwt_hs256.key").read_bytes().strip()
+rest = SlurmRest("http://%(restapi)s:6820", lambda: mint_token(key, "slurm"))
+def timed(f):
+    t = time.monotonic(); f(); return time.monotonic() - t
+def scrape():
+    with urllib.request.urlopen("http://127.0.0.1:9341/metrics", timeout=30) as r:
+        r.read()
+def direct():
+    rest.ping(); rest.nodes(); rest.jobs(); rest.diag()
+scrapes, directs = [], []
+for _ in range(%(rounds)d):
+    scrapes.append(timed(scrape)); directs.append(timed(direct))
+rss = next(int(l.split()[1]) for l in Path("/proc/1/status").read_text().splitlines() if l.startswith("VmRSS:"))
+p95 = lambda xs: sorted(xs)[min(len(xs) - 1, int(0.95 * len(xs)))]
+print(json.dumps({"rss_mib": rss / 1024, "scrape_median": statistics.median(scrapes), "scrape_p95": p95(scrapes),
+                  "direct_median": statistics.median(directs), "direct_p95": p95(directs)}))
+"""
+
+
+def exporter_figures(kube: Kube, ns: str, rounds: int = 30) -> dict[str, float]:
+    """The exporter's RSS and scrape latency, beside the slurmrestd reads a scrape is made of."""
+    pods = kube.json("-n", ns, "get", "pods", "-l", "app.kubernetes.io/component=exporter")["items"]
+    pod = next(p["metadata"]["name"] for p in pods if p["status"].get("phase") == "Running")
+    script = EXPORTER_PROBE % {"restapi": f"{NAME}-restapi", "rounds": rounds}
+    out = kube.kubectl("-n", ns, "exec", pod, "--", "python3", "-c", script, timeout=300)
+    figures: dict[str, float] = json.loads(out.strip().splitlines()[-1])
+    return figures
+
+
+def measure(
+    kube: Kube, tmp: Path
+) -> tuple[float, float, dict[str, float], list[dict[str, float]], float, tuple[float, float]]:
     key = tmp / "id_ed25519"
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "warden-bench", "-f", str(key)], check=True)
     suffix = uuid.uuid4().hex[:6]
@@ -187,9 +225,10 @@ def measure(kube: Kube, tmp: Path) -> tuple[float, float, list[dict[str, float]]
         t1 = time.monotonic()
         first_job(kube, ns, key)
         t2 = time.monotonic()
+        exporter = exporter_figures(kube, ns)
         changes = [config_change(kube, ns) for _ in range(3)]
         healed = child_deleted(kube, ns)
-        return t1 - t0, t2 - t1, changes, healed, scale_in(kube, ns, key)
+        return t1 - t0, t2 - t1, exporter, changes, healed, scale_in(kube, ns, key)
     finally:
         for release in (NAME, operator, "slurm-operator-crds"):
             kube.helm("uninstall", release, "-n", ns, "--ignore-not-found", "--wait", check=False)
@@ -208,7 +247,7 @@ def main() -> int:
             started = True
         cluster.import_images(chart_images())
         with tempfile.TemporaryDirectory(prefix="warden-bench-e2e-") as tmp:
-            ready, job, changes, healed, (ended, gone) = measure(cluster.kube(), Path(tmp))
+            ready, job, exporter, changes, healed, (ended, gone) = measure(cluster.kube(), Path(tmp))
     except LocalClusterError as e:
         print(f"bench/e2e: {e}", file=sys.stderr)
         return 1
@@ -225,6 +264,12 @@ def main() -> int:
             f"{c['worker']:5.1f} s; slurmctld restarts {c['restarts']:.0f}, pod replaced {c['replaced']:.0f}"
         )
     print(f"  deleted child (slurm-config ConfigMap) -> back      {healed:6.1f} s")
+    print(f"  Slurm exporter RSS                                  {exporter['rss_mib']:6.1f} MiB")
+    print(f"  exporter scrape (GET /metrics in its pod) median {exporter['scrape_median'] * 1000:6.1f} ms, "
+          f"p95 {exporter['scrape_p95'] * 1000:6.1f} ms")  # fmt: skip
+    ratio = exporter["scrape_median"] / exporter["direct_median"]
+    print(f"    its slurmrestd reads done directly     median {exporter['direct_median'] * 1000:6.1f} ms, "
+          f"p95 {exporter['direct_p95'] * 1000:6.1f} ms; scrape/direct {ratio:.2f}x")  # fmt: skip
     print(f"  scale-in 2 -> 0 with a 20 s job on one node: CR edit -> job ended (not killed) {ended:5.1f} s,")
     print(f"    last job on a draining node ended -> its pod gone   {gone:5.1f} s")
     return 0

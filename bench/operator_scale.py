@@ -8,15 +8,21 @@ runs the real operator process, applies the cluster and prints:
 - beside it, in the same run on the same API server: a bare client creating the same worker pods
   one after another (the operator also makes them one at a time), until they are all Ready: the limit
   the operator's convergence is measured against.
+The operator runs twice, side by side in one run: with its /metrics on and scraped every 5 s (as a
+Prometheus would), then with it off; the RSS figures are printed for both with their ratio, and the
+scrapes' latency and the number of series served.
 Never asserted anywhere: figures for the record. Usage: python bench/operator_scale.py [WORKERS]
 """
 
 from __future__ import annotations
 
 import json
+import statistics
 import sys
 import threading
 import time
+import urllib.request
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -82,78 +88,144 @@ def bare_client(api: Any, ns: str, workerset: dict[str, Any], workers: int) -> t
     return created, time.monotonic() - start
 
 
+class Scraper(threading.Thread):
+    """Prometheus's part: GET /metrics every ``interval`` seconds; the time each took, the series served."""
+
+    def __init__(self, url: str, interval: float = 5.0) -> None:
+        super().__init__(daemon=True)
+        self.url, self.interval, self.stop = url, interval, threading.Event()
+        self.seconds: list[float] = []
+        self.series = 0
+
+    def run(self) -> None:
+        while not self.stop.wait(self.interval):
+            start = time.monotonic()
+            try:
+                with urllib.request.urlopen(self.url, timeout=30) as response:
+                    text = response.read().decode()
+            except OSError:
+                continue
+            self.seconds.append(time.monotonic() - start)
+            self.series = sum(1 for line in text.splitlines() if line and not line.startswith("#"))
+
+
+@dataclass
+class Run:
+    ready_s: float
+    idle: float
+    peak: float
+    after: float
+    phase: str
+    refreshes: int
+    scrapes: list[float] = field(default_factory=list)
+    series: int = 0
+
+
+def converge(cp: ControlPlane, api: Any, workers: int, metrics: bool) -> tuple[Run, Any, str]:
+    """A namespace, the operator (with or without its /metrics, scraped every 5 s when on), a SlurmCluster of
+    ``workers`` workers until Ready: the figures, its WorkerSet and the namespace."""
+    ns = cp.create_namespace(f"bench-{'on' if metrics else 'off'}")
+    core = client.CoreV1Api(api)
+    for i in range(2):
+        pv: Any = {  # the API client takes plain dicts as well as its models
+            "apiVersion": "v1",
+            "kind": "PersistentVolume",
+            "metadata": {"name": f"{ns}-pv{i}"},
+            "spec": {
+                "capacity": {"storage": "1Ti"},
+                "accessModes": ["ReadWriteOnce", "ReadWriteMany"],
+                "hostPath": {"path": f"/tmp/{ns}-pv{i}"},
+            },
+        }
+        core.create_persistent_volume(pv)
+    op = OperatorProcess(cp.kubeconfig, ns, cp.log_dir, metrics=metrics)
+    op.start()
+    time.sleep(5)
+    assert op.proc is not None
+    idle = rss_mib(op.proc.pid)
+    sampler = RssSampler(op.proc.pid)
+    sampler.start()
+    scraper = Scraper(op.metrics_url) if metrics else None
+    if scraper is not None:
+        scraper.start()
+    body = {
+        "apiVersion": "slurm.warden.dev/v1alpha1",
+        "kind": "SlurmCluster",
+        "metadata": {"name": "big", "namespace": ns},
+        "spec": {"workerGroups": [{"name": "cpu", "replicas": workers}], "login": {"replicas": 1}},
+    }
+    start = time.monotonic()
+    client.CustomObjectsApi(api).create_namespaced_custom_object(
+        "slurm.warden.dev", "v1alpha1", ns, "slurmclusters", body
+    )
+    status: dict[str, Any] = {}
+    while time.monotonic() < start + 1800:
+        status = get_cluster(api, ns, "big").get("status", {})
+        if status.get("phase") == "Ready":
+            break
+        time.sleep(1)
+    took = time.monotonic() - start
+    time.sleep(10)  # settled, and two more scrapes
+    sampler.stop.set()
+    sampler.join()
+    after = rss_mib(op.proc.pid)
+    if scraper is not None:
+        scraper.stop.set()
+        scraper.join()
+    log = op.log_path.read_text(errors="replace")
+    template: Any = client.CustomObjectsApi(api).get_namespaced_custom_object(
+        "slurm.warden.dev", "v1alpha1", ns, "workersets", "big-worker-cpu"
+    )
+    op.stop()
+    run = Run(
+        ready_s=took,
+        idle=idle,
+        peak=sampler.peak,
+        after=after,
+        phase=f"{status.get('phase')} workers {status.get('workers')}",
+        refreshes=log.count("Handler 'worker_set_changed' succeeded"),
+        scrapes=scraper.seconds if scraper else [],
+        series=scraper.series if scraper else 0,
+    )
+    return run, template, ns
+
+
 def main() -> int:
     workers = int(sys.argv[1]) if len(sys.argv) > 1 else 1000
     pods_per_node = 250
-    nodes = 2 * workers // pods_per_node + 2  # room for the bare client's pods beside the operator's
+    nodes = 3 * workers // pods_per_node + 2  # two operator runs and the bare client's pods
     with ControlPlane(ensure_binaries(build=False)) as cp:
         cp.add_fake_nodes(nodes, pods=str(pods_per_node + 10), cpu="1000", memory="4Ti", timeout=120)
         api: Any = cp.api_client()
-        ns = cp.create_namespace("bench")
-        core = client.CoreV1Api(api)
-        for i in range(2):
-            pv: Any = {  # the API client takes plain dicts as well as its models
-                "apiVersion": "v1",
-                "kind": "PersistentVolume",
-                "metadata": {"name": f"bench-pv{i}"},
-                "spec": {
-                    "capacity": {"storage": "1Ti"},
-                    "accessModes": ["ReadWriteOnce", "ReadWriteMany"],
-                    "hostPath": {"path": f"/tmp/bench-pv{i}"},
-                },
-            }
-            core.create_persistent_volume(pv)
         for crd in crd_bodies():
             client.ApiextensionsV1Api(api).create_custom_resource_definition(crd)
         time.sleep(2)
-        op = OperatorProcess(cp.kubeconfig, ns, cp.log_dir)
-        op.start()
-        time.sleep(5)
-        assert op.proc is not None
-        idle = rss_mib(op.proc.pid)
-        sampler = RssSampler(op.proc.pid)
-        sampler.start()
-        body = {
-            "apiVersion": "slurm.warden.dev/v1alpha1",
-            "kind": "SlurmCluster",
-            "metadata": {"name": "big", "namespace": ns},
-            "spec": {"workerGroups": [{"name": "cpu", "replicas": workers}], "login": {"replicas": 1}},
-        }
-        start = time.monotonic()
-        client.CustomObjectsApi(api).create_namespaced_custom_object(
-            "slurm.warden.dev", "v1alpha1", ns, "slurmclusters", body
-        )
-        deadline = start + 1800
-        status: dict[str, Any] = {}
-        while time.monotonic() < deadline:
-            status = get_cluster(api, ns, "big").get("status", {})
-            if status.get("phase") == "Ready":
-                break
-            time.sleep(1)
-        took = time.monotonic() - start
-        workers_ready = took
-        sampler.stop.set()
-        sampler.join()
-        after = rss_mib(op.proc.pid)
-        log = op.log_path.read_text(errors="replace")
-        refreshes = log.count("Handler 'worker_set_changed' succeeded")
-        template: Any = client.CustomObjectsApi(api).get_namespaced_custom_object(
-            "slurm.warden.dev", "v1alpha1", ns, "workersets", "big-worker-cpu"
-        )
-        op.stop()
-        # the same namespace: the pods mount the cluster's jail claim
+        # side by side in one run: the operator with its /metrics scraped every 5 s, then without
+        on, template, ns = converge(cp, api, workers, metrics=True)
+        off, _, _ = converge(cp, api, workers, metrics=False)
+        # the first namespace: the pods mount that cluster's jail claim
         bare_created, bare_ready = bare_client(api, ns, template, workers)
     print(f"workers (kwok pods)             {workers}")
     print(f"kwok nodes                      {nodes}")
-    print(f"phase at the end                {status.get('phase')} workers {status.get('workers')}")
-    print(f"time to Ready                   {took:.1f} s")
-    print(f"operator RSS idle               {idle:.1f} MiB")
-    print(f"operator RSS peak (converging)  {sampler.peak:.1f} MiB")
-    print(f"operator RSS after Ready        {after:.1f} MiB")
-    print(f"status refreshes from watches   {refreshes}")
+    print(f"{'':32}{'metrics on':>14}{'metrics off':>14}{'on/off':>9}")
+    for label, a, b in (
+        ("time to Ready (s)", on.ready_s, off.ready_s),
+        ("operator RSS idle (MiB)", on.idle, off.idle),
+        ("operator RSS peak (MiB)", on.peak, off.peak),
+        ("operator RSS after Ready (MiB)", on.after, off.after),
+    ):
+        print(f"{label:32}{a:>14.1f}{b:>14.1f}{a / b:>9.2f}")
+    print(f"phase at the end                {on.phase} | {off.phase}")
+    print(f"status refreshes from watches   {on.refreshes} | {off.refreshes}")
+    if on.scrapes:
+        ordered = sorted(on.scrapes)
+        p95 = ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))]
+        median = statistics.median(ordered)
+        print(f"operator /metrics scrapes       {len(ordered)} (every 5 s while converging)")
+        print(f"  latency median / p95          {median * 1000:.1f} ms / {p95 * 1000:.1f} ms, {on.series} series")
     print(f"bare client: {workers} pods created  {bare_created:.1f} s, all Ready {bare_ready:.1f} s")
-    print(f"operator / bare client (Ready)  {workers_ready / bare_ready:.2f}x")
-    return 0 if status.get("phase") == "Ready" else 1
+    print(f"operator / bare client (Ready)  {on.ready_s / bare_ready:.2f}x (metrics on)")
+    return 0 if "Ready" in on.phase and "Ready" in off.phase else 1
 
 
 if __name__ == "__main__":

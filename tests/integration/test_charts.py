@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import subprocess
 import uuid
@@ -25,7 +26,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from tests.support.controlplane import ControlPlane, wait_for
-from tests.support.operator import OperatorProcess, get_cluster, owned_objects, wait_ready
+from tests.support.operator import SERVICE_MONITOR_CRD, OperatorProcess, get_cluster, owned_objects, wait_ready
 
 ROOT = Path(__file__).resolve().parents[2]
 CHARTS = ROOT / "charts"
@@ -140,10 +141,10 @@ def test_gpu_values_mirror_the_gpu_example(helm: Helm) -> None:
     "args",
     [
         [],
-        ["--set", "metrics.enabled=true", "--set", "verbose=true"],
+        ["--set", "metrics.enabled=false", "--set", "dashboards.enabled=false", "--set", "verbose=true"],
         ["--set", "crds.enabled=false"],
     ],
-    ids=["defaults", "metrics", "no-crds"],
+    ids=["defaults", "no-metrics", "no-crds"],
 )
 def test_operator_chart_accepted_by_apiserver(
     helm: Helm, controlplane: ControlPlane, admission_namespace: str, args: list[str]
@@ -154,8 +155,8 @@ def test_operator_chart_accepted_by_apiserver(
     expected += ["ServiceAccount"]
     if "crds.enabled=false" not in args:
         expected += ["CustomResourceDefinition", "CustomResourceDefinition"]
-    if "metrics.enabled=true" in args:
-        expected.append("Service")
+    if "metrics.enabled=false" not in args:
+        expected += ["Service", "ConfigMap"]  # the metrics Service, the Grafana dashboard
     assert kinds == sorted(expected)
     dry_run_apply(controlplane, docs)
 
@@ -338,6 +339,14 @@ def _sa_kubeconfig(cp: ControlPlane, token: str, path: Path) -> Path:
     return path
 
 
+def _serves_service_monitors(api_client: Any) -> bool:
+    try:
+        found = client.ApisApi(api_client).get_api_versions().groups
+    except client.exceptions.ApiException:
+        return False
+    return any(g.name == "monitoring.coreos.com" for g in found)
+
+
 def test_chart_rbac_is_enough_for_the_real_operator(
     helm: Helm,
     controlplane: ControlPlane,
@@ -371,6 +380,16 @@ def test_chart_rbac_is_enough_for_the_real_operator(
     token = controlplane.service_account_token(op_ns, sa["metadata"]["name"])
     kubeconfig = _sa_kubeconfig(controlplane, token, tmp_path / "operator.kubeconfig")
 
+    # A ServiceMonitor CRD (stand-in), so the exporter's ServiceMonitor is made too (spec default: Auto).
+    ext = client.ApiextensionsV1Api(api_client)
+    crd: Any = copy.deepcopy(SERVICE_MONITOR_CRD)  # the API client takes plain dicts as well as its models
+    try:
+        ext.create_custom_resource_definition(crd)
+        request.addfinalizer(lambda: ext.delete_custom_resource_definition(crd["metadata"]["name"]))
+    except client.exceptions.ApiException as exc:
+        if exc.status != 409:
+            raise
+    wait_for("servicemonitors served", lambda: _serves_service_monitors(api_client), 30)
     # The operator as the chart runs it (watching the namespaces of watchNamespaces), as nothing but the SA.
     op = OperatorProcess(kubeconfig, cluster_namespace, controlplane.log_dir)
     op.start()
@@ -400,6 +419,10 @@ def test_chart_rbac_is_enough_for_the_real_operator(
     made = owned_objects(api_client, cluster_namespace, obj["metadata"]["uid"])
     for kind in ("CronJob", "Role", "RoleBinding", "ServiceAccount", "Secret", "NetworkPolicy", "Job"):
         assert any(key.startswith(f"{kind}/") for key in made), f"no {kind} made: {sorted(made)}"
+    monitor = client.CustomObjectsApi(api_client).get_namespaced_custom_object(
+        "monitoring.coreos.com", "v1", cluster_namespace, "servicemonitors", "demo-exporter"
+    )
+    assert monitor["metadata"]["ownerReferences"][0]["uid"] == obj["metadata"]["uid"]
     # the jail (kept by default, so owned by nobody): its volume labelled for a later claim of its name
     core = client.CoreV1Api(api_client)
 

@@ -21,34 +21,17 @@ from kubernetes import client
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support.controlplane import wait_for
-from tests.support.operator import OperatorProcess, apply_cluster, get_cluster, load_example, wait_ready
+from tests.support.operator import (
+    SERVICE_MONITOR_CRD,
+    OperatorProcess,
+    apply_cluster,
+    get_cluster,
+    load_example,
+    wait_ready,
+)
 from warden.naming import Names
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
-
-SERVICE_MONITOR_CRD: dict[str, Any] = {
-    "apiVersion": "apiextensions.k8s.io/v1",
-    "kind": "CustomResourceDefinition",
-    "metadata": {"name": "servicemonitors.monitoring.coreos.com"},
-    "spec": {
-        "group": "monitoring.coreos.com",
-        "names": {
-            "kind": "ServiceMonitor",
-            "listKind": "ServiceMonitorList",
-            "plural": "servicemonitors",
-            "singular": "servicemonitor",
-        },
-        "scope": "Namespaced",
-        "versions": [
-            {
-                "name": "v1",
-                "served": True,
-                "storage": True,
-                "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}},
-            }
-        ],
-    },
-}
 
 
 def scrape(url: str) -> Samples:

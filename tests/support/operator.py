@@ -32,8 +32,9 @@ def free_port() -> int:
 class OperatorProcess:
     """`warden-operator` in a subprocess, watching one namespace, logging to a file."""
 
-    def __init__(self, kubeconfig: Path, namespace: str, log_dir: Path) -> None:
+    def __init__(self, kubeconfig: Path, namespace: str, log_dir: Path, metrics: bool = True) -> None:
         self.kubeconfig = kubeconfig
+        self.metrics = metrics
         self.namespace = namespace
         self.log_path = log_dir / f"operator-{namespace}.log"
         self.proc: subprocess.Popen[bytes] | None = None
@@ -44,8 +45,8 @@ class OperatorProcess:
     def start(self) -> None:
         env = {**os.environ, "KUBECONFIG": str(self.kubeconfig), "PYTHONUNBUFFERED": "1"}
         liveness = self.liveness_url = f"http://127.0.0.1:{free_port()}/healthz"
-        metrics_port = free_port()
-        self.metrics_url = f"http://127.0.0.1:{metrics_port}/metrics"
+        metrics_port = free_port() if self.metrics else 0
+        self.metrics_url = f"http://127.0.0.1:{metrics_port}/metrics" if self.metrics else ""
         log = self.log_path.open("ab")
         log.write(f"\n--- start #{self.starts + 1} ---\n".encode())
         log.flush()
@@ -108,6 +109,34 @@ def crd_body() -> Any:
 def crd_bodies() -> list[Any]:
     """Every CRD of the chart: SlurmCluster and WorkerSet."""
     return [crd_body(), yaml.safe_load(WORKER_SET_CRD_FILE.read_text())]
+
+
+#: A stand-in for the Prometheus Operator's ServiceMonitor CRD: the real group, version, kind and plural,
+#: an open schema. What tests with it check is the operator following the API's discovery and its RBAC,
+#: not Prometheus Operator's schema (its CRDs are not built here).
+SERVICE_MONITOR_CRD: dict[str, Any] = {
+    "apiVersion": "apiextensions.k8s.io/v1",
+    "kind": "CustomResourceDefinition",
+    "metadata": {"name": "servicemonitors.monitoring.coreos.com"},
+    "spec": {
+        "group": "monitoring.coreos.com",
+        "names": {
+            "kind": "ServiceMonitor",
+            "listKind": "ServiceMonitorList",
+            "plural": "servicemonitors",
+            "singular": "servicemonitor",
+        },
+        "scope": "Namespaced",
+        "versions": [
+            {
+                "name": "v1",
+                "served": True,
+                "storage": True,
+                "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}},
+            }
+        ],
+    },
+}
 
 
 CLUSTER_PATH = (API_GROUP, API_VERSION, PLURAL)

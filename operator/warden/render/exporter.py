@@ -75,7 +75,8 @@ def exporter_deployment(cluster: Cluster) -> Manifest:
         },
     }
     template = {
-        "metadata": {"labels": names.labels(COMPONENT), "annotations": dict(SCRAPE_ANNOTATIONS)},
+        # the scrape annotations are the Service's alone: on the pod too, a Prometheus following both scrapes twice
+        "metadata": {"labels": names.labels(COMPONENT)},
         "spec": {
             **POD_DEFAULTS,
             "dnsConfig": dns_config(cluster),
