@@ -39,6 +39,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.support.dashboard import dashboard_expressions, load_dashboard, promql_metric_names
 from tests.support.localcluster import FAKE_GPU_RESOURCE, Kube, install_charts, wait_slurmcluster_ready
 from warden import naming
+from warden.opmetrics import exposed_names
 
 NAME = "e2e"
 STANDIN = Path(__file__).resolve().parents[1] / "support" / "nccl_standin.py"
@@ -771,12 +772,10 @@ def _scrape_annotated(installed: Installed) -> dict[str, tuple[set[str], Samples
             continue
         name, port, path = svc["metadata"]["name"], notes["prometheus.io/port"], notes.get("prometheus.io/path", "/")
         text = kube.kubectl("get", "--raw", f"/api/v1/namespaces/{ns}/services/{name}:{port}/proxy{path}")
-        families, samples = set(), {}
-        for family in text_string_to_metric_families(text):
-            families.add(family.name)
-            families.update(s.name for s in family.samples)
-            for s in family.samples:
-                samples[(s.name, frozenset(s.labels.items()))] = s.value
+        parsed = list(text_string_to_metric_families(text))
+        # a family's series names by its type (a labelled counter nothing has counted yet is still served)
+        families = exposed_names(parsed) | {s.name for f in parsed for s in f.samples}
+        samples = {(s.name, frozenset(s.labels.items())): s.value for f in parsed for s in f.samples}
         out[name] = (families, samples)
     return out
 
