@@ -21,6 +21,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
 from prometheus_client import CollectorRegistry, ProcessCollector, start_http_server
 from prometheus_client.core import Metric
@@ -71,30 +72,25 @@ class SlurmCollector(Collector):
         except SlurmError as e:
             log.warning("slurmctld did not answer: %s", e)
             up, errors["ping"] = False, 1
-        nodes, jobs, diag = [], [], {}
-        if up:
+        read: dict[str, Any] = {}
+        readers: dict[str, Callable[[], Any]] = {
+            "nodes": self.rest.nodes,
+            "jobs": self.rest.jobs,
+            "diag": self.rest.diag,
+        }
+        for what, reader in readers.items() if up else ():
             try:
-                nodes = self.rest.nodes()
+                read[what] = reader()
             except SlurmError as e:
-                log.warning("reading the nodes failed: %s", e)
-                errors["nodes"] = 1
-            try:
-                jobs = self.rest.jobs()
-            except SlurmError as e:
-                log.warning("reading the jobs failed: %s", e)
-                errors["jobs"] = 1
-            try:
-                diag = self.rest.diag()
-            except SlurmError as e:
-                log.warning("reading the scheduler statistics failed: %s", e)
-                errors["diag"] = 1
+                log.warning("reading Slurm's %s failed: %s", what, e)
+                errors[what] = 1
         dbd = None if self.slurmdbd is None else tcp_answers(*self.slurmdbd, timeout=self.timeout)
         return Snapshot(
             cluster=self.cluster,
             up=up,
-            nodes=nodes,
-            jobs=jobs,
-            diag=diag,
+            nodes=read.get("nodes", []),
+            jobs=read.get("jobs", []),
+            diag=read.get("diag", {}),
             slurmdbd_reachable=dbd,
             collect_seconds=self.clock() - start,
             errors=errors,

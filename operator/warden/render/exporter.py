@@ -19,6 +19,7 @@ from warden.render.pods import (
     secret_volume,
     service,
     tcp_probe,
+    unprivileged,
 )
 
 COMPONENT = "exporter"
@@ -65,14 +66,7 @@ def exporter_deployment(cluster: Cluster) -> Manifest:
         "readinessProbe": tcp_probe(naming.EXPORTER_PORT, period=10),
         "livenessProbe": tcp_probe(naming.EXPORTER_PORT, period=20, failures=3, initial_delay=10),
         "resources": resources(spec.metrics.resources),
-        "securityContext": {
-            "runAsUser": EXPORTER_UID,
-            "runAsGroup": EXPORTER_UID,
-            "runAsNonRoot": True,
-            "allowPrivilegeEscalation": False,
-            "readOnlyRootFilesystem": True,
-            "capabilities": {"drop": ["ALL"]},
-        },
+        "securityContext": unprivileged(EXPORTER_UID),
     }
     template = {
         # the scrape annotations are the Service's alone: on the pod too, a Prometheus following both scrapes twice

@@ -158,6 +158,19 @@ def wait_for_jail_init(cluster: Cluster, image: str) -> Manifest:
 # Every pod of a Slurm cluster: no Kubernetes API token (nothing in them talks to the API; the NCCL
 # check's Job, which writes its report, has its own ServiceAccount), no Service environment variables,
 # and the runtime's default seccomp profile (workers' containers name their own: they need pivot_root).
+def unprivileged(uid: int) -> Manifest:
+    """A container's securityContext: ``uid`` (and its group), no root, no privilege escalation, a
+    read-only root filesystem, no capabilities."""
+    return {
+        "runAsUser": uid,
+        "runAsGroup": uid,
+        "runAsNonRoot": True,
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "capabilities": {"drop": ["ALL"]},
+    }
+
+
 POD_DEFAULTS: Manifest = {
     "enableServiceLinks": False,
     "automountServiceAccountToken": False,

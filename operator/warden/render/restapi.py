@@ -20,6 +20,7 @@ from warden.render.pods import (
     resources,
     service,
     tcp_probe,
+    unprivileged,
 )
 
 COMPONENT = "restapi"
@@ -57,14 +58,7 @@ def restapi_deployment(cluster: Cluster) -> Manifest:
         "readinessProbe": tcp_probe(naming.RESTAPI_PORT, period=5),
         "livenessProbe": tcp_probe(naming.RESTAPI_PORT, period=20, failures=6, initial_delay=10),
         "resources": resources(spec.rest_api.resources),
-        "securityContext": {
-            "runAsUser": NOBODY,
-            "runAsGroup": NOBODY,
-            "runAsNonRoot": True,
-            "allowPrivilegeEscalation": False,
-            "readOnlyRootFilesystem": True,
-            "capabilities": {"drop": ["ALL"]},
-        },
+        "securityContext": unprivileged(NOBODY),
     }
     labels = names.labels(COMPONENT)
     template = {
