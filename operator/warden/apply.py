@@ -25,6 +25,8 @@ from __future__ import annotations
 import datetime
 import json
 import logging
+import socket
+import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -33,7 +35,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from warden import opmetrics, retention
+from warden import events, opmetrics, retention
 from warden.model import API_GROUP, API_VERSION, PLURAL, WORKER_SET_KIND, WORKER_SET_PLURAL
 from warden.naming import AUTOSCALED_ANNOTATION, FIELD_MANAGER
 from warden.render.jail import TEMPLATE_HASH_ANNOTATION
@@ -133,6 +135,11 @@ class Applier:
     def __init__(self, api: client.ApiClient) -> None:
         self.api = api
         self._served: dict[tuple[str, str], tuple[float, bool]] = {}
+        #: who posts Events (in a pod: the pod's name)
+        self.instance = socket.gethostname()
+        #: Event key -> (name of the Event in the API, occurrences, when first posted (monotonic))
+        self._events: dict[tuple[Any, ...], tuple[str, int, float]] = {}
+        self._events_lock = threading.Lock()
 
     def serves(self, api_version: str, kind: str) -> bool:
         """Whether the API serves this kind now (a CRD installed), asked at most once a minute."""
@@ -271,30 +278,46 @@ class Applier:
                 raise
             return False
 
-    def post_event(self, involved: Manifest, warning: bool, reason: str, message: str) -> None:
-        """A core/v1 Event about ``involved`` (an object as read from the API)."""
-        meta = involved["metadata"]
-        stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        event = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
-            "involvedObject": {
-                "apiVersion": involved["apiVersion"],
-                "kind": involved["kind"],
-                "name": meta["name"],
-                "namespace": meta["namespace"],
-                "uid": meta["uid"],
-            },
-            "reason": reason,
-            "message": message[:1024],
-            "type": "Warning" if warning else "Normal",
-            "source": {"component": FIELD_MANAGER},
-            "firstTimestamp": stamp,
-            "lastTimestamp": stamp,
-            "count": 1,
-        }
-        self._call("POST", f"/api/v1/namespaces/{meta['namespace']}/events", body=event)
+    def post_event(self, event: events.Event) -> None:
+        """Tell people through an `events.k8s.io/v1` Event (``warden.events``). The same Event again
+        within the series window counts up the first one's series instead of making another. Best
+        effort: an Event that cannot be written is logged, and nothing else fails for it."""
+        now = datetime.datetime.now(datetime.UTC)
+        key = event.key()
+        with self._events_lock:
+            self._forget_old_events(time.monotonic())
+            seen = self._events.get(key)
+            if seen is not None:
+                name, count, first = seen
+                self._events[key] = (name, count + 1, first)
+        try:
+            if seen is not None and self._count_up(event.regarding.namespace, name, count + 1, now):
+                return
+            made = self._call(
+                "POST",
+                f"/apis/events.k8s.io/v1/namespaces/{event.regarding.namespace}/events",
+                body=events.manifest(event, self.instance, now),
+            )
+        except ApiException as e:
+            log.warning("Event %s about %s not posted: %s", event.reason, event.regarding.name, e.reason)
+            return
+        with self._events_lock:
+            self._events[key] = (made["metadata"]["name"], 1, time.monotonic())
+
+    def _count_up(self, namespace: str, name: str, count: int, now: datetime.datetime) -> bool:
+        """Record one more occurrence on Event ``name``; False when it is gone (expired, deleted)."""
+        path = f"/apis/events.k8s.io/v1/namespaces/{namespace}/events/{name}"
+        try:
+            self._call("PATCH", path, body=events.series_patch(count, now), content_type="application/merge-patch+json")
+            return True
+        except ApiException as e:
+            if e.status != 404:
+                raise
+            return False
+
+    def _forget_old_events(self, now: float) -> None:
+        for key in [k for k, (_, _, first) in self._events.items() if now - first > events.SERIES_WINDOW_SECONDS]:
+            del self._events[key]
 
     # --- what reconciles use --------------------------------------------------------------------
     def mark_pods(self, namespace: str, selector: dict[str, str], key: str, value: str) -> None:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import defaultdict
+from collections.abc import Mapping
 from typing import Any
 
 import kopf
@@ -29,6 +30,7 @@ from kubernetes import client, config
 
 from warden import opmetrics
 from warden.apply import Applier, ApplyResult, Owner
+from warden.events import Event, Ref
 from warden.model import (
     API_GROUP,
     API_VERSION,
@@ -99,7 +101,7 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
         prefix=prefix, key="last-handled-configuration"
     )
-    settings.posting.level = logging.INFO
+    settings.posting.enabled = False  # every Event is the operator's own (warden.events), none kopf's
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
     settings.execution.max_workers = 8
@@ -120,21 +122,26 @@ def stop_sync(**_: Any) -> None:
         STATE.worker_pods.stop()
 
 
-def _post_events(body: kopf.Body, result: ApplyResult) -> None:
+def _say(cluster: Mapping[str, Any], reason: str, note: str, related: Ref | None = None) -> None:
+    """One Event about a SlurmCluster (``warden.events``: the reason fixes its type and action)."""
+    applier().post_event(Event(Ref.of(cluster), reason, note, related))
+
+
+def _post_events(body: Mapping[str, Any], result: ApplyResult) -> None:
     if result.created_secrets:
-        kopf.info(body, reason="SecretCreated", message="generated " + ", ".join(result.created_secrets))
+        _say(body, "SecretCreated", "generated " + ", ".join(result.created_secrets))
     if result.recreated:
-        kopf.info(body, reason="ObjectRecreated", message="immutable fields changed: " + ", ".join(result.recreated))
+        _say(body, "ObjectRecreated", "immutable fields changed: " + ", ".join(result.recreated))
     for what in result.replaced:
-        kopf.info(
+        _say(
             body,
-            reason="PodsReplaced",
-            message=f"{what} (a pod's make-up cannot change live; Slurm configuration changes never replace pods)",
+            "PodsReplaced",
+            f"{what} (a pod's make-up cannot change live; Slurm configuration changes never replace pods)",
         )
     if result.pruned:
-        kopf.info(body, reason="ObjectsPruned", message="no longer needed: " + ", ".join(result.pruned))
+        _say(body, "ObjectsPruned", "no longer needed: " + ", ".join(result.pruned))
     for error in result.errors:
-        kopf.warn(body, reason="ApplyFailed", message=error)
+        _say(body, "ApplyFailed", error)
 
 
 @kopf.on.resume(API_GROUP, API_VERSION, PLURAL)
@@ -143,20 +150,20 @@ def _post_events(body: kopf.Body, result: ApplyResult) -> None:
 def reconcile_cluster(body: kopf.Body, **_: Any) -> None:
     STATE.seen(body["metadata"]["namespace"], body["metadata"]["name"])
     with STATE.locks[(body["metadata"]["namespace"], body["metadata"]["name"])]:
-        outcome = reconcile(applier(), dict(body), STATE.slurm_required)
+        try:
+            outcome = reconcile(applier(), dict(body), STATE.slurm_required)
+        except Exception as e:  # kopf logs it and retries; people see it too
+            _say(body, "ReconcileFailed", f"{type(e).__name__}: {e}")
+            raise
     if outcome.invalid is not None:
-        kopf.warn(body, reason="InvalidSpec", message=outcome.invalid)
+        _say(body, "InvalidSpec", outcome.invalid)
         raise kopf.PermanentError(outcome.invalid)
     assert outcome.result is not None
     _post_events(body, outcome.result)
     if not outcome.result.complete:
         problems = outcome.result.errors + outcome.result.waiting
         raise kopf.TemporaryError("; ".join(problems), delay=RETRY_DELAY_SECONDS)
-    kopf.info(
-        body,
-        reason="Reconciled",
-        message=f"{len(outcome.result.applied)} objects applied; phase {outcome.status.phase}",
-    )
+    _say(body, "Reconciled", f"{len(outcome.result.applied)} objects applied; phase {outcome.status.phase}")
 
 
 def _refresh(namespace: str, name: str, slurm: SlurmNodesStatus | None = None) -> None:
@@ -189,16 +196,16 @@ def _announce_health(cluster: dict[str, Any], report: dict[str, Any]) -> None:
 
     Called once per change of the report ConfigMap (kopf handles one object's events in order), so
     a run is announced once, however many status refreshes happen around it."""
-    body = kopf.Body(cluster)  # type: ignore[arg-type]
+    namespace = cluster["metadata"]["namespace"]
     key = f"{cluster['metadata']['namespace']}/{cluster['metadata']['name']}"
     opmetrics.HEALTH_CHECK_ACTIONS.labels(key, "drained").inc(len(report.get("drained", [])))
     opmetrics.HEALTH_CHECK_ACTIONS.labels(key, "resumed").inc(len(report.get("resumed", [])))
     if report.get("checkFailed"):
-        kopf.warn(body, reason="HealthCheckFailed", message=f"NCCL check drained nobody: {report['checkFailed']}")
+        _say(cluster, "HealthCheckFailed", f"NCCL check drained nobody: {report['checkFailed']}")
     for d in report.get("drained", []):
-        kopf.warn(body, reason="NodeDrained", message=f"{d['node']}: {d['reason']}")
+        _say(cluster, "NodeDrained", f"{d['node']}: {d['reason']}", Ref.pod(namespace, d["node"]))
     for node in report.get("resumed", []):
-        kopf.info(body, reason="NodeResumed", message=f"{node} passed the NCCL check again")
+        _say(cluster, "NodeResumed", f"{node} passed the NCCL check again", Ref.pod(namespace, node))
 
 
 def _owner_name(owner_references: list[dict[str, Any]] | None) -> str | None:
@@ -229,8 +236,8 @@ def _heal(namespace: str, name: str, what: str) -> None:
     with STATE.locks[(namespace, name)]:
         outcome = reconcile(api, body, STATE.slurm_required)
     if outcome.result is not None:
-        kopf.info(kopf.Body(body), reason="ObjectRestored", message=what)  # type: ignore[arg-type]
-        _post_events(kopf.Body(body), outcome.result)  # type: ignore[arg-type]
+        _say(body, "ObjectRestored", what)
+        _post_events(body, outcome.result)
 
 
 def _heal_if_drifted(type: str | None, meta: kopf.Meta, namespace: str, owner: str, kind: str) -> bool:

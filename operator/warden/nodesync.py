@@ -56,8 +56,8 @@ class WorkerPod:
 
 @dataclass(frozen=True)
 class Event:
-    warning: bool
-    reason: str
+    reason: str  # one of warden.events.REASONS
+    pod: str  # the worker pod (and Slurm node) it is about
     message: str
 
 
@@ -117,9 +117,9 @@ def plan(
             out.conditions[pod.name] = cond
             before = pod.condition.reason if pod.condition else None
             if cond.reason in UNUSABLE and UNUSABLE.get(before or "") != UNUSABLE[cond.reason]:
-                out.events.append(Event(True, UNUSABLE[cond.reason], f"{pod.name}: {cond.message}"))
+                out.events.append(Event(UNUSABLE[cond.reason], pod.name, f"{pod.name}: {cond.message}"))
             elif cond.status == "True" and before in UNUSABLE:
-                out.events.append(Event(False, "SlurmNodeUsable", f"{pod.name}: {cond.message}"))
+                out.events.append(Event("SlurmNodeUsable", pod.name, f"{pod.name}: {cond.message}"))
         busy = node is not None and node.busy
         if busy != pod.busy_label:
             out.busy[pod.name] = busy

@@ -24,6 +24,7 @@ from kubernetes.client.exceptions import ApiException
 
 from warden import naming, opmetrics, podset, rollout, scalein
 from warden.apply import Applier
+from warden.events import REASONS, Event, Ref
 from warden.model import API_GROUP, API_VERSION, WORKER_SET_KIND, SlurmNodesStatus, parse_spec
 from warden.naming import Names
 from warden.nodesync import CONDITION, PodCondition, WorkerPod, plan
@@ -179,9 +180,10 @@ class SlurmSync:
         for pod_name, why in todo.delete_pods:
             log.info("SlurmCluster %s/%s: deleting pod %s: %s", namespace, name, pod_name, why)
             api.delete("v1", "Pod", namespace, pod_name, "Background")
-            api.post_event(body, True, "WorkerRecreated", f"{pod_name}: {why}; its WorkerSet makes it afresh")
+            note = f"{pod_name}: {why}; its WorkerSet makes it afresh"
+            api.post_event(Event(Ref.of(body), "WorkerRecreated", note, Ref.pod(namespace, pod_name)))
         for event in todo.events:
-            api.post_event(body, event.warning, event.reason, event.message)
+            api.post_event(Event(Ref.of(body), event.reason, event.message, Ref.pod(namespace, event.pod)))
         self.refresh(namespace, name, todo.summary)
         # last: the groups' sizes and templates, read once for both planners
         sets = api.list(f"{API_GROUP}/{API_VERSION}", WORKER_SET_KIND, namespace, names.selector("worker"))
@@ -223,11 +225,11 @@ class SlurmSync:
         for pod in todo.unpick:
             api.set_pod_annotation(namespace, pod, naming.LEAVING_ANNOTATION, None)
         for node, reason in todo.drains:
-            self._act(body, partial(rest.drain, node, reason), "ScaleInDraining", f"{node}: drained: {reason}")
+            self._act(body, node, partial(rest.drain, node, reason), "ScaleInDraining", f"{node}: drained: {reason}")
         for node in todo.resumes:
-            self._act(body, partial(rest.resume, node), "ScaleInCancelled", f"{node}: resumed, it stays")
+            self._act(body, node, partial(rest.resume, node), "ScaleInCancelled", f"{node}: resumed, it stays")
         for pod, why in todo.deletes:
-            self._act(body, partial(self._delete_pod, namespace, pod), "ScaledIn", f"{pod}: deleted: {why}")
+            self._act(body, pod, partial(self._delete_pod, namespace, pod), "ScaledIn", f"{pod}: deleted: {why}")
         picked = {p.name for g in groups for p in g.pods if p.leaving_since is not None}
         return (picked | set(todo.pick)) - set(todo.unpick)
 
@@ -272,9 +274,9 @@ class SlurmSync:
             )
         todo = rollout.plan(groups, {n.name: n for n in nodes})
         for node, reason in todo.drains:
-            self._act(body, partial(rest.drain, node, reason), "UpgradeDraining", f"{node}: drained: {reason}")
+            self._act(body, node, partial(rest.drain, node, reason), "UpgradeDraining", f"{node}: drained: {reason}")
         for pod, why in todo.deletes:
-            self._act(body, partial(self._delete_pod, namespace, pod), "UpgradeReplacing", f"{pod}: {why}")
+            self._act(body, pod, partial(self._delete_pod, namespace, pod), "UpgradeReplacing", f"{pod}: {why}")
 
     def _delete_pod(self, namespace: str, pod: str) -> None:
         self.applier.delete("v1", "Pod", namespace, pod, "Background")
@@ -283,15 +285,17 @@ class SlurmSync:
         self, body: Manifest, rest: SlurmRest, drains: list[tuple[str, str]], resumes: list[str], ghosts: list[str]
     ) -> None:
         for node, reason in drains:
-            self._act(body, partial(rest.drain, node, reason), "SlurmNodeCordoned", f"{node}: drained: {reason}")
+            self._act(body, node, partial(rest.drain, node, reason), "SlurmNodeCordoned", f"{node}: drained: {reason}")
         for node in resumes:
-            self._act(body, partial(rest.resume, node), "SlurmNodeUncordoned", f"{node}: resumed")
+            self._act(body, node, partial(rest.resume, node), "SlurmNodeUncordoned", f"{node}: resumed")
         for node in ghosts:
-            self._act(body, partial(rest.delete_node, node), "GhostNodeRemoved", f"{node}: its pod is gone")
+            self._act(body, node, partial(rest.delete_node, node), "GhostNodeRemoved", f"{node}: its pod is gone")
 
-    def _act(self, body: Manifest, action: Callable[[], None], reason: str, message: str) -> None:
-        """Run one Slurm action and say so in an Event; a failure is told once, not every round."""
+    def _act(self, body: Manifest, pod: str, action: Callable[[], None], reason: str, message: str) -> None:
+        """Run one Slurm action about worker ``pod`` (its Slurm node has the same name) and say so in
+        an Event; a failure is told once, not every round."""
         cluster = body["metadata"]["name"]
+        related = Ref.pod(body["metadata"]["namespace"], pod)
         counted = opmetrics.SLURM_ACTIONS.labels(f"{body['metadata']['namespace']}/{cluster}", reason, "failed")
         try:
             action()
@@ -300,9 +304,11 @@ class SlurmSync:
             log.warning("SlurmCluster %s: %s", cluster, e)
             if (cluster, message) not in self._failed:
                 self._failed.add((cluster, message))
-                self.applier.post_event(body, True, "SlurmActionFailed", str(e))
+                note = f"{reason} of {pod} failed: {e}"
+                failed = Event(Ref.of(body), "SlurmActionFailed", note, related, action=REASONS[reason].action)
+                self.applier.post_event(failed)
             return
         self._failed.discard((cluster, message))
         opmetrics.SLURM_ACTIONS.labels(f"{body['metadata']['namespace']}/{cluster}", reason, "ok").inc()
         log.info("SlurmCluster %s: %s", cluster, message)
-        self.applier.post_event(body, False, reason, message)
+        self.applier.post_event(Event(Ref.of(body), reason, message, related))

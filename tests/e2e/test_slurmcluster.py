@@ -274,6 +274,11 @@ def test_drains_reach_pods_status_and_events_and_cordon_drains_only_its_own(inst
 
     _eventually("status.slurmNodes.drained lists the person's drain", status_lists_it, timeout=30)
     _eventually("a SlurmNodeDrained Event", lambda: any(mine in m for m in _events(installed, "SlurmNodeDrained")))
+    # structured: a program finds the drained pod without parsing the note
+    items = kube.json("-n", ns, "get", "events.events.k8s.io")["items"]
+    about = [(e["regarding"]["name"], e["related"]["name"], e["action"], e["reportingController"])
+             for e in items if e["reason"] == "SlurmNodeDrained"]  # fmt: skip
+    assert (NAME, mine, "Observe", "slurm.warden.dev/operator") in about, about
 
     k8s_node = kube.json("-n", ns, "get", "pod", other)["spec"]["nodeName"]
     kube.kubectl("cordon", k8s_node)

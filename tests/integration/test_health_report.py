@@ -72,13 +72,18 @@ def test_health_report_written_by_the_checks_account_lands_in_status_and_events(
             e for e in core.list_namespaced_event(ns).items if e.reason == reason and e.involved_object.name == "hc"
         ]
 
-    (drained_event,) = wait_for("a NodeDrained Event", lambda: event("NodeDrained"), 30, on_fail=operator.log_tail)
+    (drained_event,) = wait_for(
+        "a NodeDrained Event", lambda: event("NodeDrained") or None, 30, on_fail=operator.log_tail
+    )
     assert drained_event.type == "Warning" and REASON in drained_event.message
+    # structured: what was done, to which pod, by whom (events.k8s.io/v1 fields, in core/v1's view too)
+    assert (drained_event.action, drained_event.reporting_component) == ("Drain", "slurm.warden.dev/operator")
+    assert (drained_event.related.kind, drained_event.related.name) == ("Pod", "hc-worker-gpu-1")
 
     # The node passes again: the next report has no drain, status empties, NodeResumed is posted.
     write_report(target, f"{ns}/hc-nccl-check", report([], resumed=["hc-worker-gpu-1"]))
     wait_for("the node gone from status", lambda: drained_in_status() is None, 60, on_fail=operator.log_tail)
-    (resumed,) = wait_for("a NodeResumed Event", lambda: event("NodeResumed"), 30, on_fail=operator.log_tail)
+    (resumed,) = wait_for("a NodeResumed Event", lambda: event("NodeResumed") or None, 30, on_fail=operator.log_tail)
     assert "hc-worker-gpu-1" in resumed.message
     assert len(event("NodeDrained")) == 1, "each run is announced once"
 
@@ -91,7 +96,9 @@ def test_health_report_written_by_the_checks_account_lands_in_status_and_events(
         return str(value) if value else None
 
     assert wait_for("checkFailed in status", check_failed, 60, on_fail=operator.log_tail) == why
-    (failed,) = wait_for("a HealthCheckFailed Event", lambda: event("HealthCheckFailed"), 30, on_fail=operator.log_tail)
+    (failed,) = wait_for(
+        "a HealthCheckFailed Event", lambda: event("HealthCheckFailed") or None, 30, on_fail=operator.log_tail
+    )
     assert failed.type == "Warning" and failed.message == f"NCCL check drained nobody: {why}"
     assert len(event("NodeDrained")) == 1
 

@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import copy
+import json
 import urllib.request
 from collections.abc import Iterator
 from typing import Any
@@ -126,6 +127,20 @@ def test_a_service_monitor_follows_its_crd_and_the_mode(
     # no spec change: the failed reconcile's retries find the CRD once discovery is asked again (a minute)
     wait_for("the ServiceMonitor made", lambda: _monitors(api_client, ns) == [names.exporter], 150,
              on_fail=operator.log_tail)  # fmt: skip
+    # Retried every 10 s meanwhile: one structured Event whose series counted the repeats, not one each.
+    # (raw JSON: the client's model refuses the controllers' own Events, which have no eventTime)
+    raw: Any = client.EventsV1Api(api_client).list_namespaced_event(ns, _preload_content=False)
+    failed = [e for e in json.loads(raw.data)["items"]
+              if e["reason"] == "ApplyFailed" and "ServiceMonitor" in e.get("note", "")]  # fmt: skip
+    assert len(failed) == 1, [(e["note"], e.get("series")) for e in failed]
+    (event,) = failed
+    assert (event["type"], event["action"], event["reportingController"]) == (
+        "Warning",
+        "Apply",
+        "slurm.warden.dev/operator",
+    )
+    assert (event["regarding"]["kind"], event["regarding"]["name"]) == ("SlurmCluster", "cpu")
+    assert event.get("series", {}).get("count", 0) >= 2, event
     monitor = client.CustomObjectsApi(api_client).get_namespaced_custom_object(
         "monitoring.coreos.com", "v1", ns, "servicemonitors", names.exporter
     )

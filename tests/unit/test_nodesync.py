@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from warden.events import REASONS
 from warden.nodesync import CORDON_PREFIX, PodCondition, WorkerPod, condition_of, cordon_reason, plan
 from warden.slurm import Node
 
@@ -36,9 +37,11 @@ def test_only_changed_conditions_are_written_and_transitions_make_events() -> No
                [node("a"), node("b", "IDLE", "DRAIN", reason="health: slow")], {}, TIMEOUT)  # fmt: skip
     assert list(out.conditions) == ["b"]
     [event] = out.events
-    assert event.warning and event.reason == "SlurmNodeDrained" and "health: slow" in event.message
+    assert (event.reason, event.pod) == ("SlurmNodeDrained", "b") and "health: slow" in event.message
+    assert REASONS[event.reason].warning
     back = plan([pod("b", condition=out.conditions["b"])], [node("b")], {}, TIMEOUT)
-    assert [(e.warning, e.reason) for e in back.events] == [(False, "SlurmNodeUsable")]
+    assert [(e.reason, e.pod) for e in back.events] == [("SlurmNodeUsable", "b")]
+    assert not REASONS["SlurmNodeUsable"].warning
     assert plan([pod("b", condition=out.conditions["b"])],
                 [node("b", "IDLE", "DRAIN", reason="health: slow")], {}, TIMEOUT).events == []  # fmt: skip
 

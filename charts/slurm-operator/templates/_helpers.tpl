@@ -151,8 +151,9 @@ authorized as "create", of one that exists as "patch": both are needed for appli
 - apiGroups: ["monitoring.coreos.com"]
   resources: ["servicemonitors"]
   verbs: ["get", "list", "create", "patch", "delete"]
-# kopf posts core/v1 Events (Reconciled, ApplyFailed, NodeDrained...).
-- apiGroups: [""]
+# The operator's Events (Reconciled, ApplyFailed, NodeDrained...: docs/operations.md#events), as
+# events.k8s.io/v1; a repeat counts up the first one's series (patch).
+- apiGroups: ["events.k8s.io"]
   resources: ["events"]
-  verbs: ["create"]
+  verbs: ["create", "patch"]
 {{- end -}}

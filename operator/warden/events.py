@@ -1,0 +1,171 @@
+"""What the operator tells people through Kubernetes Events, and how each is written (pure).
+
+Every Event the operator posts is an `events.k8s.io/v1` Event about its SlurmCluster (`regarding`),
+with a reason from `REASONS` (which fixes its type and its `action`, the verb of what was done) and,
+when one object is what it is about, that object as `related` (the worker pod of a drained node).
+A person finds them with `kubectl events --for slurmcluster/demo`, or all drains of a namespace with
+`kubectl get events --field-selector reason=NodeDrained`; a program filters on `action`,
+`related.name` and `reportingComponent` instead of parsing the note.
+
+The same Event again (same object, reason, related object and note) within `SERIES_WINDOW_SECONDS`
+of the first is not a new object: its `series` count and last-observed time go up (`Applier`
+keeps the names). A failure retried every 10 s is one Event counting up, not hundreds.
+"""
+
+from __future__ import annotations
+
+import datetime
+import zlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from warden.render.pods import Manifest
+
+#: `reportingController` of every Event (the operator's name in Kubernetes' sense)
+CONTROLLER = "slurm.warden.dev/operator"
+#: the API's limit on `note`, in bytes
+NOTE_LIMIT = 1024
+#: a repeat within this many seconds of an Event's first occurrence counts up its series
+SERIES_WINDOW_SECONDS = 1800.0
+
+
+@dataclass(frozen=True)
+class Reason:
+    warning: bool
+    action: str  # what the operator (or the health check) did, a verb
+    means: str  # for people: docs/operations.md lists these
+
+
+_RECONCILE = {
+    "Reconciled": Reason(False, "Reconcile", "every rendered object was applied; the note: how many, and the phase"),
+    "InvalidSpec": Reason(True, "Validate", "the spec was refused; the note names the field and the fix"),
+    "ReconcileFailed": Reason(True, "Reconcile", "a reconcile stopped on an unexpected error; it is retried"),
+    "ApplyFailed": Reason(True, "Apply", "one object could not be applied; the others were; retried every 10 s"),
+    "SecretCreated": Reason(False, "Create", "Secrets generated once (JWT key, MUNGE key, database password)"),
+    "ObjectRecreated": Reason(False, "Recreate", "an immutable field changed: made again, its pods kept (Orphan)"),
+    "PodsReplaced": Reason(False, "Replace", "a pod's make-up changed (image, resources): its pods are replaced"),
+    "ObjectsPruned": Reason(False, "Prune", "objects no longer rendered were deleted (never Secrets or PVCs)"),
+    "ObjectRestored": Reason(False, "Restore", "an object deleted or changed by someone else was put back"),
+}
+_HEALTH = {
+    "NodeDrained": Reason(True, "Drain", "the NCCL check drained the node (related); the note is the reason"),
+    "NodeResumed": Reason(False, "Resume", "a node the NCCL check had drained passed again and was resumed"),
+    "HealthCheckFailed": Reason(True, "HealthCheck", "an NCCL run failed the same way everywhere: nobody drained"),
+}
+_SLURM = {
+    "SlurmNodeDrained": Reason(True, "Observe", "Slurm says the node is drained or draining, whoever did it"),
+    "SlurmNodeDown": Reason(True, "Observe", "Slurm says the node is down or not responding"),
+    "SlurmNodeUsable": Reason(False, "Observe", "the node takes jobs again"),
+    "SlurmNodeCordoned": Reason(False, "Drain", "the node's Kubernetes node was cordoned: drained in Slurm"),
+    "SlurmNodeUncordoned": Reason(False, "Resume", "uncordoned again: the cordon's drain was lifted"),
+    "GhostNodeRemoved": Reason(False, "Delete", "a Slurm node whose pod is gone was deleted from slurmctld"),
+    "WorkerRecreated": Reason(True, "Delete", "a worker pod whose slurmd never registered was deleted to start afresh"),
+    "ScaleInDraining": Reason(False, "Drain", "picked to leave a shrinking worker group: drained"),
+    "ScaleInCancelled": Reason(False, "Resume", "the group grew back before it left: resumed, it stays"),
+    "ScaledIn": Reason(False, "Delete", "a leaving worker pod ran no job any more (or its timeout passed): deleted"),
+    "UpgradeDraining": Reason(False, "Drain", "its pod is to move to the new template: drained first"),
+    "UpgradeReplacing": Reason(False, "Delete", "its node ran no job any more: the pod is replaced"),
+    "SlurmActionFailed": Reason(True, "Act", "a drain, resume or delete failed (action: which); told once, retried"),
+}
+#: every reason the operator posts; a reason not listed here is a programming error
+REASONS: dict[str, Reason] = {**_RECONCILE, **_HEALTH, **_SLURM}
+
+
+@dataclass(frozen=True)
+class Ref:
+    """An object an Event is about, as `regarding` or `related` name it."""
+
+    api_version: str
+    kind: str
+    namespace: str
+    name: str
+    uid: str | None = None
+
+    @classmethod
+    def of(cls, obj: Mapping[str, Any]) -> Ref:
+        """The object as read from the API."""
+        meta = obj["metadata"]
+        return cls(obj["apiVersion"], obj["kind"], meta["namespace"], meta["name"], meta.get("uid"))
+
+    @classmethod
+    def pod(cls, namespace: str, name: str) -> Ref:
+        return cls("v1", "Pod", namespace, name)
+
+    def manifest(self) -> dict[str, str]:
+        out = {"apiVersion": self.api_version, "kind": self.kind, "namespace": self.namespace, "name": self.name}
+        if self.uid:
+            out["uid"] = self.uid
+        return out
+
+
+@dataclass(frozen=True)
+class Event:
+    regarding: Ref
+    reason: str
+    note: str
+    related: Ref | None = None
+    #: the reason's own action unless given (a failed action names what it tried: `Drain`)
+    action: str = ""
+
+    def __post_init__(self) -> None:
+        if self.reason not in REASONS:
+            raise ValueError(f"Event reason {self.reason!r} is not in warden.events.REASONS")
+        if not self.action:
+            object.__setattr__(self, "action", REASONS[self.reason].action)
+
+    @property
+    def warning(self) -> bool:
+        return REASONS[self.reason].warning
+
+    def key(self) -> tuple[Any, ...]:
+        """What makes two Events the same one happening again."""
+        related = (self.related.kind, self.related.name) if self.related else None
+        return (self.regarding.namespace, self.regarding.kind, self.regarding.name, self.regarding.uid,
+                self.reason, related, self.note)  # fmt: skip
+
+
+def clip_note(note: str) -> str:
+    """``note`` within the API's byte limit, cut on a character boundary, marked when cut."""
+    raw = note.encode()
+    if len(raw) <= NOTE_LIMIT:
+        return note
+    return raw[: NOTE_LIMIT - len("…".encode())].decode(errors="ignore") + "…"
+
+
+def micro_time(now: datetime.datetime) -> str:
+    """A MicroTime as the API wants it: UTC, microseconds, Z."""
+    return now.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def name(event: Event, now: datetime.datetime) -> str:
+    """The Event's object name: its object's name, the time in µs and a hash of what it says (hex).
+    (`generateName` is refused here: events.k8s.io/v1 validates it as a whole name, and `x.` is none.)"""
+    micros = int(now.timestamp() * 1_000_000)
+    said = zlib.crc32(repr(event.key()).encode())
+    return f"{event.regarding.name[:200]}.{micros:x}{said:08x}"
+
+
+def manifest(event: Event, instance: str, now: datetime.datetime) -> Manifest:
+    """The `events.k8s.io/v1` Event to create; ``instance``: who posts it (the operator's pod name)."""
+    out: Manifest = {
+        "apiVersion": "events.k8s.io/v1",
+        "kind": "Event",
+        "metadata": {"name": name(event, now), "namespace": event.regarding.namespace},
+        "eventTime": micro_time(now),
+        "reportingController": CONTROLLER,
+        "reportingInstance": instance[:128],
+        "action": event.action,
+        "reason": event.reason,
+        "type": "Warning" if event.warning else "Normal",
+        "regarding": event.regarding.manifest(),
+        "note": clip_note(event.note),
+    }
+    if event.related is not None:
+        out["related"] = event.related.manifest()
+    return out
+
+
+def series_patch(count: int, now: datetime.datetime) -> Manifest:
+    """The merge patch that records the ``count``-th occurrence of an Event, at ``now``."""
+    return {"series": {"count": count, "lastObservedTime": micro_time(now)}}
