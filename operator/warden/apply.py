@@ -137,7 +137,8 @@ class Applier:
         self._served: dict[tuple[str, str], tuple[float, bool]] = {}
         #: who posts Events (in a pod: the pod's name)
         self.instance = socket.gethostname()
-        #: Event key -> (name of the Event in the API, occurrences, when first posted (monotonic))
+        #: Event key -> (name of the Event in the API, occurrences, when first posted (monotonic)),
+        #: in order of first posting
         self._events: dict[tuple[Any, ...], tuple[str, int, float]] = {}
         self._events_lock = threading.Lock()
 
@@ -302,6 +303,7 @@ class Applier:
             log.warning("Event %s about %s not posted: %s", event.reason, event.regarding.name, e.reason)
             return
         with self._events_lock:
+            self._events.pop(key, None)  # to the end: the dict stays in order of first posting
             self._events[key] = (made["metadata"]["name"], 1, time.monotonic())
 
     def _count_up(self, namespace: str, name: str, count: int, now: datetime.datetime) -> bool:
@@ -316,7 +318,12 @@ class Applier:
             return False
 
     def _forget_old_events(self, now: float) -> None:
-        for key in [k for k, (_, _, first) in self._events.items() if now - first > events.SERIES_WINDOW_SECONDS]:
+        """Drop the Events first posted longer ago than the series window: the oldest come first,
+        so this stops at the first one still in it (no walk over every Event at each post)."""
+        while self._events:
+            key, (_, _, first) = next(iter(self._events.items()))
+            if now - first <= events.SERIES_WINDOW_SECONDS:
+                return
             del self._events[key]
 
     # --- what reconciles use --------------------------------------------------------------------

@@ -197,7 +197,7 @@ def _announce_health(cluster: dict[str, Any], report: dict[str, Any]) -> None:
     Called once per change of the report ConfigMap (kopf handles one object's events in order), so
     a run is announced once, however many status refreshes happen around it."""
     namespace = cluster["metadata"]["namespace"]
-    key = f"{cluster['metadata']['namespace']}/{cluster['metadata']['name']}"
+    key = f"{namespace}/{cluster['metadata']['name']}"
     opmetrics.HEALTH_CHECK_ACTIONS.labels(key, "drained").inc(len(report.get("drained", [])))
     opmetrics.HEALTH_CHECK_ACTIONS.labels(key, "resumed").inc(len(report.get("resumed", [])))
     if report.get("checkFailed"):

@@ -173,19 +173,19 @@ class Node:
             self.argv(program, *args), env=self.env(**env), capture_output=True, text=True, timeout=60
         )
 
-    def prolog(self, job: int, gpus: str | None = None, **env: str) -> subprocess.CompletedProcess[str]:
+    def hook(self, program: str, job: int, gpus: str | None, **env: str) -> subprocess.CompletedProcess[str]:
+        """Run the prolog or epilog as slurmd does for ``job``; it must succeed."""
         if gpus is not None:
             env["SLURM_JOB_GPUS"] = gpus
-        r = self.run("warden-prolog", SLURM_JOB_ID=str(job), **env)
+        r = self.run(program, SLURM_JOB_ID=str(job), **env)
         assert r.returncode == 0, r
         return r
 
+    def prolog(self, job: int, gpus: str | None = None, **env: str) -> subprocess.CompletedProcess[str]:
+        return self.hook("warden-prolog", job, gpus, **env)
+
     def epilog(self, job: int, gpus: str | None = None, **env: str) -> subprocess.CompletedProcess[str]:
-        if gpus is not None:
-            env["SLURM_JOB_GPUS"] = gpus
-        r = self.run("warden-epilog", SLURM_JOB_ID=str(job), **env)
-        assert r.returncode == 0, r
-        return r
+        return self.hook("warden-epilog", job, gpus, **env)
 
     def mapping(self) -> dict[int, list[str]]:
         """What dcgm-exporter reads: files whose name is a number (others it skips), a job a line."""
