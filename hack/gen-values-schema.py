@@ -8,6 +8,7 @@ a few chart-only keys, so the values schema is the CRD's spec schema translated 
 - every object with fixed properties refuses unknown keys (`additionalProperties: false`; Kubernetes
   would silently prune them instead, and a typo in values would go unnoticed);
 - `x-kubernetes-int-or-string` (quantities) becomes `type: [string, number]`;
+- `x-kubernetes-list-type: set` becomes `uniqueItems: true`;
 - OpenAPI 3.0's boolean `exclusiveMinimum`/`exclusiveMaximum` become JSON Schema's numeric bounds;
 - optional fields without a default may be `null` (values.yaml lists them as `null`, the chart drops
   nulls when it renders the SlurmCluster);
@@ -105,6 +106,8 @@ def translate(node: Any) -> Any:
             out[key] = value
     if node.get("x-kubernetes-int-or-string"):
         out["type"] = ["string", "number"]
+    if node.get("x-kubernetes-list-type") == "set":
+        out["uniqueItems"] = True
     for bound, flag in (("minimum", "exclusiveMinimum"), ("maximum", "exclusiveMaximum")):
         if node.get(flag) is True and bound in out:
             out[flag] = out.pop(bound)

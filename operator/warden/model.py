@@ -69,6 +69,7 @@ OPERATOR_OWNED_SLURM_KEYS = (
     "NodeSet",
     "PartitionName",
     "PlugStackConfig",
+    "PrivateData",
     "ProctrackType",
     "SlurmctldHost",
     "SlurmctldPort",
@@ -78,6 +79,8 @@ OPERATOR_OWNED_SLURM_KEYS = (
     "StateSaveLocation",
     "TaskPlugin",
 )
+# Owned keys that a spec field of their own sets (named in the refusal of an extraLines line).
+SLURM_KEY_FIELDS = {"privatedata": "spec.slurmConfig.privateData"}
 # slurm.conf keys that make a daemon run a program (as root or SlurmUser, outside the jail), take another
 # identity, or load or write files as root. Refused in extraLines whatever their value: one SlurmCluster
 # edit must never become root on every node. (Slurm's health check is a spec field: healthChecks.quick.)
@@ -341,6 +344,30 @@ class LoginService(Spec):
         return _qualified_keys(annotations, "annotation key")
 
 
+class SshForwarding(Spec):
+    """What SSH connections to the login nodes may forward, root's included. Default: nothing (sshd's
+    `DisableForwarding`). Tunnel devices and Unix socket forwarding stay off whatever is set here. A
+    user with a shell can still relay a connection through a program of their own: what a login pod
+    may reach is the NetworkPolicies' to decide (docs/security.md)."""
+
+    tcp: Literal["Disabled", "Local", "Remote", "All"] = Field(
+        default="Disabled",
+        description="TCP forwarding. `Local`: `ssh -L` and `ssh -W` (the login pod connects where the user "
+        "asks); `Remote`: `ssh -R` (a listening port on the login pod's loopback, which every user of that pod "
+        "can reach); `All`: both; `Disabled`: neither.",
+    )
+    agent: bool = Field(
+        default=False,
+        description="`ssh -A`: sessions may use the user's SSH agent (so may root on the login node, while the "
+        "session lasts).",
+    )
+    x11: bool = Field(default=False, description="`ssh -X`: X11 forwarding (needs xauth in the jail).")
+
+    @property
+    def forwards_anything(self) -> bool:
+        return self.tcp != "Disabled" or self.agent or self.x11
+
+
 class Login(Spec):
     """Login nodes: sshd chrooted into the jail, public keys only."""
 
@@ -351,6 +378,7 @@ class Login(Spec):
         max_length=256,
         description="Public keys allowed to log in as root (users created in the jail bring their own).",
     )
+    forwarding: SshForwarding = Field(default_factory=SshForwarding)
     resources: ResourceRequirements = Field(default_factory=ResourceRequirements)
 
 
@@ -511,9 +539,26 @@ class Partition(Spec):
     )
 
 
+#: Slurm 24.11's PrivateData values (slurm.conf). slurmdbd.conf takes the accounting ones only.
+PrivateDataItem = Literal[
+    "accounts", "cloud", "events", "jobs", "nodes", "partitions", "reservations", "usage", "users"
+]
+SLURMDBD_PRIVATE_DATA = ("accounts", "events", "jobs", "reservations", "usage", "users")
+
+
 class SlurmConfig(Spec):
     """Additions to slurm.conf."""
 
+    private_data: list[PrivateDataItem] = Field(
+        default=["jobs", "usage"],
+        max_length=9,
+        description="What ordinary users see only of their own (Slurm's PrivateData, in slurm.conf and "
+        "slurmdbd.conf): `jobs` (squeue, scontrol show job, sacct: command, working directory, output paths), "
+        "`usage` (sshare, sreport), `accounts`, `users`, `reservations`, `events`, `nodes`, `partitions`, "
+        "`cloud`. Root, SlurmUser (the operator and the exporter act as it) and Slurm operators and "
+        "administrators see everything. `[]`: everyone sees everything, Slurm's own default.",
+        json_schema_extra={"x-kubernetes-list-type": "set"},
+    )
     extra_lines: list[Annotated[str, Field(pattern=SLURM_CONF_LINE, max_length=1024)]] = Field(
         default_factory=list,
         max_length=128,
@@ -524,7 +569,8 @@ class SlurmConfig(Spec):
             "x-kubernetes-validations": [
                 {
                     "rule": f"self.all(l, !l.matches(r'{OWNED_KEY_LINE}'))",
-                    "message": "a line sets a key Warden owns; set it through the matching spec field",
+                    "message": "a line sets a key Warden owns; set it through the matching spec field "
+                    "(PrivateData: privateData)",
                 },
                 {
                     "rule": f"self.all(l, !l.matches(r'{REFUSED_KEY_LINE}'))",
@@ -535,13 +581,22 @@ class SlurmConfig(Spec):
         },
     )
 
+    @field_validator("private_data")
+    @classmethod
+    def _unique(cls, items: list[str]) -> list[str]:
+        dupes = sorted({i for i in items if items.count(i) > 1})
+        if dupes:
+            raise ValueError(f"duplicate value {dupes[0]!r}")
+        return items
+
     @field_validator("extra_lines")
     @classmethod
     def _no_owned_or_refused_keys(cls, lines: list[str]) -> list[str]:
         owned, refused = re.compile(OWNED_KEY_LINE), re.compile(REFUSED_KEY_LINE)
         for line in lines:
             if m := owned.search(line):
-                raise ValueError(f"{m.group(2)} is set by Warden; set it through the matching spec field")
+                field = SLURM_KEY_FIELDS.get(m.group(2).lower(), "the matching spec field")
+                raise ValueError(f"{m.group(2)} is set by Warden; set it through {field}")
             if m := refused.search(line):
                 raise ValueError(
                     f"{m.group(2)} runs programs or changes identities as root outside the jail; Warden refuses it"

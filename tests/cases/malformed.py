@@ -140,4 +140,10 @@ CASES = [
         "sizeLimit",
     ),
     Case("nccl-min-bytes-zero", _with(healthChecks={"nccl": {"minBytes": "0"}}), "minBytes"),
+    # SSH forwarding and job privacy: their own fields, one way each
+    Case("ssh-forwarding-tcp-yes", _with(login={"forwarding": {"tcp": "yes"}}), "tcp"),
+    Case("ssh-forwarding-tunnels", _with(login={"forwarding": {"tunnels": True}}), "tunnels"),
+    Case("private-data-unknown", _with(slurmConfig={"privateData": ["jobs", "secrets"]}), "privateData"),
+    Case("private-data-twice", _with(slurmConfig={"privateData": ["jobs", "jobs"]}), "privateData"),
+    Case("extra-line-private-data", _with(slurmConfig={"extraLines": ["PrivateData=none"]}), "extraLines"),
 ]

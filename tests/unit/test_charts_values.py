@@ -169,6 +169,11 @@ BAD_SPECS = [
     ("accounting", {"mode": "Sometimes"}),
     ("images", {"pullPolicy": "Sometimes"}),
     ("slurmConfig", {"extraLines": ["nodename = x"]}),
+    ("slurmConfig", {"extraLines": ["PrivateData=none"]}),
+    ("slurmConfig", {"privateData": ["jobs", "secrets"]}),
+    ("slurmConfig", {"privateData": ["jobs", "jobs"]}),
+    ("login", {"forwarding": {"tcp": "yes"}}),
+    ("login", {"forwarding": {"tunnels": True}}),
     ("healthChecks", {"nccl": {"minBusBandwidthGbps": 0}}),
     ("healthChecks", {"nccl": {"schedule": "hourly"}}),
 ]

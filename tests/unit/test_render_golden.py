@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.support.examples import EXAMPLES, load
 from tests.support.slurmconf import parse, parse_sshd
-from warden.model import WorkerGroup
+from warden.model import SlurmConfig, WorkerGroup, parse_spec
 from warden.render import config
 from warden.render.context import Cluster
 
@@ -140,6 +141,82 @@ def test_sshd_config_chroots_into_the_jail_with_keys_only() -> None:
     # root's never from the jail's /root.
     assert options["authorizedkeysfile"] == ["/etc/ssh/warden_authorized_keys/%u", "/mnt/jail%h/.ssh/authorized_keys"]
     assert matches == {"User root": {"authorizedkeysfile": ["/etc/ssh/warden_authorized_keys/root"]}}
+
+
+#: sshd_config options of forwarding, as `sshd -T` names them
+FORWARDING_OPTIONS = ("disableforwarding", "allowtcpforwarding", "allowagentforwarding", "x11forwarding",
+                      "allowstreamlocalforwarding", "permittunnel", "gatewayports")  # fmt: skip
+FORWARD_NOTHING = {"disableforwarding": ["yes"]} | {o: ["no"] for o in FORWARDING_OPTIONS[1:]}
+
+
+def _sshd(forwarding: dict[str, Any]) -> dict[str, list[str]]:
+    spec = parse_spec({"workerGroups": [{"name": "cpu"}], "login": {"forwarding": forwarding}})
+    options, _ = parse_sshd(config.sshd_config(Cluster("c", "ns", spec)))
+    return options
+
+
+@pytest.mark.parametrize("example", EXAMPLES)
+def test_sshd_forwards_nothing_by_default_while_sessions_get_a_pty_and_sftp(example: str) -> None:
+    """No TCP (`-L`, `-W`, `-R`), agent, X11, tunnel or Unix socket forwarding, for anyone; a terminal
+    and the chroot's own sftp server (no program of the jail needed) stay."""
+    options, matches = parse_sshd(rendered(example)["sshd_config"])
+    assert {o: options.get(o) for o in FORWARDING_OPTIONS} == FORWARD_NOTHING
+    assert options["permittty"] == ["yes"]
+    assert options["subsystem"] == ["sftp", "internal-sftp"]
+    assert all(o not in m for m in matches.values() for o in FORWARDING_OPTIONS), "a Match block forwards"
+
+
+@pytest.mark.parametrize(
+    ("tcp", "allow"), [("Disabled", "no"), ("Local", "local"), ("Remote", "remote"), ("All", "yes")]
+)
+def test_forwarding_setting_opens_only_what_it_names(tcp: str, allow: str) -> None:
+    options = _sshd({"tcp": tcp})
+    assert options["allowtcpforwarding"] == [allow]
+    assert options.get("disableforwarding") == (["yes"] if tcp == "Disabled" else None), "it would override"
+    assert (options["allowagentforwarding"], options["x11forwarding"]) == (["no"], ["no"])
+    # never: tunnel devices, Unix sockets, listening ports on anything but the loopback
+    assert (options["permittunnel"], options["allowstreamlocalforwarding"], options["gatewayports"]) == (
+        ["no"], ["no"], ["no"],
+    )  # fmt: skip
+
+
+def test_agent_and_x11_forwarding_are_their_own_settings() -> None:
+    options = _sshd({"agent": True})
+    assert (options["allowagentforwarding"], options["x11forwarding"], options["allowtcpforwarding"]) == (
+        ["yes"], ["no"], ["no"],
+    )  # fmt: skip
+    assert "disableforwarding" not in options
+    options = _sshd({"x11": True})
+    assert (options["x11forwarding"], options["allowagentforwarding"]) == (["yes"], ["no"])
+
+
+def test_the_login_images_own_sshd_config_forwards_nothing_either() -> None:
+    """images/login/sshd_config, what the login image runs without the operator's ConfigMap."""
+    options, _ = parse_sshd((Path(__file__).parents[2] / "images" / "login" / "sshd_config").read_text())
+    assert {o: options.get(o) for o in FORWARDING_OPTIONS} == FORWARD_NOTHING
+    assert options["subsystem"] == ["sftp", "internal-sftp"]
+
+
+def test_jobs_and_usage_are_private_by_default_in_slurm_conf_and_slurmdbd_conf() -> None:
+    files = rendered("accounting-external")
+    assert parse(files["slurm.conf"]).get("PrivateData") == "jobs,usage"
+    assert parse(files["slurmdbd.conf"]).get("PrivateData") == "jobs,usage"
+
+
+def test_private_data_follows_the_spec_and_slurmdbd_gets_what_it_knows() -> None:
+    base = load("accounting-external")
+
+    def with_private(items: list[str]) -> Cluster:
+        spec = base.spec.model_copy(update={"slurm_config": SlurmConfig.model_validate({"privateData": items})})
+        return Cluster(base.name, base.namespace, spec)
+
+    wide = with_private(["jobs", "nodes", "users", "cloud"])
+    assert parse(config.slurm_conf(wide)).get("PrivateData") == "jobs,nodes,users,cloud"
+    assert parse(config.slurmdbd_conf(wide)).get("PrivateData") == "jobs,users"
+    # []: Slurm's own default, everyone sees everything: no line at all
+    public = with_private([])
+    assert "PrivateData" not in config.slurm_conf(public)
+    assert "PrivateData" not in config.slurmdbd_conf(public)
 
 
 def test_external_accounting_points_slurmdbd_at_the_users_database() -> None:

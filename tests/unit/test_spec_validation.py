@@ -32,6 +32,11 @@ def test_minimal_spec_gets_production_defaults() -> None:
         ("shm", "/dev/shm", "Memory"),
     ]
     assert spec.login.replicas == 1 and spec.login.service.type == "NodePort"
+    # SSH forwards nothing; other users' jobs and usage are private (docs/security.md)
+    forwarding = spec.login.forwarding
+    assert (forwarding.tcp, forwarding.agent, forwarding.x11) == ("Disabled", False, False)
+    assert not forwarding.forwards_anything
+    assert spec.slurm_config.private_data == ["jobs", "usage"]
     assert spec.accounting.mode == "Disabled"
     assert spec.health_checks.quick.enabled and not spec.health_checks.nccl.enabled
     assert spec.images.worker.startswith("warden/worker:")
@@ -60,6 +65,17 @@ def test_extra_lines_may_set_keys_warden_does_not_own() -> None:
         {"workerGroups": [{"name": "a"}], "slurmConfig": {"extraLines": ["SchedulerParameters=bf_continue"]}}
     )
     assert spec.slurm_config.extra_lines == ["SchedulerParameters=bf_continue"]
+
+
+def test_privacy_is_set_one_way_and_may_be_turned_off() -> None:
+    """PrivateData has its field; a slurm.conf line setting it is refused, naming the field. `[]` is
+    Slurm's own default (everyone sees everything)."""
+    with pytest.raises(
+        ValidationError, match=r"privatedata is set by Warden; set it through spec\.slurmConfig\.privateData"
+    ):
+        parse_spec({"workerGroups": [{"name": "a"}], "slurmConfig": {"extraLines": ["MaxJobCount=9 privatedata=none"]}})
+    spec = parse_spec({"workerGroups": [{"name": "a"}], "slurmConfig": {"privateData": []}})
+    assert spec.slurm_config.private_data == []
 
 
 def test_owned_keys_are_refused_whatever_their_case() -> None:

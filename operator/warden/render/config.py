@@ -8,7 +8,7 @@ import jinja2
 
 from warden import naming
 from warden import quantity as quantity_mod
-from warden.model import WorkerGroup
+from warden.model import SLURMDBD_PRIVATE_DATA, WorkerGroup
 from warden.naming import group_feature
 from warden.render.context import Cluster
 
@@ -81,6 +81,7 @@ def slurm_conf(cluster: Cluster) -> str:
         nodesets=[{"name": nodeset_name(g.name), "feature": group_feature(g.name)} for g in spec.worker_groups],
         standby=[standby_nodes(names.worker(g.name), g) for g in spec.worker_groups if g.autoscaled],
         partitions=partitions,
+        private_data=list(spec.slurm_config.private_data),
         extra_lines=list(spec.slurm_config.extra_lines),
     )
 
@@ -139,7 +140,16 @@ def slurm_config_files(cluster: Cluster) -> dict[str, str]:
     return files
 
 
+#: spec.login.forwarding.tcp as sshd's AllowTcpForwarding
+_TCP_FORWARDING = {"Disabled": "no", "Local": "local", "Remote": "remote", "All": "yes"}
+
+
+def _yes_no(value: bool) -> str:
+    return "yes" if value else "no"
+
+
 def sshd_config(cluster: Cluster) -> str:
+    forwarding = cluster.spec.login.forwarding
     return _render(
         "sshd_config.j2",
         **_common(cluster),
@@ -147,6 +157,10 @@ def sshd_config(cluster: Cluster) -> str:
         host_key=f"{naming.SSH_HOST_KEYS_DIR}/{naming.SSH_HOST_KEY}",
         jail=naming.JAIL_MOUNT,
         authorized_keys_dir=naming.SSH_AUTHORIZED_KEYS_DIR,
+        forward_nothing=not forwarding.forwards_anything,
+        tcp_forwarding=_TCP_FORWARDING[forwarding.tcp],
+        agent_forwarding=_yes_no(forwarding.agent),
+        x11_forwarding=_yes_no(forwarding.x11),
     )
 
 
@@ -170,6 +184,8 @@ def slurmdbd_conf(cluster: Cluster) -> str:
         dbd_host=f"{cluster.names.accounting}-0",
         dbd_port=naming.SLURMDBD_PORT,
         db=db,
+        # slurmdbd applies PrivateData to what it serves (sacct, sreport, sacctmgr): the values it knows
+        private_data=[d for d in cluster.spec.slurm_config.private_data if d in SLURMDBD_PRIVATE_DATA],
         password_file=f"{naming.DB_PASSWORD_DIR}/{naming.DB_PASSWORD_KEY}",
     )
 
