@@ -40,6 +40,10 @@ PROLOG_PROGRAM = "/usr/lib/warden/warden-prolog"
 EPILOG_PROGRAM = "/usr/lib/warden/warden-epilog"
 DCGM_JOB_MAPPING_DIR = "/var/lib/warden/dcgm-job-mapping"
 JAIL_MARKER = "/etc/warden-jail-release"
+#: every container's terminationMessagePath: the kubelet binds a world-writable file there. Its default,
+#: /dev/termination-log, would be in every SSH session and job step (login and worker containers show
+#: their /dev in the jail); the container's /run never enters the jail (only /run/slurm is bound there).
+TERMINATION_LOG = "/run/termination-log"
 # Written by populate-jail at the root of the jail volume once the copy is complete.
 JAIL_POPULATED_SENTINEL = ".warden-populated"
 

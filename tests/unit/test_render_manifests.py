@@ -76,6 +76,31 @@ def test_slurm_pods_get_no_api_token_and_a_seccomp_profile(example: str) -> None
             assert profile is None or obj["kind"] == "WorkerSet", f"{key}/{c['name']} overrides the seccomp profile"
 
 
+#: What of the pod SSH sessions and job steps see inside the jail: the plugin's recursive binds, the worker
+#: and login entrypoints' binds (docs/architecture.md, "The pod contract"), the jail volume itself.
+JAIL_VIEWS = ("/dev", "/proc", "/sys", naming.SLURM_RUN_DIR, naming.SLURMD_SPOOL_DIR, naming.SLURM_ETC,
+              "/etc/resolv.conf", "/etc/hosts", "/etc/hostname", naming.JAIL_MOUNT, "/home", "/root")  # fmt: skip
+
+
+@pytest.mark.parametrize("example", EXAMPLES)
+def test_no_containers_termination_log_is_where_users_can_reach_it(example: str) -> None:
+    """The kubelet binds a world-writable file at every container's terminationMessagePath and reports
+    what it holds when the container ends; Kubernetes' default, /dev/termination-log, is in the /dev that
+    sessions and job steps see. Every container of every pod (init containers, Jobs, the CronJob's) has it
+    in the container's /run, which nothing binds into the jail, nor a group's node-local mounts."""
+    cluster = load(example)
+    views = (*JAIL_VIEWS, *(m.jail_path for g in cluster.spec.worker_groups for m in g.local_mounts))
+    assert not [v for v in views if v == naming.TERMINATION_LOG or naming.TERMINATION_LOG.startswith(v + "/")]
+    seen = set()
+    for key, obj in objects(cluster).items():
+        if "template" not in obj.get("spec", {}) and obj["kind"] != "CronJob":
+            continue
+        for c in containers(obj):
+            assert c.get("terminationMessagePath") == naming.TERMINATION_LOG, f"{key}/{c['name']}"
+            seen.add(c["name"])
+    assert {"slurmctld", "slurmd", "sshd", "wait-for-jail", "slurmrestd", "exporter", "populate-jail"} <= seen, seen
+
+
 @pytest.mark.parametrize("example", EXAMPLES)
 def test_workload_selectors_use_only_immutable_labels(example: str) -> None:
     for key, obj in objects(load(example)).items():

@@ -16,6 +16,7 @@ from warden.render.pods import (
     meta,
     mount,
     resources,
+    runtime_files_outside_jail,
     secret_volume,
     service,
     tcp_probe,
@@ -71,14 +72,16 @@ def exporter_deployment(cluster: Cluster) -> Manifest:
     template = {
         # the scrape annotations are the Service's alone: on the pod too, a Prometheus following both scrapes twice
         "metadata": {"labels": names.labels(COMPONENT)},
-        "spec": {
-            **POD_DEFAULTS,
-            "dnsConfig": dns_config(cluster),
-            # the key file is root's; group-readable (0440) by the exporter's group, and no one else's
-            "securityContext": {**POD_DEFAULTS["securityContext"], "fsGroup": EXPORTER_UID},
-            "containers": [container],
-            "volumes": [secret_volume("jwt-key", names.jwt_key, mode=0o440)],
-        },
+        "spec": runtime_files_outside_jail(
+            {
+                **POD_DEFAULTS,
+                "dnsConfig": dns_config(cluster),
+                # the key file is root's; group-readable (0440) by the exporter's group, and no one else's
+                "securityContext": {**POD_DEFAULTS["securityContext"], "fsGroup": EXPORTER_UID},
+                "containers": [container],
+                "volumes": [secret_volume("jwt-key", names.jwt_key, mode=0o440)],
+            }
+        ),
     }
     return {
         "apiVersion": "apps/v1",

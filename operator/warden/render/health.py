@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 
 from warden.render.context import Cluster
-from warden.render.pods import Manifest, dns_config, meta, slurm_mounts, slurm_volumes
+from warden.render.pods import Manifest, dns_config, meta, runtime_files_outside_jail, slurm_mounts, slurm_volumes
 
 COMPONENT = "health-check"
 REPORT_KEY = "report.json"
@@ -111,14 +111,16 @@ def cronjob(cluster: Cluster) -> Manifest:
                     "activeDeadlineSeconds": deadline_seconds(cluster),
                     "template": {
                         "metadata": {"labels": names.labels(COMPONENT)},
-                        "spec": {
-                            "restartPolicy": "Never",
-                            "serviceAccountName": names.health_check_account,
-                            "dnsConfig": dns_config(cluster),
-                            "enableServiceLinks": False,
-                            "containers": [container],
-                            "volumes": slurm_volumes(cluster),
-                        },
+                        "spec": runtime_files_outside_jail(
+                            {
+                                "restartPolicy": "Never",
+                                "serviceAccountName": names.health_check_account,
+                                "dnsConfig": dns_config(cluster),
+                                "enableServiceLinks": False,
+                                "containers": [container],
+                                "volumes": slurm_volumes(cluster),
+                            }
+                        ),
                     },
                 },
             },

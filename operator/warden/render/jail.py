@@ -4,7 +4,16 @@ from __future__ import annotations
 
 from warden import naming
 from warden.render.context import Cluster
-from warden.render.pods import POD_DEFAULTS, Manifest, claim_spec, content_hash, jail_volume, meta, mount
+from warden.render.pods import (
+    POD_DEFAULTS,
+    Manifest,
+    claim_spec,
+    content_hash,
+    jail_volume,
+    meta,
+    mount,
+    runtime_files_outside_jail,
+)
 
 COMPONENT = "jail"
 # The Job's pod template is immutable; this annotation tells the apply layer which inputs made it,
@@ -58,12 +67,14 @@ def populate_job(cluster: Cluster) -> Manifest:
             "backoffLimit": 3,
             "template": {
                 "metadata": {"labels": labels},
-                "spec": {
-                    **POD_DEFAULTS,
-                    "restartPolicy": "OnFailure",
-                    "containers": [container],
-                    "volumes": [jail_volume(cluster)],
-                },
+                "spec": runtime_files_outside_jail(
+                    {
+                        **POD_DEFAULTS,
+                        "restartPolicy": "OnFailure",
+                        "containers": [container],
+                        "volumes": [jail_volume(cluster)],
+                    }
+                ),
             },
         },
     }

@@ -19,6 +19,7 @@ from warden.render.pods import (
     meta,
     mount,
     resources,
+    runtime_files_outside_jail,
     secret_volume,
     service,
     slurm_mounts,
@@ -148,7 +149,10 @@ def worker_set(cluster: Cluster, group: WorkerGroup) -> Manifest:
     }
     if group.scale_in_timeout_seconds is not None:
         set_spec["scaleInTimeoutSeconds"] = group.scale_in_timeout_seconds
-    set_spec["template"] = {"metadata": {"labels": labels}, "spec": {**POD_DEFAULTS, **pod_spec}}
+    set_spec["template"] = {
+        "metadata": {"labels": labels},
+        "spec": runtime_files_outside_jail({**POD_DEFAULTS, **pod_spec}),
+    }
     metadata: Manifest = {"name": name, "namespace": cluster.namespace, "labels": labels}
     if group.autoscaled:
         # the apply layer creates it with `replicas`, then never applies that field again

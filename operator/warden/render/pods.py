@@ -178,6 +178,21 @@ POD_DEFAULTS: Manifest = {
 }
 
 
+def runtime_files_outside_jail(pod_spec: Manifest) -> Manifest:
+    """``pod_spec`` with every container's termination message file at ``naming.TERMINATION_LOG``.
+
+    The kubelet binds a world-writable file at each container's terminationMessagePath and reports
+    what it holds when the container ends. Its default, /dev/termination-log, lies in the /dev that
+    login and worker containers show to SSH sessions and job steps: any user could write what
+    Kubernetes says about the end of sshd or slurmd. Every pod template of a cluster goes through here
+    (``statefulset`` does it for its callers)."""
+    out = dict(pod_spec)
+    for key in ("initContainers", "containers"):
+        if key in out:
+            out[key] = [{**c, "terminationMessagePath": naming.TERMINATION_LOG} for c in out[key]]
+    return out
+
+
 def claim_spec(size: str, storage_class: str | None, access_mode: str = "ReadWriteOnce") -> Manifest:
     spec: Manifest = {"accessModes": [access_mode], "resources": {"requests": {"storage": size}}}
     if storage_class:
@@ -212,7 +227,7 @@ def statefulset(
     template_meta: Manifest = {"labels": labels}
     if annotations:
         template_meta["annotations"] = annotations
-    spec["template"] = {"metadata": template_meta, "spec": {**POD_DEFAULTS, **pod_spec}}
+    spec["template"] = {"metadata": template_meta, "spec": runtime_files_outside_jail({**POD_DEFAULTS, **pod_spec})}
     if claims:
         spec["volumeClaimTemplates"] = claims
     metadata = {"name": name, "namespace": cluster.namespace, "labels": labels}

@@ -18,6 +18,7 @@ from warden.render.pods import (
     meta,
     mount,
     resources,
+    runtime_files_outside_jail,
     service,
     tcp_probe,
     unprivileged,
@@ -63,12 +64,14 @@ def restapi_deployment(cluster: Cluster) -> Manifest:
     labels = names.labels(COMPONENT)
     template = {
         "metadata": {"labels": labels},
-        "spec": {
-            **POD_DEFAULTS,
-            "dnsConfig": dns_config(cluster),
-            "containers": [container],
-            "volumes": [config_map_volume("slurm-config", names.slurm_config)],
-        },
+        "spec": runtime_files_outside_jail(
+            {
+                **POD_DEFAULTS,
+                "dnsConfig": dns_config(cluster),
+                "containers": [container],
+                "volumes": [config_map_volume("slurm-config", names.slurm_config)],
+            }
+        ),
     }
     return {
         "apiVersion": "apps/v1",
