@@ -7,6 +7,10 @@
 #                        is never replaced for a Slurm config change, the queue and running jobs go on.
 #   WARDEN_JWT_KEY       the auth/jwt HS256 key (default /etc/warden/jwt/jwt_hs256.key, Secret
 #                        <cluster>-jwt-key), installed as /etc/slurm/jwt_hs256.key (slurm, 0600)
+#   WARDEN_CTLD_GUARD    the library preloaded into slurmctld (default
+#                        /usr/lib/warden/libwarden_ctld_guard.so: closes a deadlock any user can
+#                        trigger, see docs/security.md). `none` runs Slurm's own code unguarded: the
+#                        dataplane tier does, to show the defect is still in the shipped Slurm.
 set -euo pipefail
 WARDEN_COMPONENT=controller
 . /usr/lib/warden/warden-lib.sh
@@ -20,9 +24,18 @@ state="${WARDEN_STATE_DIR:-/var/spool/slurmctld}"
 install -d -o slurm -g slurm -m 0755 "$state"
 # a PVC arrives root-owned; slurmctld runs as SlurmUser and must own its state
 chown slurm:slurm "$state"
-warden_log "starting slurmctld $(slurmctld -V | awk '{print $2}')"
+guard="${WARDEN_CTLD_GUARD:-/usr/lib/warden/libwarden_ctld_guard.so}"
+if [ "$guard" = none ]; then
+    guard=""
+    warden_log "warning: slurmctld runs without its guard: any user can deadlock it (docs/security.md)"
+elif [ ! -r "$guard" ]; then
+    # the dynamic loader would only warn and run slurmctld unguarded
+    warden_log "error: the slurmctld guard $guard is missing"
+    exit 1
+fi
+warden_log "starting slurmctld $(slurmctld -V | awk '{print $2}')${guard:+ (preloaded: $guard)}"
 # shellcheck disable=SC2086
-slurmctld -D ${WARDEN_SLURMCTLD_ARGS:-} "$@" &
+LD_PRELOAD="$guard" slurmctld -D ${WARDEN_SLURMCTLD_ARGS:-} "$@" &
 ctld_pid=$!
 
 reload() {

@@ -11,6 +11,8 @@ translates those manifests into `docker run` arguments, one container per pod:
   named volume per path, shared by every pod that mounts it (all pods run on one host);
 - StatefulSets' and WorkerSets' pods are `<name>-<i>`; a Deployment's replicas are `<name>-<i>` too (Kubernetes adds a
   hash and a random suffix instead), with the container's command and args;
+- each container's termination message file: a world-writable file bound at its `terminationMessagePath`
+  (default /dev/termination-log), as the kubelet binds it;
 - env, capabilities, the seccomp profile (`Localhost` = images/worker/seccomp.json, the profile a
   kubelet would load), AppArmor, `runAsUser`/`runAsGroup` (`--user`), `readOnlyRootFilesystem`
   (`--read-only`) and `allowPrivilegeEscalation: false` (no-new-privileges) come from each container's
@@ -76,6 +78,8 @@ LABEL_PID = "dev.warden.dataplane.pid"
 LABEL_HOST = "dev.warden.dataplane.host"
 LABEL_POD = "dev.warden.dataplane.pod"
 GPU_RESOURCE_SUFFIX = "/gpu"
+#: Kubernetes' default terminationMessagePath.
+TERMINATION_LOG = "/dev/termination-log"
 #: The init container that holds a pod until the jail is populated (warden.render.pods).
 WAIT_FOR_JAIL = "wait-for-jail"
 #: Kubernetes' own search domains for a pod in namespace NS (before the pod's dnsConfig.searches).
@@ -418,6 +422,13 @@ class DockerCluster:
             args += ["--env", f"{env['name']}={env['value']}"]
         for m in container.get("volumeMounts", []):
             args += self._mount_args(pod, volumes[m["name"]], m, claims)
+        # as the kubelet does: a world-writable file of the pod's bound at the container's
+        # terminationMessagePath (Kubernetes' default: /dev/termination-log)
+        log = self.dir / "termination" / cname
+        log.parent.mkdir(parents=True, exist_ok=True)
+        log.touch()
+        log.chmod(0o666)
+        args += ["--mount", f"type=bind,source={log},target={container.get('terminationMessagePath', TERMINATION_LOG)}"]
         fs_group = (spec.get("securityContext") or {}).get("fsGroup")
         if fs_group is not None:
             # as the kubelet does: ConfigMap and Secret files get the pod's fsGroup, the container the group
@@ -607,6 +618,15 @@ class DockerCluster:
             docker("rm", "-fv", pod.container, check=False)
         return Exec(rc, logs.stdout, logs.stderr)
 
+    def recreate(self, pod: str, env: Mapping[str, str] | None = None) -> None:
+        """Replace a pod's container with a new one from the same arguments, as the kubelet does after a
+        failed liveness probe (volumes, claims and the network name are kept); ``env`` adds or replaces
+        environment variables of the new container. Returns once it runs; wait for what it serves."""
+        p = self.pods[pod]
+        extra = [a for k, v in (env or {}).items() for a in ("--env", f"{k}={v}")]
+        docker("rm", "-f", p.container, timeout=120)
+        docker("run", "-d", *p.args, *extra, p.image, *p.argv, timeout=120)
+
     def volume_sh(self, volume: str, script: str) -> Exec:
         """Run a shell script as root against a volume mounted at /v (populate-jail's image: rsync, sh)."""
         args = ["run", "--rm", *self.labels_args("volume-sh"), "--mount", f"type=volume,source={volume},target=/v"]
@@ -696,21 +716,7 @@ class DockerCluster:
     ) -> Exec:
         """SSH from the client container (on the test network) to the login Service as `user`,
         with root's key from the spec unless `identity` (a path from `user_key`)."""
-        argv = [
-            "ssh",
-            *(["-i", identity, "-o", "IdentitiesOnly=yes"] if identity else []),
-            "-o",
-            "BatchMode=yes",
-            "-o",
-            "StrictHostKeyChecking=yes",
-            "-o",
-            "ConnectTimeout=10",
-            "-o",
-            "LogLevel=ERROR",
-            *extra,
-            f"{user}@{self.names.login}",
-            script,
-        ]
+        argv = ["ssh", *self.ssh_options(identity), *extra, f"{user}@{self.names.login}", script]
         r = docker(
             "exec",
             *(["-i"] if input is not None else []),
@@ -721,6 +727,14 @@ class DockerCluster:
             input=input,
         )
         return self._result(r, f"ssh {user}@login: {script}", check)
+
+    def ssh_options(self, identity: str | None = None, log_level: str = "ERROR") -> list[str]:
+        """Options of `ssh` (and `scp`, `sftp`) in the client container: keys only, the login's host key
+        checked; root's key from the spec unless `identity`."""
+        opts = ["-i", identity, "-o", "IdentitiesOnly=yes"] if identity else []
+        for o in ("BatchMode=yes", "StrictHostKeyChecking=yes", "ConnectTimeout=10", f"LogLevel={log_level}"):
+            opts += ["-o", o]
+        return opts
 
     def _result(self, proc: subprocess.CompletedProcess[str], what: str, check: bool) -> Exec:
         r = Exec(proc.returncode, proc.stdout, proc.stderr)
