@@ -67,6 +67,8 @@ _SLURM = {
     "UpgradeDraining": Reason(False, "Drain", "its pod is to move to the new template: drained first"),
     "UpgradeReplacing": Reason(False, "Delete", "its node ran no job any more: the pod is replaced"),
     "SlurmActionFailed": Reason(True, "Act", "a drain, resume or delete failed (action: which); told once, retried"),
+    "SlurmctldUnresponsive": Reason(True, "Observe", "slurmctld answers no node or job read: users' commands hang"),
+    "SlurmctldResponsive": Reason(False, "Observe", "slurmctld answers reads again"),
 }
 #: every reason the operator posts; a reason not listed here is a programming error
 REASONS: dict[str, Reason] = {**_RECONCILE, **_HEALTH, **_SLURM}

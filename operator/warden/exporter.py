@@ -30,7 +30,7 @@ from prometheus_client.registry import Collector
 from warden import naming
 from warden.slurm import SlurmError
 from warden.slurmmetrics import Snapshot, families
-from warden.slurmrest import SlurmRest, mint_token
+from warden.slurmrest import SlurmRest, SlurmUnreachable, mint_token
 
 log = logging.getLogger("warden.exporter")
 
@@ -81,6 +81,13 @@ class SlurmCollector(Collector):
         for what, reader in readers.items() if up else ():
             try:
                 read[what] = reader()
+            except SlurmUnreachable as e:
+                # pings answer but reads do not (a stuck lock): down for users; the next reads would
+                # only wait as long again
+                log.warning("slurmctld did not answer a read of its %s: %s", what, e)
+                up, errors[what] = False, 1
+                read.clear()
+                break
             except SlurmError as e:
                 log.warning("reading Slurm's %s failed: %s", what, e)
                 errors[what] = 1

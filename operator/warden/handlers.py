@@ -45,6 +45,7 @@ from warden.observe import health_report
 from warden.reconcile import previous_status, reconcile, refresh_status
 from warden.render.context import Cluster
 from warden.slurmsync import Settings, SlurmSync
+from warden.status import Slurmctld
 from warden.workerpods import WorkerPods
 
 log = logging.getLogger(__name__)
@@ -166,14 +167,17 @@ def reconcile_cluster(body: kopf.Body, **_: Any) -> None:
     _say(body, "Reconciled", f"{len(outcome.result.applied)} objects applied; phase {outcome.status.phase}")
 
 
-def _refresh(namespace: str, name: str, slurm: SlurmNodesStatus | None = None) -> None:
-    """Fold what is observed now into status; ``slurm``: what slurmctld said (from the sync thread)."""
+def _refresh(
+    namespace: str, name: str, slurm: SlurmNodesStatus | None = None, slurmctld: Slurmctld | None = None
+) -> None:
+    """Fold what is observed now into status; ``slurm``: what slurmctld said of its nodes, ``slurmctld``:
+    whether it answered at all (both from the sync thread)."""
     STATE.seen(namespace, name)
     with STATE.locks[(namespace, name)]:  # read and write status in one go, not between a reconcile's
-        _refresh_locked(namespace, name, slurm)
+        _refresh_locked(namespace, name, slurm, slurmctld)
 
 
-def _refresh_locked(namespace: str, name: str, slurm: SlurmNodesStatus | None) -> None:
+def _refresh_locked(namespace: str, name: str, slurm: SlurmNodesStatus | None, slurmctld: Slurmctld | None) -> None:
     api = applier()
     body = api.get(f"{API_GROUP}/{API_VERSION}", "SlurmCluster", namespace, name)
     if body is None or body["metadata"].get("deletionTimestamp"):
@@ -187,7 +191,9 @@ def _refresh_locked(namespace: str, name: str, slurm: SlurmNodesStatus | None) -
     generation = int(body["metadata"].get("generation", 0))
     if previous is not None and previous.observed_generation is not None:
         generation = previous.observed_generation  # only the reconcile handler moves it forward
-    refresh_status(api, cluster, generation, previous, slurm=slurm, slurm_required=STATE.slurm_required)
+    refresh_status(
+        api, cluster, generation, previous, slurm=slurm, slurm_required=STATE.slurm_required, slurmctld=slurmctld
+    )
 
 
 def _announce_health(cluster: dict[str, Any], report: dict[str, Any]) -> None:

@@ -32,6 +32,8 @@ SLURM_RUN_DIR = "/run/slurm"
 SPANK_PLUGIN = "/usr/lib/warden/spank_jail.so"
 #: readiness check of the Slurm daemons and sshd (images/slurm-base/warden-listening): connects to nothing
 LISTENING_CHECK = "/usr/lib/warden/warden-listening"
+#: slurmctld's probe (images/controller): a job read and a node read answered within its argument's seconds
+SLURMCTLD_HEALTH_CHECK = "/usr/lib/warden/warden-slurmctld-health"
 QUICKCHECK_PROGRAM = "/usr/local/bin/warden-quickcheck"
 #: slurmd's Prolog and Epilog when spec.metrics.dcgmJobMapping is on (images/worker/warden-job-mapping):
 #: they keep dcgm-exporter's job mapping files in DCGM_JOB_MAPPING_DIR, where GPU workers have the

@@ -24,7 +24,7 @@ from warden.render.cluster import render
 from warden.render.context import Cluster
 from warden.render.pods import Manifest, content_hash
 from warden.restarts import template_changes
-from warden.status import fold, invalid_spec_status
+from warden.status import Slurmctld, fold, invalid_spec_status
 
 log = logging.getLogger(__name__)
 
@@ -181,8 +181,9 @@ def refresh_status(
     waiting: list[str] | None = None,
     slurm: SlurmNodesStatus | None = None,
     slurm_required: bool = False,
+    slurmctld: Slurmctld | None = None,
 ) -> SlurmClusterStatus:
-    observed = dataclasses.replace(observe(applier, cluster), slurm=slurm)
+    observed = dataclasses.replace(observe(applier, cluster), slurm=slurm, slurmctld=slurmctld)
     status = fold(cluster.spec, generation, observed, previous, now(), errors, waiting, slurm_required)
     if previous is None or status != previous:
         applier.patch_status(cluster.name, cluster.namespace, status.model_dump(by_alias=True, exclude_none=True))

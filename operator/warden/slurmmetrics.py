@@ -59,7 +59,8 @@ JOB_EVENTS = ("submitted", "started", "completed", "canceled", "failed")
 
 @dataclass(frozen=True)
 class Snapshot:
-    """What one scrape read. ``up``: slurmctld answered through slurmrestd (else nothing else is read)."""
+    """What one scrape read. ``up``: slurmctld answered slurmrestd's ping and its node and job reads
+    (else the families of nodes, jobs and the scheduler have no samples)."""
 
     cluster: str  # <namespace>/<name>
     up: bool
@@ -206,7 +207,7 @@ def _scheduler_families(snap: Snapshot) -> list[Metric]:
 def families(snap: Snapshot) -> list[Metric]:
     """Every family the exporter serves, for one snapshot."""
     c = snap.cluster
-    up = _gauge("slurm_up", "1 when slurmctld answered through slurmrestd at this scrape", [])
+    up = _gauge("slurm_up", "1 when slurmctld answered a ping, a node read and a job read at this scrape", [])
     up.add_metric([c], 1 if snap.up else 0)
     dbd = _gauge("slurm_slurmdbd_reachable", "1 when slurmdbd's port answers (clusters with accounting only)", [])
     if snap.slurmdbd_reachable is not None:

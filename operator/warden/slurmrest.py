@@ -38,6 +38,8 @@ from warden.slurm import (
 __all__ = ["SlurmRest", "SlurmRestError", "SlurmUnreachable", "mint_token"]
 
 OPERATOR_USER = "slurm"
+#: a job id below Slurm's largest (0x7fffffff) that no cluster reaches: its MaxJobId is at most 0x03ff0000
+ABSENT_JOB_ID = 2147483646
 
 
 class SlurmRestError(SlurmError):
@@ -50,7 +52,13 @@ class SlurmRestError(SlurmError):
 
 
 class SlurmUnreachable(SlurmError):
-    """No answer from slurmrestd (not running, not resolvable, timed out)."""
+    """No answer: slurmrestd did not answer (not running, not resolvable, timed out), or it answered
+    that slurmctld did not (``CONTROLLER_SILENT``)."""
+
+
+#: slurmrestd's words when slurmctld took no request or sent no answer in time (Slurm's own error
+#: texts for SLURM_PROTOCOL_SOCKET_IMPL_TIMEOUT and SLURMCTLD_COMMUNICATIONS_*_ERROR)
+CONTROLLER_SILENT = ("Socket timed out on send/recv operation", "Unable to contact slurm controller")
 
 
 def _b64(data: bytes) -> str:
@@ -121,6 +129,8 @@ class SlurmRest:
             doc = None
         if not 200 <= response.status <= 299:
             errors = _error_texts(doc) or ([text.strip()[:200]] if text.strip() else [])
+            if any(silent in e for e in errors for silent in CONTROLLER_SILENT):
+                raise SlurmUnreachable(f"{what}: slurmctld did not answer slurmrestd: {'; '.join(errors)}")
             raise SlurmRestError(what, response.status, errors)
         if doc is None:
             raise SlurmParseError(f"{what}: slurmrestd sent no JSON: {text[:200]!r}")
@@ -144,6 +154,16 @@ class SlurmRest:
         """Every job slurmctld still lists (pending, running, completing, recently ended), with the nodes
         each runs on and when it will end."""
         return jobs_from_doc(self._request("GET", "jobs", "list jobs"))
+
+    def look_up_absent_job(self) -> None:
+        """Ask for a job that cannot exist: slurmctld answers "no such job" under its job read lock,
+        in constant time however many jobs it holds. Raises ``SlurmUnreachable`` when it does not
+        answer (a job lock held for good: every user's squeue and sbatch hang too)."""
+        try:
+            self._request("GET", f"job/{ABSENT_JOB_ID}", "look up a job")
+        except SlurmRestError as e:
+            if not any("Invalid job id" in t for t in e.errors):
+                raise
 
     def diag(self) -> dict[str, float]:
         """slurmctld's scheduler statistics (``sdiag``), see ``warden.slurm.diag_from_doc``."""

@@ -30,13 +30,17 @@ from warden.naming import Names
 from warden.nodesync import CONDITION, PodCondition, WorkerPod, plan
 from warden.render.pods import Manifest
 from warden.slurm import Node, SlurmError
-from warden.slurmrest import SlurmRest, mint_token
+from warden.slurmrest import SlurmRest, SlurmUnreachable, mint_token
+from warden.status import UNRESPONSIVE, Slurmctld
 
 log = logging.getLogger(__name__)
 
 TOKEN_LIFETIME_S = 300
+#: seconds to wait for slurmrestd: longer than Slurm's MessageTimeout (10 s), so that when slurmctld does
+#: not answer, slurmrestd's own words say so
+REST_TIMEOUT_S = 15.0
 
-Refresh = Callable[[str, str, SlurmNodesStatus], None]
+Refresh = Callable[[str, str, SlurmNodesStatus | None, Slurmctld | None], None]
 
 
 @dataclass(frozen=True)
@@ -147,12 +151,21 @@ class SlurmSync:
             log.warning("SlurmCluster %s/%s: Secret %s has no %s", namespace, name, names.jwt_key, naming.JWT_KEY)
             return True
         key = base64.b64decode(encoded)
-        rest = SlurmRest(names.restapi_url, token=lambda: mint_token(key, "slurm", TOKEN_LIFETIME_S))
+        rest = SlurmRest(
+            names.restapi_url, token=lambda: mint_token(key, "slurm", TOKEN_LIFETIME_S), timeout=REST_TIMEOUT_S
+        )
         try:
             nodes = rest.nodes()  # before the pods: see nodesync.plan
+            rest.look_up_absent_job()  # the job lock users need answers too
+        except SlurmUnreachable as e:
+            log.warning("SlurmCluster %s/%s: %s", namespace, name, e)
+            self._tell_slurmctld(body, Slurmctld(answers=False, why=str(e)))
+            return True
         except SlurmError as e:
             log.warning("SlurmCluster %s/%s: %s", namespace, name, e)
             return True
+        slurmctld = Slurmctld(answers=True)
+        self._tell_slurmctld(body, slurmctld)
         now = datetime.datetime.now(datetime.UTC)
         raw_pods = api.list("v1", "Pod", namespace, names.selector("worker"))
         pods = [worker_pod(p, now) for p in raw_pods]
@@ -184,12 +197,25 @@ class SlurmSync:
             api.post_event(Event(Ref.of(body), "WorkerRecreated", note, Ref.pod(namespace, pod_name)))
         for event in todo.events:
             api.post_event(Event(Ref.of(body), event.reason, event.message, Ref.pod(namespace, event.pod)))
-        self.refresh(namespace, name, todo.summary)
+        self.refresh(namespace, name, todo.summary, slurmctld)
         # last: the groups' sizes and templates, read once for both planners
         sets = api.list(f"{API_GROUP}/{API_VERSION}", WORKER_SET_KIND, namespace, names.selector("worker"))
         leaving = self._scale_in(body, rest, nodes, sets, raw_pods, now)
         self._roll(body, rest, nodes, sets, raw_pods, leaving)
         return True
+
+    def _tell_slurmctld(self, body: Manifest, slurmctld: Slurmctld) -> None:
+        """An Event when slurmctld stopped or started answering again, as told by the status this round
+        changes (level-based: an operator restarted mid-hang says nothing twice); the status of a hang."""
+        conditions = (body.get("status") or {}).get("conditions") or []
+        was_stuck = any(c.get("type") == "ControllerReady" and c.get("reason") == UNRESPONSIVE for c in conditions)
+        if not slurmctld.answers and not was_stuck:
+            self.applier.post_event(Event(Ref.of(body), "SlurmctldUnresponsive", slurmctld.why))
+        elif slurmctld.answers and was_stuck:
+            self.applier.post_event(Event(Ref.of(body), "SlurmctldResponsive", "slurmctld answers node and job reads"))
+        if not slurmctld.answers:
+            meta = body["metadata"]
+            self.refresh(meta["namespace"], meta["name"], None, slurmctld)
 
     def _scale_in(
         self,

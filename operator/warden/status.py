@@ -30,6 +30,19 @@ class Workload:
 
 
 @dataclass(frozen=True)
+class Slurmctld:
+    """Whether slurmctld answered the operator's reads through slurmrestd this round (``warden.slurmsync``):
+    a node read and a job read. ``why``: what did not answer, when it did not."""
+
+    answers: bool
+    why: str = ""
+
+
+#: ControllerReady's reason while slurmctld's pod may be Ready but slurmctld answers no reads
+UNRESPONSIVE = "SlurmctldUnresponsive"
+
+
+@dataclass(frozen=True)
 class Observed:
     controller: Workload = Workload()
     restapi: Workload = Workload()
@@ -41,6 +54,8 @@ class Observed:
     health_report: dict[str, Any] | None = None
     #: what slurmctld said of the worker nodes (warden.nodesync); None: not asked this time
     slurm: SlurmNodesStatus | None = None
+    #: whether slurmctld answered reads; None: not asked this time (the last answer stands)
+    slurmctld: Slurmctld | None = None
 
 
 def _condition(
@@ -107,9 +122,22 @@ def fold(
             return cond(type_, True, f"{reason}Ready", f"{what} is ready")
         return cond(type_, False, f"{reason}NotReady", f"{waiting_for or what} is not ready yet")
 
-    # Controller
+    # Controller: its pod's readiness, unless slurmctld itself was found not answering reads (its pod
+    # may be Ready for a while then). The last such finding stands until the Slurm sync asks again.
     c = observed.controller
-    controller = daemon("ControllerReady", c, "Slurmctld", "slurmctld")
+    before = prev.get("ControllerReady")
+    if observed.slurmctld is not None and not observed.slurmctld.answers:
+        controller = cond(
+            "ControllerReady",
+            False,
+            UNRESPONSIVE,
+            f"slurmctld does not answer: {observed.slurmctld.why}; users' commands hang too. Its liveness probe "
+            "restarts it after about a minute",
+        )
+    elif observed.slurmctld is None and before is not None and before.reason == UNRESPONSIVE:
+        controller = cond("ControllerReady", False, UNRESPONSIVE, before.message)
+    else:
+        controller = daemon("ControllerReady", c, "Slurmctld", "slurmctld")
 
     # Login
     lg = observed.login

@@ -30,6 +30,8 @@ from tests.dataplane.conftest import JailUser
 from tests.dataplane.test_metrics import scrape, value
 from tests.support.dockercluster import DockerCluster, running, wait_for
 from warden import naming
+from warden.slurmrest import SlurmRest, SlurmUnreachable, mint_token
+from warden.slurmsync import REST_TIMEOUT_S
 
 #: One CPU worker, a login node, no accounting (the default): the smallest cluster with the defect.
 SPEC = {
@@ -70,6 +72,14 @@ def _delete_as(user: JailUser, cluster: DockerCluster, job: str) -> tuple[str, f
     return out, time.monotonic() - start
 
 
+def _operators_client(cluster: DockerCluster) -> SlurmRest:
+    """The operator's Slurm client as its sync builds it (tokens for `slurm`, the sync's timeout)."""
+    key = cluster.secrets[cluster.names.jwt_key][naming.JWT_KEY].encode()
+    (pod,) = [p.name for p in cluster.pods.values() if p.component == "restapi"]
+    url = f"http://{cluster.ip(pod)}:{naming.RESTAPI_PORT}"
+    return SlurmRest(url, token=lambda: mint_token(key, "slurm", lifetime_s=60), timeout=REST_TIMEOUT_S)
+
+
 def _health(cluster: DockerCluster) -> tuple[bool, str]:
     r = cluster.exec(cluster.names.controller_pod, HEALTH, check=False, timeout=60)
     return r.ok, (r.out + r.err).strip()
@@ -91,8 +101,11 @@ def test_shipped_slurmctld_refuses_another_users_rest_delete_and_keeps_answering
     assert " rc=0" in out and "HTTP 000" not in out, f"no answer in {seconds:.0f}s: {out}"
     # slurmrestd's answer: 200, and the job's own status says Slurm refused (ESLURM_ACCESS_DENIED)
     assert "HTTP 200" in out and '"code": 2002' in out and "permission denied" in out, out
-    # and keeps answering everyone
+    # and keeps answering everyone, the operator's reads included
     assert _health(plain) == (True, ""), _health(plain)
+    rest = _operators_client(plain)
+    rest.look_up_absent_job()
+    assert [n.name for n in rest.nodes()] == plain.worker_pods("cpu")
     assert vic.ssh(f"squeue -h -j {job} -o %i").strip() == job
     # the CLI path to the same RPC is refused as cleanly
     refused = mallory.ssh(f"scancel --ctld {job} 2>&1", timeout=60)
@@ -120,6 +133,10 @@ def test_unguarded_slurm_still_freezes_is_seen_frozen_and_a_new_container_recove
         assert "UP" in plain.exec(ctl, "scontrol ping", timeout=60).out
         hung = vic.ssh("timeout 15 squeue -h; echo rc=$?", check=False, timeout=60)
         assert "rc=0" not in hung, hung
+        # the operator's reads (warden.slurmsync) are told "no answer", which makes ControllerReady
+        # False (SlurmctldUnresponsive) and posts the Event (unit and e2e tiers)
+        with pytest.raises(SlurmUnreachable, match="did not answer"):
+            _operators_client(plain).nodes()
         samples = scrape(plain)[1]
         assert value(samples, "slurm_up") == 0, {k: v for k, v in samples.items() if k[0].startswith("slurm_")}
     finally:

@@ -130,10 +130,28 @@ def test_daemon_probes_never_connect_to_slurm_or_sshd(example: str) -> None:
             if c["name"] not in ports:
                 continue
             seen.add(c["name"])
+            if c["name"] == "slurmctld":
+                continue  # probed by what users need of it, below
             for probe in ("readinessProbe", "livenessProbe"):
                 if probe in c:
                     assert c[probe]["exec"]["command"] == [naming.LISTENING_CHECK, str(ports[c["name"]])], key
     assert {"slurmctld", "slurmd", "sshd"} <= seen
+
+
+def test_a_stuck_slurmctld_is_not_ready_then_restarted_within_a_bounded_time() -> None:
+    """A stuck slurmctld listens and pings: every probe asks it for a job and a node read instead, with
+    a timeout the kubelet enforces; liveness gives up after about a minute, startup allows long
+    recoveries of large queues first."""
+    (ctld,) = containers(objects(load("cpu-only"))["StatefulSet/cpu-controller"])
+    probes = {p: ctld[p] for p in ("startupProbe", "readinessProbe", "livenessProbe")}
+    for probe in probes.values():
+        command = probe["exec"]["command"]
+        assert command[0] == naming.SLURMCTLD_HEALTH_CHECK
+        assert probe["timeoutSeconds"] > 2 * (int(command[1]) + 2), probe  # both reads and their kill
+    live = probes["livenessProbe"]
+    assert 40 <= live["periodSeconds"] * live["failureThreshold"] <= 90, live
+    assert probes["startupProbe"]["periodSeconds"] * probes["startupProbe"]["failureThreshold"] >= 300
+    assert probes["readinessProbe"]["failureThreshold"] * probes["readinessProbe"]["periodSeconds"] <= 30
 
 
 def test_workers_get_exactly_the_capabilities_the_jail_needs() -> None:

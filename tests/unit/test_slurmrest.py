@@ -166,3 +166,30 @@ def test_no_server_is_unreachable_not_a_hang() -> None:
     rest = SlurmRest("http://127.0.0.1:9", token=lambda: "T", timeout=2)
     with pytest.raises(SlurmUnreachable):
         rest.nodes()
+
+
+def test_slurmctld_silent_behind_slurmrestd_is_unreachable_and_an_absent_job_is_an_answer(
+    server: tuple[FakeSlurmrestd, str],
+) -> None:
+    """slurmrestd answers for slurmctld when slurmctld does not: its own timeout's words (the shape of
+    its reply after Slurm's MessageTimeout) mean no answer, as a request that timed out does."""
+    fake, url = server
+    timed_out = {
+        "errors": [{"description": "Failed to query nodes", "error": "Socket timed out on send/recv operation"}]
+    }
+    fake.replies[("GET", "/slurm/v0.0.42/nodes")] = (500, timed_out)
+    absent = {"errors": [{"description": "Unable to query JobId=2147483646", "error": "Invalid job id specified"}]}
+    fake.replies[("GET", "/slurm/v0.0.42/job/2147483646")] = (500, absent)
+    rest = SlurmRest(url, token=lambda: "T")
+    with pytest.raises(SlurmUnreachable, match=r"slurmctld did not answer slurmrestd: .*Socket timed out"):
+        rest.nodes()
+    rest.look_up_absent_job()  # "no such job" is slurmctld answering
+    fake.replies[("GET", "/slurm/v0.0.42/job/2147483646")] = (500, timed_out)
+    with pytest.raises(SlurmUnreachable):
+        rest.look_up_absent_job()
+    fake.replies[("GET", "/slurm/v0.0.42/job/2147483646")] = (
+        401,
+        {"errors": [{"description": "Authentication failure"}]},
+    )
+    with pytest.raises(SlurmRestError, match="HTTP 401"):
+        rest.look_up_absent_job()

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from warden.model import DrainedNode, SlurmClusterSpec, SlurmClusterStatus, SlurmNodesStatus, parse_spec
-from warden.status import Observed, Workload, fold, invalid_spec_status
+from warden.status import UNRESPONSIVE, Observed, Slurmctld, Workload, fold, invalid_spec_status
 
 SPEC = parse_spec(
     {
@@ -225,3 +225,24 @@ def test_an_autoscaled_group_wants_what_its_statefulset_says_now() -> None:
     grown = Observed(**{**observed.__dict__, "workers": {"cpu": Workload(True, 5, 3)}})
     status = fold(spec, 1, grown, None, T0)
     assert status.workers == "3/5" and status.worker_groups[0].replicas == 5
+
+
+def test_a_slurmctld_that_answers_no_reads_is_not_ready_until_it_answers_again() -> None:
+    """Its pod is Ready (a stuck slurmctld still listens): the Slurm sync's finding decides, and stands
+    across the refreshes in between (observed None) until the sync asks again."""
+    first = fold(SPEC, 3, ready_cluster(), None, T0)
+    stuck = Observed(**{**ready_cluster().__dict__, "slurmctld": Slurmctld(False, "list nodes: Socket timed out")})
+    status = fold(SPEC, 3, stuck, first, T1)
+    controller = next(c for c in status.conditions if c.type == "ControllerReady")
+    assert (controller.status, controller.reason) == ("False", UNRESPONSIVE)
+    assert "list nodes: Socket timed out" in controller.message and controller.last_transition_time == T1
+    assert status.phase == "Degraded" and "ControllerReady" in status.conditions[0].message
+    # a child changed meanwhile: no new finding, the last one stands (even once the pod is not Ready)
+    between = Observed(**{**ready_cluster().__dict__, "controller": Workload(True, 1, 0)})
+    still = fold(SPEC, 3, between, status, "2026-11-22T00:06:00Z")
+    again = next(c for c in still.conditions if c.type == "ControllerReady")
+    assert (again.reason, again.message, again.last_transition_time) == (UNRESPONSIVE, controller.message, T1)
+    # the sync finds it answering: back to the pod's own readiness
+    answers = Observed(**{**ready_cluster().__dict__, "slurmctld": Slurmctld(True)})
+    back = fold(SPEC, 3, answers, still, "2026-11-22T00:07:00Z")
+    assert conditions(back)["ControllerReady"] == "True" and back.phase == "Ready"

@@ -8,7 +8,6 @@ from warden.render.pods import (
     Manifest,
     claim_spec,
     claim_template,
-    daemon_probes,
     dns_config,
     jail_volume,
     mount,
@@ -17,6 +16,7 @@ from warden.render.pods import (
     service,
     slurm_mounts,
     slurm_volumes,
+    slurmctld_probes,
     statefulset,
 )
 
@@ -49,7 +49,7 @@ def controller_statefulset(cluster: Cluster) -> Manifest:
             # auth/jwt: slurmctld checks the tokens slurmrestd passes on (the entrypoint copies it)
             mount("jwt-key", naming.JWT_KEY_DIR, read_only=True),
         ],
-        **daemon_probes(naming.SLURMCTLD_PORT, liveness_delay=30),
+        **slurmctld_probes(),
         "resources": resources(spec.controller.resources),
     }
     labels = names.labels(COMPONENT)

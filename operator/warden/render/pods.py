@@ -120,6 +120,39 @@ def daemon_probes(port: int, liveness_delay: int) -> Manifest:
     }
 
 
+#: seconds slurmctld has to answer each of the probe's reads (Slurm's own MessageTimeout is 10)
+SLURMCTLD_ANSWER_SECONDS = 8
+
+
+def slurmctld_probes() -> Manifest:
+    """slurmctld's probes: each runs ``naming.SLURMCTLD_HEALTH_CHECK``, a job read and a node read
+    that must each answer within ``SLURMCTLD_ANSWER_SECONDS`` (a listening port or a ping is not
+    enough: a slurmctld stuck on a lock listens and pings while every user's command hangs).
+
+    - startup: up to 10 minutes to recover its state (large queues), checked every 10 s;
+    - readiness: not Ready from the second failed check (20 s);
+    - liveness: restarted after three failed checks in a row (about 60 s stuck), then the pod's
+      grace period. The Service is headless and publishes not-ready addresses: slurmd and the clients
+      still resolve it while it is not Ready.
+    """
+    seconds = SLURMCTLD_ANSWER_SECONDS
+
+    def probe(period: int, failures: int) -> Manifest:
+        return {
+            "exec": {"command": [naming.SLURMCTLD_HEALTH_CHECK, str(seconds)]},
+            "periodSeconds": period,
+            "failureThreshold": failures,
+            # both reads, each with its bound and the kill's 2 s, and room to start the commands
+            "timeoutSeconds": 2 * (seconds + 2) + 5,
+        }
+
+    return {
+        "startupProbe": probe(period=10, failures=60),
+        "readinessProbe": probe(period=10, failures=2),
+        "livenessProbe": probe(period=20, failures=3),
+    }
+
+
 def dns_config(cluster: Cluster) -> Manifest:
     """Short Slurm node names and the controller resolve from every pod of the cluster."""
     ns = cluster.namespace
