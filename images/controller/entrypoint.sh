@@ -49,7 +49,8 @@ reload() {
     fi
 }
 warden_follow "$config_hash" reload "$WARDEN_CONFIG_DIR"
-trap 'kill -TERM "$ctld_pid" "$follow_pid" 2>/dev/null' TERM INT
+# CONT: a slurmctld stopped in its tracks takes the TERM too (the kubelet's SIGKILL follows the grace period)
+trap 'kill -TERM "$ctld_pid" "$follow_pid" 2>/dev/null; kill -CONT "$ctld_pid" 2>/dev/null' TERM INT
 set +e
 wait "$ctld_pid"
 rc=$?

@@ -920,6 +920,53 @@ def test_controller_pod_deleted_keeps_the_queue_and_jobs_complete(installed: Ins
     assert out.stdout.split() == ["done"] * len(jobs), out.stderr
 
 
+def _controller_condition(installed: Installed) -> dict[str, Any]:
+    status = installed.kube.json("-n", installed.namespace, "get", "slurmcluster", NAME).get("status", {})
+    return next((c for c in status.get("conditions", []) if c["type"] == "ControllerReady"), {})
+
+
+def test_a_stuck_controller_is_reported_then_restarted_by_its_liveness_probe(installed: Installed) -> None:
+    """slurmctld stopped in its tracks (SIGSTOP: it still listens, its port still takes connections, as
+    with the lock a user's REST call once left held): the SlurmCluster says so (ControllerReady False,
+    SlurmctldUnresponsive, a Warning Event), its liveness probe restarts the container, and users get
+    the cluster back by themselves with its queue: a job queued before is still there, sbatch works."""
+    kube, ns = installed.kube, installed.namespace
+    pod = f"{NAME}-controller-0"
+    held = installed.ssh("sbatch --parsable --hold --wrap true")
+    assert held.returncode == 0, held.stderr
+    job = held.stdout.strip().split(";")[0]
+    restarts = installed.restarts()[pod]
+    t0 = time.monotonic()
+    kube.kubectl("-n", ns, "exec", pod, "-c", "slurmctld", "--", "sh", "-c",
+                 f"kill -STOP $(cat {naming.SLURM_RUN_DIR}/slurmctld.pid)")  # fmt: skip
+    cond = _eventually(
+        "ControllerReady False: SlurmctldUnresponsive",
+        lambda: (c := _controller_condition(installed)).get("reason") == "SlurmctldUnresponsive" and c,
+        timeout=90,
+    )
+    assert cond["status"] == "False" and "did not answer" in cond["message"], cond
+    _eventually("a SlurmctldUnresponsive Event", lambda: _events(installed, "SlurmctldUnresponsive"), timeout=30)
+    _eventually(
+        "the liveness probe restarting slurmctld's container",
+        lambda: installed.restarts().get(pod, ("", 0))[1] > restarts[1],
+        timeout=240,
+        interval=3,
+    )
+    assert installed.restarts()[pod][0] == restarts[0], "the pod was replaced, not its container restarted"
+    accepted = _eventually(
+        "a user's sbatch accepted again",
+        lambda: (r := installed.ssh("sbatch --parsable --wrap true")).returncode == 0 and r,
+        timeout=180,
+        interval=3,
+    )
+    print(f"\nslurmctld stopped -> a user's sbatch accepted again: {time.monotonic() - t0:.0f}s")
+    assert accepted.stdout.strip()
+    assert job in _job_states(installed), "the queue was lost"
+    _eventually("ControllerReady True again", lambda: _controller_condition(installed).get("status") == "True", 60)
+    _eventually("a SlurmctldResponsive Event", lambda: _events(installed, "SlurmctldResponsive"), timeout=30)
+    installed.ssh(f"scancel {job}")
+
+
 def _worker_pods(installed: Installed) -> list[str]:
     """The cpu group's worker pods that are not on their way out."""
     pods = installed.kube.json("-n", installed.namespace, "get", "pods", "-l",
