@@ -12,6 +12,7 @@ from tests.support.dockercluster import DockerCluster
 
 
 def test_sacct_lists_finished_jobs(cluster: DockerCluster, alice: JailUser) -> None:
+    alice.add_to_accounting()  # her own jobs are private to her: slurmdbd must know her
     name = f"acct-{uuid.uuid4().hex[:8]}"
     ok = alice.ssh(f"cd && sbatch -p cpu -J {name}-ok -W --parsable --wrap 'hostname'").strip()
     bad = alice.ssh(f"cd && sbatch -p cpu -J {name}-bad -W --parsable --wrap 'exit 3'", check=False).strip()
