@@ -2,13 +2,14 @@
 SlurmCluster Ready, SSH through the login Service into the jail, a user made in the jail right after
 Ready who logs in and runs jobs (nothing restarted), a two-node batch job whose output lands in the
 jail, a second SSH key added by `helm upgrade` (the same login pod lets it in), a second user a minute
-later and a group added to both (seen in their job steps), a GPU group added
-by `helm upgrade` (its workers join with their GPUs; the login pod, not restarted, follows the new
-slurm.conf), a `--gpus` job on it, job steps on both GPU nodes at once each loading its own node's
-(stand-in) driver, the NCCL health check run from its CronJob draining the slow GPU
-node, workers scaled up and down joining and leaving Slurm, the controller pod deleted with jobs queued
-(the queue survives and they complete), and `helm uninstall` then `helm install` keeping a user's home
-and account (the default), deleting them only when asked.
+later and a group added to both (seen in their job steps), SSH that forwards nothing (`-W`, `-L`, `-R`,
+`-A`) while a terminal, scp and sftp work, jobs private to their user, a GPU group added by `helm
+upgrade` (its workers join with their GPUs; the login pod, not restarted, follows the new slurm.conf), a
+`--gpus` job on it, job steps on both GPU nodes at once each loading its own node's (stand-in) driver, no
+runtime file a user may write in sessions and job steps, the NCCL health check run from its CronJob
+draining the slow GPU node, workers scaled up and down joining and leaving Slurm, the controller pod
+deleted with jobs queued (the queue survives and they complete), and `helm uninstall` then `helm
+install` keeping a user's home and account (the default), deleting them only when asked.
 
 GPUs: the local cluster has none. Its kubelet gets STAND-IN ``nvidia.com/gpu`` devices from hack/fakegpu
 (a device plugin binding /dev/null at /dev/nvidiaN, and giving each GPU container a stand-in driver built
@@ -25,6 +26,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import socket
 import subprocess
 import time
 import uuid
@@ -36,6 +38,7 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.support import jailmounts
 from tests.support.dashboard import dashboard_expressions, load_dashboard, promql_metric_names
 from tests.support.localcluster import FAKE_GPU_RESOURCE, Kube, install_charts, wait_slurmcluster_ready
 from warden import naming
@@ -87,19 +90,28 @@ class Installed:
             if p["status"].get("phase") == "Running"
         }
 
+    def login_address(self) -> tuple[str, int]:
+        """The login Service from outside: the node's address and the Service's NodePort."""
+        svc = self.kube.json("-n", self.namespace, "get", "service", f"{NAME}-login")
+        port = next(p["nodePort"] for p in svc["spec"]["ports"] if p["name"] == "ssh")
+        node = self.kube.json("get", "nodes")["items"][0]
+        ip = next(a["address"] for a in node["status"]["addresses"] if a["type"] == "InternalIP")
+        return ip, int(port)
+
+    def ssh_options(self, key: Path | None = None, log_level: str = "ERROR") -> list[str]:
+        """Options of ssh, scp and sftp (not the port: `-p` for ssh, `-P` for the others)."""
+        return ["-i", str(key or self.key), "-o", "IdentitiesOnly=yes", "-o", "BatchMode=yes",
+                "-o", "ConnectTimeout=10", "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
+                "-o", f"LogLevel={log_level}"]  # fmt: skip
+
     def ssh(
         self, command: str, timeout: float = 60, input: str | None = None, key: Path | None = None, user: str = "root"
     ) -> subprocess.CompletedProcess[str]:
         """Run ``command`` as ``user`` (root's key unless ``key``) over SSH through the login Service
         (NodePort on the node's address)."""
-        svc = self.kube.json("-n", self.namespace, "get", "service", f"{NAME}-login")
-        port = next(p["nodePort"] for p in svc["spec"]["ports"] if p["name"] == "ssh")
-        node = self.kube.json("get", "nodes")["items"][0]
-        ip = next(a["address"] for a in node["status"]["addresses"] if a["type"] == "InternalIP")
+        ip, port = self.login_address()
         return subprocess.run(
-            ["ssh", "-i", str(key or self.key), "-p", str(port), "-o", "BatchMode=yes", "-o", "ConnectTimeout=10",
-             "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR",
-             f"{user}@{ip}", command],
+            ["ssh", *self.ssh_options(key), "-p", str(port), f"{user}@{ip}", command],
             capture_output=True, text=True, timeout=timeout, input=input,
         )  # fmt: skip
 
@@ -541,6 +553,116 @@ def test_second_user_a_minute_later_and_a_group_added_to_a_user_who_ran_jobs(ins
     assert installed.restarts() == before, "a pod was restarted or replaced"
 
 
+#: the login pod's own sshd, as the login pod reaches it: a forward that works reads its banner
+FORWARD_TARGET = "127.0.0.1:22"
+BANNER = "SSH-2.0-"
+
+
+def _sh(script: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=timeout)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_an_ordinary_users_ssh_forwards_nothing_while_sessions_scp_and_sftp_work(installed: Installed) -> None:
+    """What someone with a login key tried (issue 26), through the login Service: `ssh -W` and `ssh -L`
+    (connections made by the login pod: to slurmctld, the kubelet, the API server...), `ssh -R` (a port
+    listening in the login pod) and `ssh -A` (their agent inside the jail) are refused, for root too;
+    commands, a terminal, scp (both protocols) and sftp into the user's home work."""
+    key = installed.tmp / "id_alice"
+    ip, port = installed.login_address()
+    dest = f"alice@{ip}"
+    ssh = shlex.join(["ssh", *installed.ssh_options(key, log_level="INFO"), "-p", str(port)])
+
+    for who, command in ((dest, ssh), (f"root@{ip}", shlex.join(["ssh", *installed.ssh_options(log_level="INFO"),
+                                                                  "-p", str(port)]))):  # fmt: skip
+        w = _sh(f"sleep 3 | timeout 30 {command} -W {FORWARD_TARGET} {who}")
+        assert BANNER not in w.stdout and w.returncode == 255, (who, w)
+        assert "administratively prohibited" in w.stderr and "stdio forwarding failed" in w.stderr, (who, w)
+
+    local, err = _free_port(), installed.tmp / "local-forward.err"
+    connect = f"exec 3<>/dev/tcp/127.0.0.1/{local}"
+    forwarded = _sh(f"""
+        {ssh} -N -L 127.0.0.1:{local}:{FORWARD_TARGET} {dest} 2>{err} & pid=$!
+        for _ in $(seq 1 300); do bash -c {shlex.quote(connect)} 2>/dev/null && break; sleep 0.1; done
+        echo "through=$(timeout 10 bash -c {shlex.quote(connect + "; head -c 8 <&3")})"
+        kill $pid; wait $pid; cat {err} >&2
+    """)
+    # the client listened (its connection was accepted), and what came through it: nothing
+    assert forwarded.stdout.split() == ["through="], forwarded
+    assert "administratively prohibited" in forwarded.stderr, forwarded
+
+    remote = 20000 + uuid.uuid4().int % 10000
+    listens = f"bash -c 'exec 3<>/dev/tcp/127.0.0.1/{remote}' 2>/dev/null && echo port=open || echo port=closed"
+    r = _sh(f"timeout 60 {ssh} -o ExitOnForwardFailure=yes -R 127.0.0.1:{remote}:{FORWARD_TARGET} {dest} "
+            f"{shlex.quote(listens)}")  # fmt: skip
+    assert "port=open" not in r.stdout and r.returncode == 255, r
+    assert f"remote port forwarding failed for listen port {remote}" in r.stderr, r
+
+    agent = _sh(f"""
+        eval "$(ssh-agent -s)" >/dev/null && ssh-add -q {shlex.quote(str(key))} || exit 99
+        timeout 60 {ssh} -A {dest} 'echo "agent=${{SSH_AUTH_SOCK:-none}}"'; rc=$?
+        ssh-agent -k >/dev/null; exit $rc
+    """)
+    assert agent.returncode == 0 and "agent=none" in agent.stdout.split(), agent
+
+    # what stays: commands, a terminal, scp and sftp
+    assert installed.ssh("id -un", key=key, user="alice").stdout.strip() == "alice"
+    tty = _sh(f"timeout 60 {shlex.join(['ssh', *installed.ssh_options(key), '-p', str(port)])} -tt {dest} tty")
+    assert tty.stdout.strip().startswith("/dev/pts/"), tty
+    tag = uuid.uuid4().hex[:8]
+    up = installed.tmp / f"up-{tag}"
+    up.write_text(f"payload-{tag}\n")
+    back = [installed.tmp / f"{how}-{tag}" for how in ("scp", "old", "sftp")]
+    scp = shlex.join(["scp", *installed.ssh_options(key), "-P", str(port)])
+    sftp = shlex.join(["sftp", *installed.ssh_options(key), "-P", str(port), "-b", "-", dest])
+    copied = _sh(f"""
+        set -e
+        {scp} {up} {dest}:scp-{tag} && {scp} {dest}:scp-{tag} {back[0]}
+        {scp} -O {up} {dest}:scp-old-{tag} && {scp} -O {dest}:scp-old-{tag} {back[1]}
+        printf 'put {up} sftp-{tag}\\nget sftp-{tag} {back[2]}\\n' | {sftp} >/dev/null
+    """)
+    assert copied.returncode == 0, copied
+    assert [p.read_text() for p in back] == [f"payload-{tag}\n"] * 3
+    inside = installed.ssh(f"cat ~/scp-{tag} ~/scp-old-{tag} ~/sftp-{tag}", key=key, user="alice")
+    assert inside.stdout.split() == [f"payload-{tag}"] * 3, inside
+
+
+def test_a_user_does_not_see_another_users_jobs(installed: Installed) -> None:
+    """Jobs are private by default (`slurmConfig.privateData: [jobs, usage]`): bob does not see alice's job
+    in squeue, scontrol show job or slurmrestd with his own token, while alice and root do."""
+    alice, bob = installed.tmp / "id_alice", installed.tmp / "id_bob"
+    name = f"private-{uuid.uuid4().hex[:6]}"
+    out = installed.ssh(f"sbatch --parsable --hold -J {name} --wrap 'echo not for bob'", key=alice, user="alice")
+    assert out.returncode == 0, out.stderr
+    job = out.stdout.strip().split(";")[0]
+    url = f"http://{NAME}-restapi:6820/slurm/v0.0.42/jobs"
+    rest = ('TOKEN=$(scontrol token lifespan=300 | cut -d= -f2) && '
+            f'curl -sf -H "X-SLURM-USER-NAME: $USER" -H "X-SLURM-USER-TOKEN: $TOKEN" {url}')  # fmt: skip
+
+    def rest_jobs(key: Path, user: str) -> set[int]:
+        r = installed.ssh(rest, key=key, user=user)
+        assert r.returncode == 0, r.stderr
+        return {int(j["job_id"]) for j in json.loads(r.stdout)["jobs"]}
+
+    try:
+        listing = "squeue -h -o '%i %j %u'"
+        assert f"{job} {name} alice" in installed.ssh(listing, key=alice, user="alice").stdout.splitlines()
+        assert f"{job} {name} alice" in installed.ssh(listing).stdout.splitlines()
+        seen = installed.ssh(listing, key=bob, user="bob")
+        assert seen.returncode == 0 and job not in seen.stdout.split() and name not in seen.stdout, seen
+        shown = installed.ssh(f"scontrol show job {job}", key=bob, user="bob")
+        assert shown.returncode != 0 and name not in shown.stdout + shown.stderr, shown
+        assert int(job) in rest_jobs(alice, "alice")
+        assert int(job) not in rest_jobs(bob, "bob")
+    finally:
+        installed.ssh(f"scancel {job}", key=alice, user="alice")
+
+
 def _controller_pod(installed: Installed) -> tuple[str, int]:
     pod = installed.kube.json("-n", installed.namespace, "get", "pod", f"{NAME}-controller-0")
     restarts = sum(c.get("restartCount", 0) for c in pod["status"].get("containerStatuses", []))
@@ -718,6 +840,40 @@ def test_gpu_steps_load_their_own_nodes_driver_and_cpu_steps_none(installed: Ins
     look = "find /mnt/jail -xdev -name 'libcuda*' -o -xdev -name 'libnvidia-*'; ls -A /mnt/jail/usr/lib/warden/driver"
     on_volume = kube.kubectl("-n", ns, "exec", f"{NAME}-worker-cpu-0", "-c", "slurmd", "--", "sh", "-c", look)
     assert on_volume.split() == [], on_volume
+
+
+def test_users_can_write_no_runtime_file_in_sessions_or_job_steps(installed: Installed) -> None:
+    """The kubelet binds a world-writable file at every container's terminationMessagePath and reports
+    what it holds when the container ends: every container of the release has it in its own /run, where
+    the kubelet put it, and none in the /dev the login shows its sessions. alice walks every mount of an
+    SSH session and of job steps (on a GPU node too: its driver's binds) and may write only the reviewed
+    places (tests/support/jailmounts.py); /dev/termination-log is not there to open."""
+    kube, ns = installed.kube, installed.namespace
+    pods = kube.json("-n", ns, "get", "pods", "-l", INSTANCE)["items"]
+    paths = {(p["metadata"]["name"], c["name"]): c.get("terminationMessagePath")
+             for p in pods for c in p["spec"].get("initContainers", []) + p["spec"]["containers"]}  # fmt: skip
+    assert set(paths.values()) == {naming.TERMINATION_LOG}, paths
+    for pod, container in ((f"{NAME}-login-0", "sshd"), (f"{NAME}-worker-cpu-0", "slurmd")):
+        look = f"test -f {naming.TERMINATION_LOG} && echo present; ls /mnt/jail/dev"
+        listed = kube.kubectl("-n", ns, "exec", pod, "-c", container, "--", "sh", "-c", look).split()
+        assert listed[0] == "present" and "termination-log" not in listed, (pod, listed)
+
+    key = installed.tmp / "id_alice"
+    saved = installed.ssh("cat > ~/mountprobe.py", input=jailmounts.PROBE, key=key, user="alice")
+    assert saved.returncode == 0, saved.stderr
+    probe = jailmounts.probe_command("/home/alice/mountprobe.py")
+    runs = {"an SSH session": probe}
+    for part in ("cpu", "gpu") if installed.gpus else ("",):
+        runs[f"a job step ({part or 'default'} partition)"] = f"srun {f'-p {part} ' if part else ''}-N1 {probe}"
+    for what, command in runs.items():
+        out = installed.ssh(command, key=key, user="alice", timeout=180)
+        assert out.returncode == 0, (what, out.stderr)
+        report = jailmounts.Report.parse(out.stdout)
+        assert report.user != 0, what
+        seen = report.mount_points()
+        assert {"/", "/dev", "/dev/pts", "/proc", "/etc/hosts", naming.SLURM_RUN_DIR} <= seen, (what, sorted(seen))
+        assert jailmounts.problems(report) == [], what
+        assert report.termination_log == {"open": "No such file or directory", "create": "Permission denied"}, what
 
 
 def test_health_check_job_drains_the_slow_gpu_node(installed: Installed) -> None:
