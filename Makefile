@@ -49,7 +49,7 @@ fuzz: ## fuzz the plugin's argument parser (FUZZ_SECONDS=30; installs clang + li
 	@$(STAGE) fuzz $(MAKE) --no-print-directory -C spank fuzz
 
 # --- test tiers --------------------------------------------------------------------------------
-.PHONY: unit integration dataplane gpu-jail e2e test
+.PHONY: unit integration dataplane gpu-jail conformance e2e test
 unit: venv ## unit tier: lint, renderers, parsers, plugin helpers, the plugin's C tests (< 1 min)
 	@$(STAGE) lint $(MAKE) --no-print-directory lint
 	@$(STAGE) unit hack/pytest-tier.sh unit -q
@@ -72,6 +72,12 @@ gpu-jail: venv ## just the GPU jail: build warden/jail-gpu + populate-jail-gpu, 
 	@$(STAGE) images-gpu hack/images.sh spank jail gpu
 	@$(STAGE) gpu-jail env WARDEN_REQUIRE_GPU_JAIL=1 $(PY) -m pytest tests/dataplane/test_gpu_jail.py -q
 
+conformance: venv ## SchedMD's own test suite (Slurm 24.11.5) as an ordinary user on a dataplane cluster (docs/conformance.md)
+	@$(STAGE) docker hack/docker.sh ensure
+	@$(STAGE) base-image hack/base-image.sh
+	@$(STAGE) images hack/images.sh
+	@$(STAGE) conformance hack/pytest-tier.sh conformance -q
+
 e2e: venv ## e2e tier: helm install on a real single-node Kubernetes (local cluster, or $KUBECONFIG's)
 	@$(STAGE) docker hack/docker.sh ensure
 	@$(STAGE) base-image hack/base-image.sh
@@ -84,6 +90,7 @@ test: ## every tier, each installing what it needs
 	@$(STAGE) unit-tier $(MAKE) --no-print-directory unit
 	@$(STAGE) integration-tier $(MAKE) --no-print-directory integration
 	@$(STAGE) dataplane-tier $(MAKE) --no-print-directory dataplane
+	@$(STAGE) conformance-tier $(MAKE) --no-print-directory conformance
 	@$(STAGE) e2e-tier $(MAKE) --no-print-directory e2e
 
 # --- images ------------------------------------------------------------------------------------

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 TESTS = Path(__file__).parent
-TIERS = ("integration", "dataplane", "e2e")
+TIERS = ("integration", "dataplane", "conformance", "e2e")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

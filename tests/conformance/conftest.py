@@ -1,0 +1,100 @@
+"""Fixtures for the conformance tier: SchedMD's own test suite (Slurm 24.11.5) run as an ordinary user
+from an SSH session on the login node of a dataplane cluster (docs/conformance.md).
+
+One run per session: the cluster of the dataplane tier (its SPEC, its own run id, so it coexists with
+a dataplane run), a user `atf` made by root with warden-useradd and given an association, the suite
+unpacked in the jail's /var/tmp (one volume for every node, outside /home) with its pinned wheels in a
+venv, then the suite in local-config mode with every test of excluded.txt deselected. The tests of
+test_suite.py read the outcome back, one per suite file; the summary line ends the tier's output.
+
+Needs Docker and the images (`make conformance` builds both), and the release archive (suite.py).
+WARDEN_DATAPLANE_KEEP=1 leaves the cluster after the run, for poking at.
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conformance import suite
+from tests.dataplane.conftest import JailUser
+from tests.dataplane.spec import SPEC
+from tests.support.dockercluster import DockerCluster, DockerError, running_for_tests, sweep_stale
+
+#: the suite's test user (SchedMD's own runs call it atf too)
+USER = "atf"
+
+_failed: list[str] = []
+_report: list[str] = []
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    report = yield
+    if getattr(report, "failed", False):
+        _failed.append(item.nodeid)
+    return report
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """The suite's figures at the very end of the tier's output (and in $WARDEN_TIER_SUMMARY)."""
+    if not _report:
+        return
+    terminalreporter.section("SchedMD's test suite")
+    for line in _report:
+        terminalreporter.write_line(line)
+    suite.write_summary(_report[:1])
+
+
+@pytest.fixture(scope="session")
+def exclusions() -> list[suite.Exclusion]:
+    return suite.load_exclusions()
+
+
+@pytest.fixture(scope="session")
+def conformance(exclusions: list[suite.Exclusion]) -> Iterator[suite.Results]:
+    """The suite's run against a fresh dataplane cluster, its results read back."""
+    archive = suite.archive_path()
+    try:
+        suite.check_archive(archive)
+    except suite.ConformanceError as e:
+        pytest.fail(str(e), pytrace=False)
+    swept = sweep_stale()
+    if swept:
+        print(f"\nremoved leftovers of dead dataplane runs: {', '.join(swept)}", file=sys.stderr)
+    with running_for_tests(DockerCluster(SPEC), "conformance cluster", lambda: bool(_failed)) as c:
+        try:
+            results = _run(c, archive, exclusions)
+        except (DockerError, suite.ConformanceError) as e:
+            pytest.fail(f"the suite did not run: {e}", pytrace=False)
+        _report[:] = results.report_lines()
+        yield results
+
+
+def _run(c: DockerCluster, archive: Path, exclusions: list[suite.Exclusion]) -> suite.Results:
+    t0 = time.monotonic()
+    user = JailUser.added_by_root(c, USER)
+    user.add_to_accounting()
+    python = user.ssh("python3 -c 'import sys; print(\"%d.%d\" % sys.version_info[:2])'").strip()
+    wheels = suite.wheel_dir(python)
+    layout = suite.Layout(f"/var/tmp/conformance-{c.run_id}")
+    suite.stage(c, layout, archive, wheels, USER)
+    user.ssh(suite.install_script(layout), timeout=300)
+    prepared = time.monotonic() - t0
+    script = suite.run_script(layout, exclusions, suite.TEST_TIMEOUT, suite.RUN_TIMEOUT)
+    rc = user.ssh(script, timeout=suite.RUN_TIMEOUT + 180, check=False).strip()
+    out_dir = Path(tempfile.gettempdir()) / f"warden-conformance-{c.run_id}"
+    report, log = suite.read_back(c, layout, out_dir)
+    results = suite.Results.from_report(report, exclusions)
+    results.log, results.out_dir = log, out_dir
+    print(
+        f"\nconformance: user {USER}, Python {python} in the jail, prepared in {prepared:.0f}s; "
+        f"the suite exited {rc} after {results.seconds:.0f}s",
+        file=sys.stderr,
+    )
+    return results
