@@ -317,3 +317,71 @@ out:
 	free(mounts);
 	return rc;
 }
+
+static void forget(struct jail_return *back)
+{
+	if (back->mntns >= 0)
+		(void)close(back->mntns);
+	if (back->cwd >= 0)
+		(void)close(back->cwd);
+	back->mntns = -1;
+	back->cwd = -1;
+}
+
+int jail_view_leave(struct jail_return *back, char *err, size_t errlen)
+{
+	int rc = 0;
+
+	if (back->mntns < 0)
+		return 0;
+	/*
+	 * A thread started while this one was in the view (slurmstepd's I/O
+	 * thread for srun steps) shares its root and cwd, and setns refuses a
+	 * thread that shares them: take a copy of its own first (a no-op when
+	 * nothing is shared). That thread stays in the view.
+	 */
+	if (unshare(CLONE_FS) < 0)
+		rc = jail_fail(err, errlen, "unshare(CLONE_FS): %s",
+			       strerror(errno));
+	/* setns also sets the thread's root and cwd to the namespace's root. */
+	else if (setns(back->mntns, CLONE_NEWNS) < 0)
+		rc = jail_fail(err, errlen, "return to the node's mount "
+			       "namespace: %s", strerror(errno));
+	else if (fchdir(back->cwd) < 0)
+		rc = jail_fail(err, errlen, "return to the working directory: "
+			       "%s", strerror(errno));
+	forget(back);
+	return rc;
+}
+
+int jail_view_enter(const struct jail_config *cfg, const char *cwd,
+		    struct jail_return *back, char *err, size_t errlen,
+		    char *note, size_t notelen)
+{
+	char ignored[JAIL_ERR_MAX];
+
+	back->mntns = open("/proc/thread-self/ns/mnt", O_RDONLY | O_CLOEXEC);
+	if (back->mntns < 0)
+		return jail_fail(err, errlen, "open /proc/thread-self/ns/mnt: "
+				 "%s", strerror(errno));
+	back->cwd = open(".", O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (back->cwd < 0) {
+		jail_fail(err, errlen, "open the working directory: %s",
+			  strerror(errno));
+		forget(back);
+		return -1;
+	}
+	if (jail_enter(cfg, cwd, err, errlen, note, notelen) < 0) {
+		/* err keeps the first failure; the way back is best effort. */
+		if (jail_view_leave(back, ignored, sizeof(ignored)) < 0) {
+			size_t used = strlen(err);
+
+			if (used + 1 < errlen)
+				(void)snprintf(err + used, errlen - used,
+					       "; then could not return: %s",
+					       ignored);
+		}
+		return -1;
+	}
+	return 0;
+}

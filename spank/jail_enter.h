@@ -21,4 +21,41 @@
 int jail_enter(const struct jail_config *cfg, const char *cwd,
 	       char *err, size_t errlen, char *note, size_t notelen);
 
+/*
+ * The step's view: the calling *thread* works inside the jail for a while,
+ * then returns. slurmstepd's main thread uses it while it opens a job step's
+ * --output/--error/--input files and changes to its working directory, so
+ * those paths resolve in the jail, as the user, with the user's permissions.
+ *
+ * unshare(CLONE_NEWNS) gives only the calling thread its own file-system
+ * attributes and mount namespace; the threads the process already has
+ * (slurmstepd's message and accounting threads, which authenticate) never
+ * move. A thread the caller starts while in the view shares the view, and
+ * keeps it after the caller has left.
+ */
+struct jail_return {
+	int mntns; /* the thread's own mount namespace; -1: not in a view */
+	int cwd;   /* its working directory before the view (O_PATH) */
+};
+
+#define JAIL_RETURN_NONE { -1, -1 }
+
+/*
+ * Enter the jail as jail_enter does, after keeping in `back` the way out:
+ * the thread's mount namespace and working directory. On failure the thread
+ * is back where it was (or, if even that failed, err says so) and `back` is
+ * empty.
+ */
+int jail_view_enter(const struct jail_config *cfg, const char *cwd,
+		    struct jail_return *back, char *err, size_t errlen,
+		    char *note, size_t notelen);
+
+/*
+ * Return the calling thread to the namespace and working directory kept in
+ * `back` (setns needs CAP_SYS_ADMIN and CAP_SYS_CHROOT: the caller's
+ * effective ids must be root). Nothing to do when `back` is empty. `back`
+ * is empty afterwards, also on failure.
+ */
+int jail_view_leave(struct jail_return *back, char *err, size_t errlen);
+
 #endif /* WARDEN_JAIL_ENTER_H */

@@ -6,17 +6,30 @@
  * /tmp and /dev/shm; see README.md):
  *   required /usr/lib/warden/spank_jail.so root=/mnt/jail bind=/tmp bind=/dev/shm
  *
- * The move happens in slurm_spank_task_init_privileged: once per task, in
- * the forked child, still root, before slurmstepd drops to the user and
- * execs. slurmstepd itself stays outside (moving it breaks step
- * authentication). Then, unless the job is root's (or `seccomp=off`), the
- * task gets the seccomp filter of job_filter.h: no new namespaces, mounts,
- * bpf or perf_event_open for ordinary users. See README.md for arguments
- * and messages.
+ * Two moves, both with jail_enter.c:
+ *
+ * - The step's files (slurm_spank_init_post_opt .. slurm_spank_user_init):
+ *   slurmstepd's main thread alone enters the jail while slurmstepd opens
+ *   the step's --output/--error/--input files (as the user) and changes to
+ *   its working directory, then returns to the node's namespace before it
+ *   forks the tasks or talks to anyone. Its other threads never move.
+ *   Skipped for the extern step and for srun steps with an MPI plugin, whose
+ *   server starts in that window and must load the node's libraries.
+ * - Every task (slurm_spank_task_init_privileged): once per task, in the
+ *   forked child, still root, before slurmstepd drops to the user and execs.
+ *   Then, unless the job is root's (or `seccomp=off`), the task gets the
+ *   seccomp filter of job_filter.h: no new namespaces, mounts, bpf or
+ *   perf_event_open for ordinary users.
+ *
+ * See README.md ("Which process sees which root") for why, and for the
+ * arguments and messages.
  */
 #define _GNU_SOURCE
+#include <slurm/slurm.h>
 #include <slurm/spank.h>
 
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -30,13 +43,16 @@ SPANK_PLUGIN(spank_jail, 1);
 #define LOG_PREFIX "spank_jail: "
 
 /*
- * The only state of the plugin: the configuration parsed by
- * slurm_spank_init in slurmstepd, read by slurm_spank_task_init_privileged,
- * freed by slurm_spank_exit. SPANK offers no per-plugin context pointer, so
- * one static is needed to carry it between callbacks. NULL everywhere
- * except in slurmstepd (S_CTX_REMOTE).
+ * The only state of the plugin, in slurmstepd (S_CTX_REMOTE): the
+ * configuration parsed by slurm_spank_init (read by the later callbacks,
+ * freed by slurm_spank_exit) and, while slurmstepd's main thread works in the
+ * jail, its way back. SPANK offers no per-plugin context pointer, so one
+ * static is needed to carry them between callbacks.
  */
-static struct jail_config *jail_cfg;
+static struct {
+	struct jail_config *cfg;
+	struct jail_return back;
+} state = { NULL, JAIL_RETURN_NONE };
 
 /* Parse and validate; on failure log and return NULL. */
 static struct jail_config *load_config(int ac, char **av)
@@ -87,9 +103,113 @@ int slurm_spank_init(spank_t sp, int ac, char **av)
 		return 0;
 	}
 
-	jail_config_free(jail_cfg);
-	jail_cfg = cfg;
+	jail_config_free(state.cfg);
+	state.cfg = cfg;
 	return 0;
+}
+
+/*
+ * Whether slurmstepd may open this step's files inside the jail: every step
+ * but the extern one (no user files) and srun steps whose MPI plugin starts
+ * its server between now and the task fork (it loads the node's libraries
+ * and plugins by path). slurmstepd has already taken SLURM_MPI_TYPE out of
+ * the step's environment when it is "none".
+ */
+static bool step_files_in_jail(spank_t sp)
+{
+	char mpi[64];
+	uint32_t stepid;
+	spank_err_t rc;
+
+	rc = spank_get_item(sp, S_JOB_STEPID, &stepid);
+	if (rc != ESPANK_SUCCESS) {
+		slurm_error(LOG_PREFIX "cannot read the step id: %s",
+			    spank_strerror(rc));
+		return false;
+	}
+	if (stepid == SLURM_EXTERN_CONT)
+		return false;
+	if (stepid == SLURM_BATCH_SCRIPT)
+		return true;
+	if (spank_getenv(sp, "SLURM_MPI_TYPE", mpi, sizeof(mpi)) ==
+	    ESPANK_SUCCESS && mpi[0] && strcmp(mpi, "none") != 0) {
+		slurm_debug(LOG_PREFIX "step uses MPI plugin '%s': slurmstepd "
+			    "opens its files outside the jail", mpi);
+		return false;
+	}
+	return true;
+}
+
+/*
+ * After every plugin's slurm_spank_init: slurmstepd's main thread enters the
+ * jail (its other threads stay), so the step's output, error and input files
+ * and its working directory resolve there. Failing here fails the step.
+ */
+int slurm_spank_init_post_opt(spank_t sp, int ac, char **av)
+{
+	char cwdbuf[JAIL_PATH_MAX];
+	char err[JAIL_ERR_MAX];
+	char note[JAIL_ERR_MAX];
+	const char *cwd;
+
+	(void)ac;
+	(void)av;
+	if (!spank_remote(sp) || !state.cfg || state.cfg->disabled ||
+	    !step_files_in_jail(sp))
+		return 0;
+	/* slurmstepd's own directory (the spool), when the jail has it too. */
+	cwd = getcwd(cwdbuf, sizeof(cwdbuf)) ? cwdbuf : NULL;
+	if (jail_view_enter(state.cfg, cwd, &state.back, err, sizeof(err),
+			    note, sizeof(note)) < 0) {
+		slurm_error(LOG_PREFIX "cannot open the step's files in jail "
+			    "'%s': %s", state.cfg->root, err);
+		return -1;
+	}
+	slurm_debug(LOG_PREFIX "slurmstepd opens the step's files in the jail");
+	return 0;
+}
+
+/*
+ * Back to the node's namespace. slurmstepd runs slurm_spank_user_init as the
+ * user (effective ids only; the real and saved uid stay root), and setns
+ * needs root's capabilities: take the effective uid back for the call.
+ */
+static int leave_view(const char *when)
+{
+	char err[JAIL_ERR_MAX];
+	uid_t euid = geteuid();
+	int rc;
+
+	if (state.back.mntns < 0)
+		return 0;
+	if (euid != 0 && seteuid(0) < 0) {
+		slurm_error(LOG_PREFIX "%s: cannot become root to leave the "
+			    "jail: %m", when);
+		return -1;
+	}
+	rc = jail_view_leave(&state.back, err, sizeof(err));
+	if (rc < 0)
+		slurm_error(LOG_PREFIX "%s: %s", when, err);
+	if (euid != 0 && seteuid(euid) < 0) {
+		slurm_error(LOG_PREFIX "%s: cannot return to uid %u: %m", when,
+			    (unsigned int)euid);
+		rc = -1;
+	}
+	return rc;
+}
+
+/*
+ * slurmstepd has opened the step's files and changed to its working
+ * directory (as the user), and is about to fork the tasks: its main thread
+ * returns to the node before anything else happens.
+ */
+int slurm_spank_user_init(spank_t sp, int ac, char **av)
+{
+	(void)ac;
+	(void)av;
+	if (!spank_remote(sp))
+		return 0;
+	return leave_view("after opening the step's files");
 }
 
 /* The task's working directory: PWD of the job, else slurmstepd's cwd. */
@@ -144,29 +264,37 @@ int slurm_spank_task_init_privileged(spank_t sp, int ac, char **av)
 
 	(void)ac;
 	(void)av;
-	if (!spank_remote(sp) || !jail_cfg || jail_cfg->disabled)
+	if (!spank_remote(sp) || !state.cfg || state.cfg->disabled)
 		return 0;
 
 	cwd = task_cwd(sp, cwdbuf, sizeof(cwdbuf));
-	if (jail_enter(jail_cfg, cwd, err, sizeof(err), note,
+	if (jail_enter(state.cfg, cwd, err, sizeof(err), note,
 		       sizeof(note)) < 0) {
 		slurm_error(LOG_PREFIX "cannot enter jail '%s': %s",
-			    jail_cfg->root, err);
+			    state.cfg->root, err);
 		return -1;
 	}
 	if (note[0])
 		slurm_info(LOG_PREFIX "%s", note);
-	if (!jail_cfg->seccomp_off && filter_task(sp) < 0)
+	if (!state.cfg->seccomp_off && filter_task(sp) < 0)
 		return -1;
 	return 0;
 }
 
+/*
+ * The end of the step (slurmstepd's main thread, root). It is still in the
+ * jail only when the step failed before slurm_spank_user_init (a file it
+ * could not open): it returns before slurmstepd reports the failure.
+ */
 int slurm_spank_exit(spank_t sp, int ac, char **av)
 {
+	int rc;
+
 	(void)sp;
 	(void)ac;
 	(void)av;
-	jail_config_free(jail_cfg);
-	jail_cfg = NULL;
-	return 0;
+	rc = leave_view("at the end of the step");
+	jail_config_free(state.cfg);
+	state.cfg = NULL;
+	return rc;
 }

@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -169,6 +170,149 @@ static void enter_full(void)
 	jail_config_free(cfg);
 }
 
+/*
+ * What slurmstepd's other threads see while its main thread works in the
+ * jail: a second thread looks at the node's root when told to.
+ */
+struct observer {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	int asked;   /* requests made */
+	int answered;
+	bool sees_host;
+	bool sees_jail;
+	bool stop;
+};
+
+static void *observe(void *arg)
+{
+	struct observer *o = arg;
+
+	pthread_mutex_lock(&o->lock);
+	while (!o->stop) {
+		if (o->answered < o->asked) {
+			o->sees_host = exists(host_marker);
+			o->sees_jail = exists("/jail-marker");
+			o->answered = o->asked;
+			pthread_cond_broadcast(&o->cond);
+		}
+		pthread_cond_wait(&o->cond, &o->lock);
+	}
+	pthread_mutex_unlock(&o->lock);
+	return NULL;
+}
+
+static void ask(struct observer *o)
+{
+	pthread_mutex_lock(&o->lock);
+	o->asked++;
+	pthread_cond_broadcast(&o->cond);
+	while (o->answered < o->asked)
+		pthread_cond_wait(&o->cond, &o->lock);
+	pthread_mutex_unlock(&o->lock);
+}
+
+static void step_view(void)
+{
+	char root_arg[128], b1[256], path[256], cwd[512];
+	char *argv[2] = { root_arg, b1 };
+	char err[JAIL_ERR_MAX], note[JAIL_ERR_MAX];
+	struct jail_return back = JAIL_RETURN_NONE;
+	struct observer o = { PTHREAD_MUTEX_INITIALIZER,
+			      PTHREAD_COND_INITIALIZER, 0, 0, false, false,
+			      false };
+	struct observer in_view = { PTHREAD_MUTEX_INITIALIZER,
+				    PTHREAD_COND_INITIALIZER, 0, 0, false,
+				    false, false };
+	struct jail_config *cfg;
+	pthread_t thr, late;
+	int fd, rc;
+
+	snprintf(root_arg, sizeof(root_arg), "root=%s", jail);
+	snprintf(b1, sizeof(b1), "bind=%s:/scratch/local", src);
+	cfg = config(2, argv);
+	if (pthread_create(&thr, NULL, observe, &o) != 0)
+		die("pthread_create");
+	if (chdir(src) < 0)
+		die("chdir");
+
+	rc = jail_view_enter(cfg, "/home/alice", &back, err, sizeof(err),
+			     note, sizeof(note));
+	ok(rc == 0, "jail_view_enter succeeds in a threaded process (%s)",
+	   rc ? err : "no error");
+	if (rc)
+		goto out;
+	ok(exists("/jail-marker") && !exists(host_marker),
+	   "the calling thread sees the jail");
+	ok(getcwd(cwd, sizeof(cwd)) && strcmp(cwd, "/home/alice") == 0,
+	   "its working directory is /home/alice in the jail (got %s)", cwd);
+	ask(&o);
+	ok(o.sees_host && !o.sees_jail,
+	   "another thread of the process still sees the node's root");
+	/* what slurmstepd does for `sbatch -o /var/tmp/out/o.out`, and -i */
+	mkdir_p("/var/tmp/out");
+	fd = open("/var/tmp/out/o.out", O_WRONLY | O_CREAT | O_APPEND, 0644);
+	ok(fd >= 0 && write(fd, "out\n", 4) == 4,
+	   "a file opened now is created in the jail");
+	if (fd >= 0)
+		close(fd);
+	fd = open("/scratch/local/node-file", O_WRONLY | O_CREAT, 0644);
+	ok(fd >= 0, "a path under a node-local mount reaches that mount");
+	if (fd >= 0)
+		close(fd);
+
+	/* slurmstepd's I/O thread of an srun step starts in the view */
+	if (pthread_create(&late, NULL, observe, &in_view) != 0)
+		die("pthread_create");
+
+	rc = jail_view_leave(&back, err, sizeof(err));
+	ok(rc == 0, "jail_view_leave succeeds with a thread started in the "
+	   "view (%s)", rc ? err : "no error");
+	ask(&in_view);
+	ok(in_view.sees_jail && !in_view.sees_host,
+	   "that thread stays in the jail");
+	ok(back.mntns < 0 && back.cwd < 0, "the way back is used up");
+	ok(exists(host_marker) && !exists("/jail-marker"),
+	   "the thread sees the node's root again");
+	ok(getcwd(cwd, sizeof(cwd)) && strcmp(cwd, src) == 0,
+	   "and its old working directory %s (got %s)", src, cwd);
+	snprintf(path, sizeof(path), "%s/var/tmp/out/o.out", jail);
+	ok(exists(path), "the file is in the jail: %s", path);
+	ok(!exists("/var/tmp/out/o.out"), "and not in the node's /var/tmp");
+	snprintf(path, sizeof(path), "%s/node-file", src);
+	ok(exists(path), "the node-local file is in the mount's source");
+	ok(jail_view_leave(&back, err, sizeof(err)) == 0,
+	   "leaving again is a no-op");
+	pthread_mutex_lock(&in_view.lock);
+	in_view.stop = true;
+	pthread_cond_broadcast(&in_view.cond);
+	pthread_mutex_unlock(&in_view.lock);
+	pthread_join(late, NULL);
+out:
+	pthread_mutex_lock(&o.lock);
+	o.stop = true;
+	pthread_cond_broadcast(&o.cond);
+	pthread_mutex_unlock(&o.lock);
+	pthread_join(thr, NULL);
+	jail_config_free(cfg);
+}
+
+static void step_view_missing_root(void)
+{
+	char *argv[1] = { "root=/nonexistent/warden-jail" };
+	char err[JAIL_ERR_MAX], note[JAIL_ERR_MAX];
+	struct jail_return back = JAIL_RETURN_NONE;
+	struct jail_config *cfg = config(1, argv);
+	int rc = jail_view_enter(cfg, NULL, &back, err, sizeof(err), note,
+				 sizeof(note));
+
+	ok(rc < 0 && strstr(err, "'/nonexistent/warden-jail'"),
+	   "a view that cannot be made fails with the path: %s", err);
+	ok(back.mntns < 0 && exists(host_marker),
+	   "and the thread is back on the node's root");
+	jail_config_free(cfg);
+}
+
 static void enter_missing_cwd(void)
 {
 	char root_arg[128];
@@ -267,6 +411,8 @@ int main(void)
 	scenario("symlink inside the jail", enter_through_symlink);
 	scenario("missing jail root", enter_missing_root);
 	scenario("missing bind source", enter_missing_source);
+	scenario("step view of one thread", step_view);
+	scenario("step view that cannot be made", step_view_missing_root);
 
 	snprintf(path, sizeof(path), "%s/proc", jail);
 	{
