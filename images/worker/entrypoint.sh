@@ -125,9 +125,9 @@ fi
 # batch scripts (spool dir) and the SACK socket must be reachable from inside the jail
 warden_jail_binds "$spool:$spool:rw"
 
-# slurmstepd works in this container's root before the SPANK plugin moves the task into the jail:
-# it chdirs to the job's working directory and opens its output files there. Show the jail's
-# shared directories at the same paths here, so /home/alice/out.txt is the jail's file.
+# slurmstepd opens a step's files in the jail (the SPANK plugin moves its main thread there for it),
+# except for srun steps with an MPI plugin, which it opens in this container: show the jail's shared
+# directories at the same paths here, so /home/alice/out-0.txt is the jail's file for those too.
 for p in ${WARDEN_JAIL_SHARED:-/home /root}; do
     [ -d "$WARDEN_JAIL$p" ] || continue
     mkdir -p "$p"

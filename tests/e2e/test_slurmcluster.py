@@ -553,6 +553,52 @@ def test_second_user_a_minute_later_and_a_group_added_to_a_user_who_ran_jobs(ins
     assert installed.restarts() == before, "a pod was restarted or replaced"
 
 
+def test_a_users_batch_files_outside_home_land_in_the_jail(installed: Installed) -> None:
+    """alice's batch job names its working directory, output, error and input under the jail's
+    /var/tmp (not mounted in the worker containers, unlike /home), an array names %A_%a files, two
+    jobs append to one file, one writes into the node-local /tmp: every file is in the jail, hers,
+    with what the job saw and wrote; no worker container has the directory; an output directory she
+    cannot make fails the job. sgather and seff are in the jail too."""
+    alice = installed.tmp / "id_alice"
+    work = f"/var/tmp/e2e-io-{uuid.uuid4().hex[:8]}"
+
+    def as_alice(command: str, input: str | None = None) -> str:
+        out = installed.ssh(command, user="alice", key=alice, timeout=180, input=input)
+        assert out.returncode == 0, f"{command}: {out.stderr}"
+        return out.stdout
+
+    as_alice(f"mkdir -p {work}/made && cat > {work}/in.txt", input="from the login node\n")
+    script = "cat; pwd; id -un; echo to-stderr >&2"
+    job = as_alice(f"sbatch -W --parsable -D {work}/made -o {work}/made/o-%j.out -e {work}/new/e-%j.err "
+                   f"-i {work}/in.txt --wrap {shlex.quote(script)}").strip()  # fmt: skip
+    assert as_alice(f"cat {work}/made/o-{job}.out").splitlines() == ["from the login node", f"{work}/made", "alice"]
+    assert as_alice(f"cat {work}/new/e-{job}.err").strip() == "to-stderr"
+    assert as_alice(f"stat -c %U {work}/made/o-{job}.out {work}/new/e-{job}.err").split() == ["alice", "alice"]
+
+    array = as_alice(f"sbatch -W --parsable -a 1-2 -o {work}/arr/%A_%a.out --wrap 'echo $SLURM_ARRAY_TASK_ID'").strip()
+    assert as_alice(f"cat {work}/arr/{array}_1.out {work}/arr/{array}_2.out").split() == ["1", "2"]
+    for word in ("first", "second"):
+        as_alice(f"sbatch -W --open-mode=append -o {work}/made/log.out --wrap 'echo {word}'")
+    assert as_alice(f"cat {work}/made/log.out").split() == ["first", "second"]
+
+    node = f"{NAME}-worker-cpu-0"
+    local = as_alice(f"sbatch -W --parsable -w {node} -o /tmp/e2e-io-%j.out --wrap 'echo node-local'").strip()
+    assert as_alice(f"srun -w {node} cat /tmp/e2e-io-{local}.out").strip() == "node-local"
+
+    failed = installed.ssh(f"sbatch -W --parsable -o /{work.rsplit('/', 1)[1]}/o.out --wrap true",
+                           user="alice", key=alice, timeout=180)  # fmt: skip
+    assert failed.returncode != 0, failed.stdout
+    assert _wait_job(installed, failed.stdout.strip().split(";")[0]) == "FAILED"
+
+    for pod in (f"{NAME}-worker-cpu-0", f"{NAME}-worker-cpu-1"):
+        look = f"for p in {work} /{work.rsplit('/', 1)[1]}; do test -e $p && echo present $p; done; echo looked"
+        seen = installed.kube.kubectl("-n", installed.namespace, "exec", pod, "-c", "slurmd", "--", "sh", "-c", look)
+        assert seen.split() == ["looked"], f"{pod}: {seen}"
+    assert "Usage: sgather" in as_alice("sgather --usage")
+    assert as_alice("command -v seff").strip() == "/usr/bin/seff"
+    as_alice(f"rm -rf {work}")
+
+
 #: the login pod's own sshd, as the login pod reaches it: a forward that works reads its banner
 FORWARD_TARGET = "127.0.0.1:22"
 BANNER = "SSH-2.0-"
