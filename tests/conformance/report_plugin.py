@@ -3,7 +3,7 @@ own Python and the suite's pinned pytest): it writes one JSON file, the run's ou
 read back. Nothing of the suite is changed: this is an observer of pytest's hooks only.
 
 The file (path in $WARDEN_CONFORMANCE_REPORT) holds
-  collected: items collected (before deselection), deselected: node ids of the excluded items,
+  collected: items collected (before deselection), selected and deselected: node ids (run, excluded),
   tests: {node id: {outcome: passed|failed|error|skipped, seconds, reason, output}},
   collect_errors: {node id: text}, exitstatus, seconds (the session's wall time).
 A test failing in setup or teardown is an `error`; an expected failure (`xfail`) counts as skipped.
@@ -23,6 +23,7 @@ MAX_OUTPUT = 6000
 
 _state: dict[str, Any] = {
     "collected": 0,
+    "selected": [],
     "deselected": [],
     "tests": {},
     "collect_errors": {},
@@ -61,6 +62,7 @@ def pytest_deselected(items: list[pytest.Item]) -> None:
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
+    _state["selected"] = [item.nodeid for item in session.items]
     _state["collected"] = len(session.items) + len(_state["deselected"])
 
 

@@ -31,6 +31,7 @@ HERE = Path(__file__).resolve().parent
 EXCLUDED = HERE / "excluded.txt"
 REQUIREMENTS = HERE / "requirements.txt"
 PLUGIN = HERE / "report_plugin.py"
+DRIVER = HERE / "jail_driver.py"
 
 ARCHIVE_NAME = "slurm-testsuite-24.11.5.tar.gz"
 ARCHIVE_SHA256 = "9f988d884f2b84174fa37aa0989beb4e24aeb93b7bf7a297bf5c81aeab9428fb"
@@ -53,6 +54,10 @@ CATEGORIES = {
 #: the tier's default budgets (seconds): per suite test (pytest-timeout) and for the whole run
 TEST_TIMEOUT = int(os.environ.get("WARDEN_CONFORMANCE_TEST_TIMEOUT", "120"))
 RUN_TIMEOUT = int(os.environ.get("WARDEN_CONFORMANCE_RUN_TIMEOUT", "900"))
+#: more options for the suite's pytest, after the tier's (`-k`, another `--basetemp`: the last one wins)
+EXTRA_ARGS = shlex.split(os.environ.get("WARDEN_CONFORMANCE_ARGS", ""))
+#: the suite's test files or node ids to run (all when empty)
+SELECTED = shlex.split(os.environ.get("WARDEN_CONFORMANCE_TESTS", ""))
 
 
 class ConformanceError(RuntimeError):
@@ -206,25 +211,39 @@ class Layout:
         return f"{self.root}/testsuite.conf"
 
     @property
-    def basetemp(self) -> str:
-        return f"{self.root}/basetemp"
+    def plugins(self) -> str:
+        """report_plugin.py and jail_driver.py (the tier's own code, on the suite's PYTHONPATH)."""
+        return f"{self.root}/plugins"
 
     @property
-    def report(self) -> str:
-        return f"{self.root}/report.json"
-
-    @property
-    def log(self) -> str:
-        return f"{self.root}/suite.log"
-
-    @property
-    def junit(self) -> str:
-        return f"{self.root}/junit.xml"
+    def config(self) -> str:
+        return f"{self.root}/driver.json"
 
 
-def stage(cluster: DockerCluster, layout: Layout, archive: Path, wheels: Path, owner: str) -> None:
-    """Copy the archive, the wheels, requirements.txt, testsuite.conf and the report plugin into the
-    jail (through the login pod's jail mount), owned by `owner`."""
+def driver_config(
+    layout: Layout,
+    exclusions: Sequence[Exclusion],
+    test_timeout: int = TEST_TIMEOUT,
+    budget: int = RUN_TIMEOUT,
+    args: Sequence[str] = (),
+    tests: Sequence[str] = (),
+) -> dict[str, Any]:
+    """What jail_driver.py runs: the suite in local-config mode, every excluded test deselected."""
+    return {
+        "suite": layout.suite,
+        "out": layout.root,
+        "budget": budget,
+        "test_timeout": test_timeout,
+        "deselect": [e.target for e in exclusions],
+        "args": list(args),
+        "tests": list(tests),
+        "env": {"SLURM_TESTSUITE_CONF": layout.conf, "PYTHONPATH": layout.plugins},
+    }
+
+
+def stage(cluster: DockerCluster, layout: Layout, archive: Path, wheels: Path, owner: str, config: Any) -> None:
+    """Copy the archive, the wheels, requirements.txt, testsuite.conf, the driver, its config and the
+    report plugin into the jail (through the login pod's jail mount), owned by `owner`."""
     login = f"{cluster.names.login}-0"
     with tempfile.TemporaryDirectory(prefix="warden-conformance-stage-") as tmp:
         d = Path(tmp)
@@ -233,9 +252,12 @@ def stage(cluster: DockerCluster, layout: Layout, archive: Path, wheels: Path, o
         for w in wheels.glob("*.whl"):
             (d / "wheels" / w.name).write_bytes(w.read_bytes())
         (d / "requirements.txt").write_text(REQUIREMENTS.read_text())
-        (d / "testsuite.conf").write_text(testsuite_conf(layout.suite))
-        (d / "plugins").mkdir()
-        (d / "plugins" / PLUGIN.name).write_text(PLUGIN.read_text())
+        (d / Path(layout.conf).name).write_text(testsuite_conf(layout.suite))
+        (d / Path(layout.config).name).write_text(json.dumps(config, indent=1))
+        plugins = d / Path(layout.plugins).name
+        plugins.mkdir()
+        for f in (PLUGIN, DRIVER):
+            (plugins / f.name).write_text(f.read_text())
         target = jail_mount(cluster, login) + layout.root
         cluster.exec(login, f"mkdir -p {shlex.quote(target)}")
         docker("cp", f"{d}/.", f"{cluster.container(login)}:{target}", timeout=300)
@@ -253,24 +275,10 @@ def install_script(layout: Layout) -> str:
     )
 
 
-def run_script(layout: Layout, exclusions: Sequence[Exclusion], test_timeout: int, run_timeout: int) -> str:
-    """The test user's command line running the suite (local-config mode) as run-tests-python would,
-    every excluded test deselected, the report plugin loaded; stdout/stderr into the suite log. Ends
-    with pytest's exit status; SIGINT at `run_timeout`, so the report is still written."""
+def run_script(layout: Layout) -> str:
+    """The test user's command running the driver (with the suite's venv)."""
     q = shlex.quote
-    args = ["--local-config", "--no-color", "-p", "no:cacheprovider", "-v", "-rfE", "--disable-warnings"]
-    args += [f"--timeout={test_timeout}", f"--basetemp={layout.basetemp}", f"--junitxml={layout.junit}"]
-    args += ["-p", PLUGIN.stem]
-    for e in exclusions:
-        args += ["--deselect", e.target]
-    env = {
-        "SLURM_TESTSUITE_CONF": layout.conf,
-        "WARDEN_CONFORMANCE_REPORT": layout.report,
-        "PYTHONPATH": f"{layout.root}/plugins",
-    }
-    envs = " ".join(f"{k}={q(v)}" for k, v in env.items())
-    pytest = f"{q(layout.venv)}/bin/python -m pytest {shlex.join(args)}"
-    return f"cd {q(layout.suite)} && {envs} timeout -s INT -k 60 {run_timeout} {pytest} > {q(layout.log)} 2>&1; echo $?"
+    return f"{q(layout.venv)}/bin/python {q(layout.plugins)}/{DRIVER.name} {q(layout.config)}"
 
 
 # --- results ----------------------------------------------------------------------------------
@@ -297,7 +305,8 @@ class Results:
     collect_errors: dict[str, str]
     exitstatus: int | None
     seconds: float
-    log: str = ""
+    #: per suite file the driver ran (or did not): exitstatus, seconds, note (why it stopped)
+    files: dict[str, dict[str, Any]] = field(default_factory=dict)
     out_dir: Path | None = None
     exclusions: list[Exclusion] = field(default_factory=list)
 
@@ -314,6 +323,7 @@ class Results:
             collect_errors=dict(report["collect_errors"]),
             exitstatus=report.get("exitstatus"),
             seconds=float(report["seconds"]),
+            files=dict(report.get("files", {})),
             exclusions=list(exclusions),
         )
 
@@ -327,8 +337,13 @@ class Results:
     def in_file(self, file: str) -> list[TestResult]:
         return [t for t in self.tests.values() if t.file == file]
 
+    def note(self, file: str) -> str:
+        """Why the driver stopped a file or did not run it ("" when it ran to its end)."""
+        return str(self.files.get(file, {}).get("note", ""))
+
     def summary_line(self) -> str:
         failed = self.count("failed", "error") + len(self.collect_errors)
+        failed += sum(1 for f in self.files if self.note(f) and not self.in_file(f))
         return (
             f"conformance: {self.count('passed')} passed, {failed} failed, {self.count('skipped')} skipped, "
             f"{len(self.deselected)} excluded (of {self.collected} collected) in {self.seconds:.0f} s"
@@ -362,6 +377,7 @@ class Results:
         lines.append("  slowest: " + ", ".join(f"{t.nodeid} {t.seconds:.0f}s" for t in self.slowest(8)))
         for nodeid in self.collect_errors:
             lines.append(f"  COLLECTION ERROR {nodeid}")
+        lines += [f"  {self.note(f).upper()}: {f}" for f in self.files if self.note(f)]
         lines += [f"  {t.outcome.upper()} {t.nodeid}" for t in self.failed]
         return lines
 
@@ -371,18 +387,18 @@ def _short(reason: str, width: int = 110) -> str:
     return reason if len(reason) <= width else reason[: width - 3] + "..."
 
 
-def read_back(cluster: DockerCluster, layout: Layout, out_dir: Path) -> tuple[dict[str, Any], str]:
-    """The report JSON and the suite log, copied from the jail into `out_dir` (kept after the run)."""
+def read_back(cluster: DockerCluster, layout: Layout, out_dir: Path) -> dict[str, Any]:
+    """The driver's report.json, with the suite's log, the per-file reports and junit files, copied from
+    the jail into `out_dir` (kept after the run)."""
     login = f"{cluster.names.login}-0"
-    base = jail_mount(cluster, login)
+    base = jail_mount(cluster, login) + layout.root
     out_dir.mkdir(parents=True, exist_ok=True)
-    for name in (layout.report, layout.log, layout.junit):
-        r = docker("cp", f"{cluster.container(login)}:{base}{name}", str(out_dir), check=False, timeout=120)
-        if r.returncode != 0:
+    for name in ("report.json", "suite.log", "reports", "junit"):
+        r = docker("cp", f"{cluster.container(login)}:{base}/{name}", str(out_dir), check=False, timeout=120)
+        if r.returncode != 0 and name == "report.json":
             raise DockerError(f"copying {name} out of the jail: {r.stderr.strip()}")
-    report = json.loads((out_dir / Path(layout.report).name).read_text())
-    log = (out_dir / Path(layout.log).name).read_text(errors="replace")
-    return report, log
+    report: dict[str, Any] = json.loads((out_dir / "report.json").read_text())
+    return report
 
 
 def write_summary(lines: Iterable[str]) -> None:

@@ -4,6 +4,8 @@ excluded.txt excludes the whole file, failing with the suite's output otherwise 
 
 from __future__ import annotations
 
+import shlex
+
 import pytest
 
 from tests.conformance import suite
@@ -42,6 +44,10 @@ def test_suite_file(name: str, conformance: suite.Results, exclusions: list[suit
         pytest.fail(f"{name}: collection failed:\n{conformance.collect_errors[name]}", pytrace=False)
     results = conformance.in_file(name)
     excluded = [n for n in conformance.deselected if n.startswith(f"{name}::")]
+    if not results and not excluded and suite.SELECTED and name not in conformance.files:
+        pytest.skip(f"not run: WARDEN_CONFORMANCE_TESTS={shlex.join(suite.SELECTED)}")
+    if conformance.note(name):
+        pytest.fail(f"{name}: {conformance.note(name)} (see {conformance.out_dir}/suite.log)", pytrace=False)
     if not results and not excluded:
         pytest.fail(f"{name}: the suite ran none of its tests (see {conformance.out_dir}/suite.log)", pytrace=False)
     if not results:
