@@ -71,6 +71,7 @@ def conformance(exclusions: list[suite.Exclusion]) -> Iterator[suite.Results]:
         try:
             results = _run(c, archive, exclusions)
         except (DockerError, suite.ConformanceError) as e:
+            _report[:] = [f"conformance: the suite did not run ({str(e).splitlines()[0][:200]})"]
             pytest.fail(f"the suite did not run: {e}", pytrace=False)
         _report[:] = results.report_lines()
         yield results
