@@ -8,13 +8,14 @@
  *
  * Two moves, both with jail_enter.c:
  *
- * - The step's files (slurm_spank_init_post_opt .. slurm_spank_user_init):
- *   slurmstepd's main thread alone enters the jail while slurmstepd opens
- *   the step's --output/--error/--input files (as the user) and changes to
- *   its working directory, then returns to the node's namespace before it
- *   forks the tasks or talks to anyone. Its other threads never move.
- *   Skipped for the extern step and for srun steps with an MPI plugin, whose
- *   server starts in that window and must load the node's libraries.
+ * - The step's files: slurmstepd's main thread alone enters the jail while
+ *   slurmstepd opens the step's --output/--error/--input files (as the
+ *   user) and changes to its working directory (slurm_spank_init_post_opt
+ *   .. slurm_spank_user_init; not for srun steps with an MPI plugin, whose
+ *   server starts then and must load the node's libraries), and again while
+ *   it waits for its tasks, so the task epilogs it forks run in the jail
+ *   (the last slurm_spank_task_post_fork .. the last slurm_spank_task_exit).
+ *   Its other threads never move; never for the extern step.
  * - Every task (slurm_spank_task_init_privileged): once per task, in the
  *   forked child, still root, before slurmstepd drops to the user and execs.
  *   Then, unless the job is root's (or `seccomp=off`), the task gets the
@@ -52,7 +53,8 @@ SPANK_PLUGIN(spank_jail, 1);
 static struct {
 	struct jail_config *cfg;
 	struct jail_return back;
-} state = { NULL, JAIL_RETURN_NONE };
+	uint32_t tasks_running; /* while waiting for the tasks: not yet exited */
+} state = { NULL, JAIL_RETURN_NONE, 0 };
 
 /* Parse and validate; on failure log and return NULL. */
 static struct jail_config *load_config(int ac, char **av)
@@ -108,6 +110,21 @@ int slurm_spank_init(spank_t sp, int ac, char **av)
 	return 0;
 }
 
+/* The step's id, or SLURM_EXTERN_CONT (nothing to do) when unreadable. */
+static uint32_t step_id(spank_t sp)
+{
+	uint32_t stepid;
+	spank_err_t rc;
+
+	rc = spank_get_item(sp, S_JOB_STEPID, &stepid);
+	if (rc != ESPANK_SUCCESS) {
+		slurm_error(LOG_PREFIX "cannot read the step id: %s",
+			    spank_strerror(rc));
+		return SLURM_EXTERN_CONT;
+	}
+	return stepid;
+}
+
 /*
  * Whether slurmstepd may open this step's files inside the jail: every step
  * but the extern one (no user files) and srun steps whose MPI plugin starts
@@ -118,15 +135,8 @@ int slurm_spank_init(spank_t sp, int ac, char **av)
 static bool step_files_in_jail(spank_t sp)
 {
 	char mpi[64];
-	uint32_t stepid;
-	spank_err_t rc;
+	uint32_t stepid = step_id(sp);
 
-	rc = spank_get_item(sp, S_JOB_STEPID, &stepid);
-	if (rc != ESPANK_SUCCESS) {
-		slurm_error(LOG_PREFIX "cannot read the step id: %s",
-			    spank_strerror(rc));
-		return false;
-	}
 	if (stepid == SLURM_EXTERN_CONT)
 		return false;
 	if (stepid == SLURM_BATCH_SCRIPT)
@@ -145,28 +155,35 @@ static bool step_files_in_jail(spank_t sp)
  * jail (its other threads stay), so the step's output, error and input files
  * and its working directory resolve there. Failing here fails the step.
  */
-int slurm_spank_init_post_opt(spank_t sp, int ac, char **av)
+static int enter_view(const char *what)
 {
 	char cwdbuf[JAIL_PATH_MAX];
 	char err[JAIL_ERR_MAX];
 	char note[JAIL_ERR_MAX];
 	const char *cwd;
 
+	if (state.back.mntns >= 0)
+		return 0; /* still in the jail: nothing to do */
+	/* slurmstepd's own directory (the spool), when the jail has it too. */
+	cwd = getcwd(cwdbuf, sizeof(cwdbuf)) ? cwdbuf : NULL;
+	if (jail_view_enter(state.cfg, cwd, &state.back, err, sizeof(err),
+			    note, sizeof(note)) < 0) {
+		slurm_error(LOG_PREFIX "cannot %s in jail '%s': %s", what,
+			    state.cfg->root, err);
+		return -1;
+	}
+	slurm_debug(LOG_PREFIX "slurmstepd: %s in the jail", what);
+	return 0;
+}
+
+int slurm_spank_init_post_opt(spank_t sp, int ac, char **av)
+{
 	(void)ac;
 	(void)av;
 	if (!spank_remote(sp) || !state.cfg || state.cfg->disabled ||
 	    !step_files_in_jail(sp))
 		return 0;
-	/* slurmstepd's own directory (the spool), when the jail has it too. */
-	cwd = getcwd(cwdbuf, sizeof(cwdbuf)) ? cwdbuf : NULL;
-	if (jail_view_enter(state.cfg, cwd, &state.back, err, sizeof(err),
-			    note, sizeof(note)) < 0) {
-		slurm_error(LOG_PREFIX "cannot open the step's files in jail "
-			    "'%s': %s", state.cfg->root, err);
-		return -1;
-	}
-	slurm_debug(LOG_PREFIX "slurmstepd opens the step's files in the jail");
-	return 0;
+	return enter_view("open the step's files");
 }
 
 /*
@@ -253,6 +270,45 @@ static int filter_task(spank_t sp)
 	slurm_debug(LOG_PREFIX "seccomp filter installed (uid %u)",
 		    (unsigned int)uid);
 	return 0;
+}
+
+/*
+ * Once every task is forked (root, slurmstepd's main thread, after the last
+ * task's post-fork): the main thread waits for the tasks in the jail, so the
+ * task epilogs it forks when each task ends (`srun --task-epilog`, slurm.conf's
+ * TaskEpilog) run there, as the user, like the task prolog. Its messages to
+ * srun meanwhile find the auth socket, /run/slurm, in the jail too.
+ */
+int slurm_spank_task_post_fork(spank_t sp, int ac, char **av)
+{
+	uint32_t ntasks;
+	int taskid;
+
+	(void)ac;
+	(void)av;
+	if (!spank_remote(sp) || !state.cfg || state.cfg->disabled ||
+	    step_id(sp) == SLURM_EXTERN_CONT)
+		return 0;
+	if (spank_get_item(sp, S_TASK_ID, &taskid) != ESPANK_SUCCESS ||
+	    spank_get_item(sp, S_JOB_LOCAL_TASK_COUNT, &ntasks) !=
+	    ESPANK_SUCCESS || ntasks == 0 || taskid != (int)ntasks - 1)
+		return 0;
+	if (enter_view("wait for the tasks") < 0)
+		return -1;
+	state.tasks_running = ntasks;
+	return 0;
+}
+
+/* A task has ended and its epilogs have run: after the last, back to the node. */
+int slurm_spank_task_exit(spank_t sp, int ac, char **av)
+{
+	(void)ac;
+	(void)av;
+	if (!spank_remote(sp) || state.tasks_running == 0)
+		return 0;
+	if (--state.tasks_running > 0)
+		return 0;
+	return leave_view("after the step's tasks ended");
 }
 
 int slurm_spank_task_init_privileged(spank_t sp, int ac, char **av)

@@ -149,3 +149,16 @@ def test_an_mpi_steps_per_task_files_outside_shared_paths_are_refused(
     _owned_by_alice_nowhere_in_workers(cluster, alice)
     alice.ssh("srun -p cpu -N1 --mpi=pmi2 -o ~/mpi-%t.out sh -c 'echo in-home'")
     assert alice.ssh("cat ~/mpi-0.out; rm ~/mpi-0.out").strip() == "in-home"
+
+
+def test_task_epilogs_run_in_the_jail_as_the_user(cluster: DockerCluster, alice: JailUser, work: str) -> None:
+    """`srun --task-epilog=SCRIPT`: slurmstepd runs the script after each task ends, as the user. It
+    runs in the jail, like the task prolog and the tasks: the script is the jail's file, and it sees the
+    jail's root, not the worker container's (no /mnt/jail, no /etc/warden with the cluster's keys)."""
+    look = "id -un; test -f /etc/warden-jail-release && echo jail; test -e /mnt/jail && echo container-mnt-jail"
+    look += "; test -e /etc/warden && echo container-etc-warden"
+    epilog = f"#!/bin/sh\n{{ {look}; }} > {work}/made/epi-$SLURM_PROCID\n"
+    alice.ssh(f"cat > {work}/epi.sh && chmod 755 {work}/epi.sh", input=epilog)
+    alice.ssh(f"srun -p cpu -N2 --ntasks-per-node=1 --task-epilog={work}/epi.sh true")
+    for rank in (0, 1):
+        assert alice.ssh(f"cat {work}/made/epi-{rank}").split() == [alice.name, "jail"]
