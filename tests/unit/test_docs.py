@@ -9,7 +9,7 @@ from collections import Counter
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-TIERS = ("unit", "integration", "dataplane", "e2e")
+TIERS = ("unit", "integration", "dataplane", "conformance", "e2e")
 
 
 def _collected() -> Counter[str]:
@@ -36,7 +36,9 @@ def _collected() -> Counter[str]:
 def test_readme_test_counts_are_what_pytest_collects() -> None:
     readme = (REPO / "README.md").read_text()
     counts = _collected()
-    stated = re.search(r"unit (\d+), integration (\d+),\s+dataplane (\d+), e2e (\d+) tests", readme)
+    stated = re.search(
+        r"unit (\d+), integration (\d+),\s+dataplane (\d+), conformance (\d+) \([^)]*\), e2e (\d+) tests", readme
+    )
     assert stated, "README: the line with the test counts per tier is gone"
     assert dict(zip(TIERS, map(int, stated.groups()), strict=True)) == {t: counts[t] for t in TIERS}
     # the sample of `make test` output: the unit and e2e tiers' "N passed"
