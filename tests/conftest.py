@@ -6,6 +6,9 @@ from pathlib import Path
 
 import pytest
 
+#: which tests failed, for the tiers that keep a cluster's logs then (tests/support/failures.py)
+pytest_plugins = ["tests.support.failures"]
+
 TESTS = Path(__file__).parent
 TIERS = ("integration", "dataplane", "conformance", "e2e")
 

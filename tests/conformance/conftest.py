@@ -22,23 +22,15 @@ from pathlib import Path
 import pytest
 
 from tests.conformance import suite
-from tests.dataplane.conftest import JailUser
 from tests.dataplane.spec import SPEC
+from tests.support import failures
 from tests.support.dockercluster import DockerCluster, DockerError, running_for_tests, sweep_stale
+from tests.support.jailuser import JailUser
 
 #: the suite's test user (SchedMD's own runs call it atf too)
 USER = "atf"
 
-_failed: list[str] = []
 _report: list[str] = []
-
-
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
-    report = yield
-    if getattr(report, "failed", False):
-        _failed.append(item.nodeid)
-    return report
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
@@ -67,7 +59,7 @@ def conformance(exclusions: list[suite.Exclusion]) -> Iterator[suite.Results]:
     swept = sweep_stale()
     if swept:
         print(f"\nremoved leftovers of dead dataplane runs: {', '.join(swept)}", file=sys.stderr)
-    with running_for_tests(DockerCluster(SPEC), "conformance cluster", lambda: bool(_failed)) as c:
+    with running_for_tests(DockerCluster(SPEC), "conformance cluster", failures.any_failed) as c:
         try:
             results = _run(c, archive, exclusions)
         except (DockerError, suite.ConformanceError) as e:

@@ -17,8 +17,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.dataplane.conftest import JailUser
 from tests.support.dockercluster import DockerCluster
+from tests.support.jailuser import JailUser
 
 q = shlex.quote
 

@@ -26,9 +26,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.dataplane.conftest import JailUser
 from tests.dataplane.test_metrics import scrape, value
 from tests.support.dockercluster import DockerCluster, running, wait_for
+from tests.support.jailuser import JailUser
 from warden import naming
 from warden.slurmrest import SlurmRest, SlurmUnreachable, mint_token
 from warden.slurmsync import REST_TIMEOUT_S

@@ -16,9 +16,9 @@ from contextlib import contextmanager
 
 import pytest
 
-from tests.dataplane.conftest import JailUser
 from tests.dataplane.spec import SPEC
 from tests.support.dockercluster import DockerCluster, wait_for
+from tests.support.jailuser import JailUser
 from warden import naming
 from warden.model import parse_spec
 

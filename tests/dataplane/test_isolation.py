@@ -16,8 +16,8 @@ import uuid
 
 import pytest
 
-from tests.dataplane.conftest import JailUser
 from tests.support.dockercluster import DockerCluster
+from tests.support.jailuser import JailUser
 
 q = shlex.quote
 

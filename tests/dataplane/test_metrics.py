@@ -18,8 +18,8 @@ from collections.abc import Callable, Iterator
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.dataplane.conftest import JailUser
 from tests.support.dockercluster import DockerCluster, wait_for
+from tests.support.jailuser import JailUser
 from warden import naming
 from warden.health.check import REASON_PREFIX
 

@@ -8,8 +8,8 @@ import uuid
 
 import pytest
 
-from tests.dataplane.conftest import JailUser
 from tests.support.dockercluster import DockerCluster, wait_for
+from tests.support.jailuser import JailUser
 from warden import naming
 from warden.slurmrest import SlurmRest, mint_token
 

@@ -28,8 +28,8 @@ from collections.abc import Callable, Iterator, Mapping
 
 import pytest
 
-from tests.dataplane.conftest import JailUser
 from tests.support.dockercluster import DockerCluster, wait_for
+from tests.support.jailuser import JailUser
 from warden import naming
 from warden.slurm import SlurmNodeUnknown
 from warden.slurmrest import SlurmRest, SlurmRestError, mint_token

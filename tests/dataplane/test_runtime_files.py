@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import pytest
 
-from tests.dataplane.conftest import JailUser
 from tests.support import jailmounts
 from tests.support.dockercluster import DockerCluster
+from tests.support.jailuser import JailUser
 from warden import naming
 
 PROBE = "mountprobe.py"

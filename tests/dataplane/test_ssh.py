@@ -7,8 +7,8 @@ import copy
 import shlex
 import uuid
 
-from tests.dataplane.conftest import JailUser
 from tests.support.dockercluster import DockerCluster, Exec, wait_for
+from tests.support.jailuser import JailUser
 from warden.model import parse_spec
 from warden.render import configmaps
 from warden.render.context import Cluster
