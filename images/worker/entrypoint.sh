@@ -1,6 +1,5 @@
 #!/bin/bash
-# slurmd as a dynamic node: `slurmd -D -Z --conf "$WARDEN_SLURMD_CONF"`; slurmd's and every
-# slurmstepd's log on stderr (slurmd -L names this script's stderr).
+# slurmd as a dynamic node: `slurmd -D -Z --conf "$WARDEN_SLURMD_CONF"`, logs on stderr.
 # Extra arguments go to slurmd; `-V`/`--help` print and exit without any configuration.
 #   WARDEN_SLURMD_CONF   node line (CPUs=.. RealMemory=.. Gres=.. Feature=warden-group-<g>), required
 #   WARDEN_NODE_NAME     Slurm node name (default: the pod's hostname)
@@ -155,21 +154,8 @@ fi
 node_args=()
 [ -n "${WARDEN_NODE_NAME:-}" ] && node_args=(-N "$WARDEN_NODE_NAME")
 warden_log "starting slurmd $(slurmd -V | awk '{print $2}') as dynamic node $node: $WARDEN_SLURMD_CONF"
-# One log for slurmd and every slurmstepd: slurmd gives each slurmstepd /dev/null as stderr, so what a
-# step's slurmstepd says (an output file it cannot open, a SPANK plugin's error) reaches no log unless
-# slurmd names a log file, which slurmstepd writes too: this script's own stderr, the container's log.
-# With -D slurmd also logs to its stderr, which would print every line twice: that goes to a FIFO whose
-# last lines are kept and shown only if slurmd fails (what it said before it opened the log: a
-# configuration it could not read).
-slurmd_stderr=/run/warden/slurmd-stderr
-install -d -m 0755 /run/warden
-rm -f "$slurmd_stderr" "$slurmd_stderr.last"
-mkfifo -m 0600 "$slurmd_stderr"
-tail -n 40 <"$slurmd_stderr" >"$slurmd_stderr.last" &
-stderr_pid=$!
 # shellcheck disable=SC2086
-slurmd -D -Z "${node_args[@]}" --conf "$WARDEN_SLURMD_CONF" -L "/proc/$$/fd/2" ${WARDEN_SLURMD_ARGS:-} "$@" \
-    2>"$slurmd_stderr" &
+slurmd -D -Z "${node_args[@]}" --conf "$WARDEN_SLURMD_CONF" ${WARDEN_SLURMD_ARGS:-} "$@" &
 slurmd_pid=$!
 
 # A changed ConfigMap (new partition, gres, extraLines): new files here and in the jail, then SIGHUP,
@@ -239,10 +225,5 @@ trap leave TERM INT
 set +e
 wait "$slurmd_pid"
 rc=$?
-wait "$stderr_pid"
 warden_log "slurmd exited (status $rc)"
-if [ "$rc" -ne 0 ] && [ -s "$slurmd_stderr.last" ]; then
-    warden_log "slurmd's last words on stderr:"
-    cat "$slurmd_stderr.last" >&2
-fi
 exit "$rc"
