@@ -72,7 +72,7 @@ gpu-jail: venv ## just the GPU jail: build warden/jail-gpu + populate-jail-gpu, 
 	@$(STAGE) images-gpu hack/images.sh spank jail gpu
 	@$(STAGE) gpu-jail env WARDEN_REQUIRE_GPU_JAIL=1 $(PY) -m pytest tests/dataplane/test_gpu_jail.py -q
 
-conformance: venv ## SchedMD's own test suite (Slurm 24.11.5) as an ordinary user on a dataplane cluster (docs/conformance.md)
+conformance: venv ## SchedMD's own test suite (its 24.11.5 release, on the default Slurm) as an ordinary user on a dataplane cluster (docs/conformance.md)
 	@$(STAGE) docker hack/docker.sh ensure
 	@$(STAGE) base-image hack/base-image.sh
 	@$(STAGE) images hack/images.sh
@@ -82,6 +82,7 @@ e2e: venv ## e2e tier: helm install on a real single-node Kubernetes (local clus
 	@$(STAGE) docker hack/docker.sh ensure
 	@$(STAGE) base-image hack/base-image.sh
 	@$(STAGE) images hack/images.sh
+	@$(STAGE) images-24.11 env WARDEN_SLURM_SERIES=24.11 hack/images.sh
 	@$(STAGE) k8s-bins-cluster hack/build-k8s-bins.sh cluster
 	@$(STAGE) fake-gpu-plugin hack/localcluster.sh fake-gpu-plugin
 	@$(STAGE) e2e hack/pytest-tier.sh e2e -q
@@ -94,7 +95,7 @@ test: ## every tier, each installing what it needs
 	@$(STAGE) e2e-tier $(MAKE) --no-print-directory e2e
 
 # --- images ------------------------------------------------------------------------------------
-.PHONY: docker base-image images images-gpu
+.PHONY: docker base-image images images-24.11 images-gpu
 docker: ## start Docker Engine (installs Debian's docker.io when missing)
 	hack/docker.sh ensure
 
@@ -103,6 +104,9 @@ base-image: docker ## debootstrap debian:trixie-slim and import it into Docker
 
 images: base-image ## build every image (warden/<name>:<version>)
 	hack/images.sh
+
+images-24.11: base-image ## the Slurm images again on Slurm 24.11 (warden/<name>:<version>-slurm24.11; docs/images.md)
+	WARDEN_SLURM_SERIES=24.11 hack/images.sh
 
 images-gpu: base-image ## the GPU jail: warden/jail-gpu, warden/populate-jail-gpu (CUDA, NCCL, all_reduce_perf)
 	hack/images.sh spank jail gpu

@@ -8,6 +8,11 @@
 # Needs Docker (hack/docker.sh ensure) and the base image (hack/base-image.sh); the Makefile target
 # `images` runs both first. Build context: the repository root (.dockerignore keeps it small), except
 # jail-gpu: a temporary context with jail/gpu/ and the nccl-tests archive (never copied into the repo).
+# Slurm series (docs/images.md, "Slurm series"): WARDEN_SLURM_SERIES picks the one the Slurm images
+# carry (default: SLURM_SERIES of hack/versions.env, 26.05). The default series' images are tagged
+# <version>; another series' <version>-slurm<series> (warden/controller:0.1.0-slurm24.11), and a build
+# of another series without names builds only the images that carry Slurm.
+#
 # Environment: WARDEN_VERSION (default: pyproject's), WARDEN_BUILD_ARGS (extra docker build flags),
 #              WARDEN_EXTRA_CA_DIR (PEM certificates trusted for pip; default /usr/local/share/ca-certificates),
 #              WARDEN_NCCL_TESTS_ARCHIVE (jail-gpu: the pristine nccl-tests release archive; default
@@ -19,6 +24,16 @@ ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$ROOT"
 VERSION="${WARDEN_VERSION:-$(sed -n 's/^version *= *"\(.*\)"/\1/p' pyproject.toml | head -n 1)}"
 [ -n "$VERSION" ] || { echo "images.sh: no version in pyproject.toml" >&2; exit 1; }
+DEFAULT_SERIES="$(sed -n 's/^SLURM_SERIES=//p' hack/versions.env)"
+SERIES="${WARDEN_SLURM_SERIES:-$DEFAULT_SERIES}"
+case "$SERIES" in
+    24.11 | 26.05) ;;
+    *) echo "images.sh: WARDEN_SLURM_SERIES='$SERIES' (want 26.05 or 24.11)" >&2; exit 2 ;;
+esac
+# images without Slurm in them: built once, with the default series
+SERIES_NEUTRAL=" mariadb operator "
+TAG="$VERSION"
+[ "$SERIES" = "$DEFAULT_SERIES" ] || TAG="$VERSION-slurm$SERIES"
 
 # name -> Dockerfile; order matters (an image builds after the images it starts FROM)
 ALL=(spank slurm-base controller worker login accounting health-check jail populate-jail mariadb operator)
@@ -77,13 +92,18 @@ for arg in "$@"; do
         *) names+=("$arg") ;;
     esac
 done
-[ ${#names[@]} -gt 0 ] || names=("${ALL[@]}")
+if [ ${#names[@]} -eq 0 ]; then
+    for name in "${ALL[@]}"; do
+        [ "$TAG" != "$VERSION" ] && [[ "$SERIES_NEUTRAL" == *" $name "* ]] && continue
+        names+=("$name")
+    done
+fi
 summary=()
 total=$SECONDS
 for name in "${names[@]}"; do
     file="$(dockerfile "$name")"
     [ -f "$file" ] || { echo "images.sh: no $file" >&2; exit 1; }
-    args=(--build-arg "WARDEN_VERSION=$VERSION")
+    args=(--build-arg "WARDEN_VERSION=$TAG" --build-arg "SLURM_SERIES=$SERIES")
     context=.
     build_file="$file"
     case "$name" in
@@ -95,10 +115,10 @@ for name in "${names[@]}"; do
         populate-jail-gpu) args+=(--build-arg "JAIL_IMAGE=warden/jail-gpu") ;;
     esac
     start=$SECONDS
-    echo "==> warden/$name:$VERSION ($file)" >&2
+    echo "==> warden/$name:$TAG ($file)" >&2
     log="$(mktemp)"
     # shellcheck disable=SC2086
-    if ! docker build -q -f "$build_file" -t "warden/$name:$VERSION" "${args[@]}" ${WARDEN_BUILD_ARGS:-} "$context" >"$log" 2>&1; then
+    if ! docker build -q -f "$build_file" -t "warden/$name:$TAG" "${args[@]}" ${WARDEN_BUILD_ARGS:-} "$context" >"$log" 2>&1; then
         cat "$log" >&2
         rm -f "$log"
         echo "images.sh: warden/$name failed" >&2
@@ -106,8 +126,8 @@ for name in "${names[@]}"; do
     fi
     rm -f "$log"
     secs=$((SECONDS - start))
-    size="$(docker image inspect -f '{{.Size}}' "warden/$name:$VERSION")"
-    line="$(printf '%-28s %5ss %6s MB' "warden/$name:$VERSION" "$secs" "$((size / 1000000))")"
+    size="$(docker image inspect -f '{{.Size}}' "warden/$name:$TAG")"
+    line="$(printf '%-28s %5ss %6s MB' "warden/$name:$TAG" "$secs" "$((size / 1000000))")"
     echo "    $line" >&2
     summary+=("$line")
 done

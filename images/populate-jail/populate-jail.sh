@@ -12,6 +12,11 @@
 # overwrites once per <id>: the sentinel records it, and a run with the same <id> does nothing.
 # Keeps permissions, ownership (numeric ids), hard links, ACLs and xattrs (file capabilities):
 # rsync -aHAX --numeric-ids.
+# Slurm upgrades: run (without overwrite) over a jail populated with an older Slurm than the image's,
+# it copies nothing and upgrades the jail's Slurm packages in place instead (dpkg -i, chrooted into
+# the jail, of the image's /usr/share/warden/slurm-debs that the jail lacks): users' files, accounts
+# and the software they installed stay as they are. An image with an OLDER Slurm than the jail's is
+# refused (exit 1): Slurm cannot be downgraded. The sentinel records slurm=<version>.
 #   WARDEN_JAIL          target (default /mnt/jail)
 #   WARDEN_JAIL_ROOTFS   source (default /jail-rootfs)
 #   WARDEN_POPULATE_KEEP paths (relative to the jail) an overwrite leaves alone
@@ -26,7 +31,7 @@ overwrite="${WARDEN_POPULATE_OVERWRITE:-0}"
 case "${1:-}" in
     overwrite) overwrite=1 ;;
     '') ;;
-    -h | --help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) log "unknown argument '$1'"; exit 2 ;;
 esac
 
@@ -40,7 +45,64 @@ case "$overwrite" in
     once:?*) ;;
     *) log "error: WARDEN_POPULATE_OVERWRITE='$overwrite' (want 0, 1 or once:<id>)"; exit 2 ;;
 esac
+# The Slurm (slurm-client's Debian version) a root filesystem carries; empty when it has none.
+slurm_of() { dpkg-query --admindir="$1/var/lib/dpkg" -W -f '${Version}' slurm-client 2>/dev/null || true; }
+image_slurm="$(slurm_of "$src")"
+
+write_sentinel() { # [overwrite-id]
+    {
+        printf '%s\npopulated_at=%s\n' "$release" "${populated_at:-$(date -u +%Y-%m-%dT%H:%M:%SZ)}"
+        [ -z "${1:-}" ] || printf 'overwrite=%s\n' "$1"
+        [ -z "$image_slurm" ] || printf 'slurm=%s\n' "$(slurm_of "$dst")"
+        [ -z "${slurm_upgraded_at:-}" ] || printf 'slurm_upgraded_at=%s\n' "$slurm_upgraded_at"
+    } >"$sentinel.tmp"
+    mv "$sentinel.tmp" "$sentinel"
+}
+
+# The jail's Slurm packages brought to the image's: the image's .deb files of packages the jail lacks
+# or has older, installed by the jail's own dpkg (maintainer scripts run chrooted in the jail).
+upgrade_slurm() {
+    local have="$1" debs=/usr/share/warden/slurm-debs work="$dst/var/cache/warden-slurm-upgrade" deb pkg ver cur n=0 made_null=0
+    [ -d "$debs" ] || { log "error: this image has no $debs to upgrade the jail's Slurm with"; exit 1; }
+    log "upgrading the jail's Slurm in place: $have -> $image_slurm (users' files untouched)"
+    rm -rf "$work"
+    install -d -m 0700 "$work"
+    for deb in "$debs"/*.deb; do
+        pkg="$(dpkg-deb -f "$deb" Package)"
+        ver="$(dpkg-deb -f "$deb" Version)"
+        cur="$(dpkg-query --admindir="$dst/var/lib/dpkg" -W -f '${db:Status-Abbrev}${Version}' "$pkg" 2>/dev/null || true)"
+        case "$cur" in ii\ *) dpkg --compare-versions "${cur#ii }" ge "$ver" && continue ;; esac
+        cp "$deb" "$work/"
+        n=$((n + 1))
+    done
+    # maintainer scripts write to /dev/null: give the jail one while they run (pods bind /dev over it)
+    if [ ! -e "$dst/dev/null" ]; then
+        install -d -m 0755 "$dst/dev"
+        mknod -m 0666 "$dst/dev/null" c 1 3 && made_null=1
+    fi
+    local rc=0
+    [ "$n" = 0 ] || chroot "$dst" env DEBIAN_FRONTEND=noninteractive PATH=/usr/sbin:/usr/bin:/sbin:/bin \
+        dpkg --force-confold -R -i /var/cache/warden-slurm-upgrade || rc=$?
+    [ "$made_null" = 0 ] || rm -f "$dst/dev/null"
+    rm -rf "$work"
+    [ "$rc" = 0 ] || { log "error: dpkg -i in the jail failed ($rc); the jail keeps Slurm $(slurm_of "$dst")"; exit 1; }
+    log "jail's Slurm is $(slurm_of "$dst") ($n packages installed)"
+}
+
 if [ -f "$sentinel" ] && [ "$overwrite" = 0 ]; then
+    jail_slurm="$(slurm_of "$dst")"
+    if [ -n "$image_slurm" ] && [ -n "$jail_slurm" ] && [ "$jail_slurm" != "$image_slurm" ]; then
+        if dpkg --compare-versions "$jail_slurm" gt "$image_slurm"; then
+            log "error: the jail runs Slurm $jail_slurm, newer than this image's $image_slurm: Slurm cannot be downgraded; use an image of Slurm $jail_slurm or newer"
+            exit 1
+        fi
+        populated_at="$(sed -n 's/^populated_at=//p' "$sentinel")"
+        upgrade_slurm "$jail_slurm"
+        slurm_upgraded_at="$(date -u +%Y-%m-%dT%H:%M:%SZ)"
+        release="$(sed -n '/^populated_at=/q;p' "$sentinel" | tr '\n' ' ' | sed 's/ $//')"
+        write_sentinel "$(sed -n 's/^overwrite=//p' "$sentinel")"
+        exit 0
+    fi
     log "$dst already populated ($(tr '\n' ' ' <"$sentinel")); nothing to do"
     exit 0
 fi
@@ -76,9 +138,5 @@ for f in resolv.conf hostname; do [ -e "$dst/etc/$f" ] || : >"$dst/etc/$f"; done
 chown 0:0 "$dst"
 chmod 0755 "$dst"
 sync -f "$dst" 2>/dev/null || true
-{
-    printf '%s\npopulated_at=%s\n' "$release" "$(date -u +%Y-%m-%dT%H:%M:%SZ)"
-    case "$overwrite" in once:*) printf 'overwrite=%s\n' "$overwrite" ;; esac
-} >"$sentinel.tmp"
-mv "$sentinel.tmp" "$sentinel"
+case "$overwrite" in once:*) write_sentinel "$overwrite" ;; *) write_sentinel ;; esac
 log "done in $((SECONDS - start))s ($(du -sh --one-file-system "$dst" 2>/dev/null | cut -f1))"

@@ -123,8 +123,10 @@ warden_jail_binds() {
     local client="$WARDEN_CLIENT_CONFIG" pair
     [ -d "$WARDEN_JAIL" ] || { warden_log "jail: $WARDEN_JAIL missing; no bind mounts"; return 0; }
     warden_jail_populated || warden_log "jail: warning: $WARDEN_JAIL is not populated yet"
+    # /run/slurm belongs to whoever serves its SACK socket: sackd (SlurmUser) on login nodes; slurmd
+    # (root) on workers, where Slurm 26.05's slurmd stops on a /run/slurm owned by anyone else
     install -d -m 0755 /run/slurm
-    chown slurm:slurm /run/slurm
+    chown "${WARDEN_RUN_SLURM_OWNER:-slurm}:${WARDEN_RUN_SLURM_OWNER:-slurm}" /run/slurm
     warden_client_config
     # the pod's name resolution (cluster DNS, search domains, /etc/hosts) applies inside the jail too
     for pair in "$client:/etc/slurm:ro" "/run/slurm:/run/slurm:rw" \
@@ -212,3 +214,21 @@ warden_passthrough() {
         *) exec "$@" ;; # any other command (debugging: bash, sh -c ...)
     esac
 }
+
+# The Slurm series this pod must run (env WARDEN_SLURM_SERIES, set by the operator from
+# spec.slurmVersion and the upgrade's step) against the one the image carries (its slurm-client
+# package): a pod never runs a Slurm other than the one the operator counts it as running, so a
+# Ready pod's series is its daemon's. Checked whenever an entrypoint sources this file.
+warden_slurm_version() { dpkg-query -W -f '${Version}' slurm-client 2>/dev/null | sed 's/-[^-]*$//'; }
+warden_slurm_series_check() {
+    local have want="${WARDEN_SLURM_SERIES:-}"
+    have="$(warden_slurm_version)"
+    [ -n "$want" ] || return 0
+    case "$have" in
+        "$want".*) return 0 ;;
+    esac
+    warden_die "this image carries Slurm ${have:-(none)}, but the cluster runs Slurm $want (WARDEN_SLURM_SERIES):" \
+        "give spec.images the $want images (warden/<name>:<version> is 26.05, <version>-slurm24.11 is 24.11)," \
+        "or set spec.slurmVersion to the series of these images"
+}
+warden_slurm_series_check
