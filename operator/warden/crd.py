@@ -45,6 +45,12 @@ PRINTER_COLUMNS = [
         "description": "worker nodes Slurm may start jobs on",
     },
     {"name": "Jail", "type": "boolean", "jsonPath": ".status.jailPopulated", "description": "populated"},
+    {
+        "name": "Slurm",
+        "type": "string",
+        "jsonPath": ".status.slurm.version",
+        "description": "the Slurm series every part runs (an upgrade's target: status.slurm.target)",
+    },
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
 ]
 

@@ -126,10 +126,6 @@ DEFAULT_IMAGE_REPOSITORY = "warden"
 MAX_SLURM_CPUS = 65533
 
 
-def _default_image(name: str) -> str:
-    return f"{DEFAULT_IMAGE_REPOSITORY}/{name}:{__version__}"
-
-
 class Spec(BaseModel):
     """Base for every part of the spec: camelCase on the wire, unknown fields rejected."""
 
@@ -210,22 +206,65 @@ QualifiedName = Annotated[str, Field(pattern=QUALIFIED_NAME, min_length=1, max_l
 LabelValue = Annotated[str, Field(pattern=LABEL_VALUE, max_length=63)]
 
 
+#: the Slurm release series Warden's images carry, newest first; the first is the default
+SlurmSeries = Literal["26.05", "24.11"]
+SLURM_SERIES: tuple[SlurmSeries, ...] = ("26.05", "24.11")
+DEFAULT_SLURM_SERIES: SlurmSeries = "26.05"
+#: the images that carry Slurm (keys as in spec.images, camelCase), and their image names
+SLURM_IMAGES = {
+    "controller": "controller",
+    "worker": "worker",
+    "login": "login",
+    "accounting": "accounting",
+    "populateJail": "populate-jail",
+    "healthCheck": "health-check",
+}
+
+
+def default_image(name: str, series: str = DEFAULT_SLURM_SERIES) -> str:
+    """Warden's own image ``name`` for a Slurm series: ``warden/<name>:<version>`` for the default
+    series, ``warden/<name>:<version>-slurm<series>`` for another (images without Slurm: ``series``
+    left out)."""
+    tag = __version__ if series == DEFAULT_SLURM_SERIES else f"{__version__}-slurm{series}"
+    return f"{DEFAULT_IMAGE_REPOSITORY}/{name}:{tag}"
+
+
+def _default_image(name: str) -> str:
+    return default_image(name)
+
+
+_SERIES_DEFAULT = (
+    " Default: Warden's image of `spec.slurmVersion` (`warden/{name}:<version>` for 26.05, "
+    "`warden/{name}:<version>-slurm24.11` for 24.11); an image set here must carry that series."
+)
+
+
 class Images(Spec):
     """Container images of every component (`[registry[:port]/]path[:tag][@sha256:digest]`).
-    Defaults match `make images`."""
+    Defaults match `make images`: the images that carry Slurm default to those of `spec.slurmVersion`."""
 
-    controller: ImageReference = Field(default=_default_image("controller"), description="slurmctld image.")
-    worker: ImageReference = Field(
-        default=_default_image("worker"), description="slurmd image (carries the SPANK plugin)."
+    controller: ImageReference | None = Field(
+        default=None, description="slurmctld (and slurmrestd) image." + _SERIES_DEFAULT.format(name="controller")
     )
-    login: ImageReference = Field(default=_default_image("login"), description="sshd login image.")
-    accounting: ImageReference = Field(default=_default_image("accounting"), description="slurmdbd image.")
+    worker: ImageReference | None = Field(
+        default=None,
+        description="slurmd image (carries the SPANK plugin)." + _SERIES_DEFAULT.format(name="worker"),
+    )
+    login: ImageReference | None = Field(
+        default=None, description="sshd login image." + _SERIES_DEFAULT.format(name="login")
+    )
+    accounting: ImageReference | None = Field(
+        default=None, description="slurmdbd image." + _SERIES_DEFAULT.format(name="accounting")
+    )
     mariadb: ImageReference = Field(default=_default_image("mariadb"), description="In-cluster MariaDB image.")
-    populate_jail: ImageReference = Field(
-        default=_default_image("populate-jail"),
-        description="Image holding the jail's root filesystem and the copy program.",
+    populate_jail: ImageReference | None = Field(
+        default=None,
+        description="Image holding the jail's root filesystem and the copy program."
+        + _SERIES_DEFAULT.format(name="populate-jail"),
     )
-    health_check: ImageReference = Field(default=_default_image("health-check"), description="NCCL health-check image.")
+    health_check: ImageReference | None = Field(
+        default=None, description="NCCL health-check image." + _SERIES_DEFAULT.format(name="health-check")
+    )
     exporter: ImageReference = Field(
         default=_default_image("operator"),
         description="Image of the Slurm metrics exporter (`warden-slurm-exporter`, shipped in the operator's image).",
@@ -804,6 +843,13 @@ class SlurmClusterSpec(Spec):
         }
     )
 
+    slurm_version: SlurmSeries = Field(
+        default=DEFAULT_SLURM_SERIES,
+        description="The Slurm release series the cluster runs. A newer series is rolled out one part at a time in "
+        "Slurm's order (slurmdbd, slurmctld and slurmrestd, the workers, the login nodes, the jail's Slurm "
+        "packages), each once the previous part runs it; an older series than the cluster runs is refused "
+        '(docs/operations.md, "Upgrading Slurm").',
+    )
     images: Images = Field(default_factory=Images)
     jail: Jail = Field(default_factory=Jail)
     controller: Controller = Field(default_factory=Controller)
@@ -847,6 +893,19 @@ class SlurmClusterSpec(Spec):
         if sum(1 for p in self.partitions if p.default) > 1:
             raise ValueError("partitions: at most one partition may be the default")
         return self
+
+    def image(self, component: str, series: str | None = None) -> str:
+        """The image of a Slurm-carrying ``component`` (a key of ``SLURM_IMAGES``) for ``series`` (default:
+        ``slurm_version``): the one the spec names, else Warden's own image of that series. The one home of
+        this resolution: renderers ask ``warden.render.context.Cluster.image``, which also knows what an
+        upgrade holds back."""
+        if component not in SLURM_IMAGES:
+            raise KeyError(f"{component!r} is not an image that carries Slurm")
+        if component == "populateJail" and self.jail.populate.image:
+            return self.jail.populate.image
+        field = {"populateJail": "populate_jail", "healthCheck": "health_check"}.get(component, component)
+        named: str | None = getattr(self.images, field)
+        return named or default_image(SLURM_IMAGES[component], series or self.slurm_version)
 
     def effective_partitions(self) -> list[Partition]:
         """The partitions slurm.conf gets: the user's, or one default `main` with every group."""
@@ -906,6 +965,9 @@ class SlurmNodesStatus(BaseModel):
         default_factory=list, description="Every drained node and why, whoever drained it."
     )
     down: list[DrainedNode] = Field(default_factory=list, description="Nodes down or not responding.")
+    slurmd_versions: dict[str, int] = Field(
+        default_factory=dict, description="Registered worker nodes by the slurmd version they report."
+    )
 
 
 class HealthCheckStatus(BaseModel):
@@ -923,6 +985,35 @@ class HealthCheckStatus(BaseModel):
     )
 
 
+class SlurmVersionStatus(BaseModel):
+    """The Slurm series the cluster runs, part by part (``warden.slurmupgrade``)."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True)
+
+    version: str = Field(description="The settled series: every part ran it when the last upgrade ended.")
+    target: str = Field(description="spec.slurmVersion as last seen.")
+    phase: Literal["Settled", "Upgrading", "Refused"] = Field(
+        default="Settled",
+        description="`Upgrading`: parts move to `target` one step at a time; `Refused`: see the "
+        "SlurmVersion condition.",
+    )
+    step: str | None = Field(
+        default=None, description="While upgrading: the step under way (Accounting, Controller, Workers, Login, Jail)."
+    )
+    images: dict[str, str] = Field(
+        default_factory=dict,
+        description="The images of the settled series, by spec.images key: what parts not yet upgraded keep.",
+    )
+    accounting: str | None = Field(default=None, description="Series slurmdbd runs (pods), absent without accounting.")
+    controller: str = Field(default="", description="Series slurmctld runs.")
+    restapi: str = Field(default="", description="Series slurmrestd runs.")
+    workers: str = Field(
+        default="", description="Versions slurmd reports (slurmrestd), else the workers' series, with counts."
+    )
+    login: str = Field(default="", description="Series of the login nodes.")
+    jail: str = Field(default="", description="Series of the jail's Slurm packages (the last populate Job's image).")
+
+
 class SlurmClusterStatus(BaseModel):
     """Observed state of the cluster."""
 
@@ -938,4 +1029,7 @@ class SlurmClusterStatus(BaseModel):
     health_check: HealthCheckStatus = Field(default_factory=HealthCheckStatus)
     slurm_nodes: SlurmNodesStatus | None = Field(
         default=None, description="Worker nodes as slurmctld sees them; absent until slurmrestd answered once."
+    )
+    slurm: SlurmVersionStatus | None = Field(
+        default=None, description="The Slurm series every part runs, and an upgrade's progress."
     )

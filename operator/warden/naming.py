@@ -42,6 +42,8 @@ PROLOG_PROGRAM = "/usr/lib/warden/warden-prolog"
 EPILOG_PROGRAM = "/usr/lib/warden/warden-epilog"
 DCGM_JOB_MAPPING_DIR = "/var/lib/warden/dcgm-job-mapping"
 JAIL_MARKER = "/etc/warden-jail-release"
+#: env of every container that runs Slurm: the series its image carries (its entrypoint refuses another)
+SLURM_SERIES_ENV = "WARDEN_SLURM_SERIES"
 #: every container's terminationMessagePath: the kubelet binds a world-writable file there. Its default,
 #: /dev/termination-log, would be in every SSH session and job step (login and worker containers show
 #: their /dev in the jail); the container's /run never enters the jail (only /run/slurm is bound there).

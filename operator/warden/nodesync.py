@@ -102,6 +102,7 @@ def plan(
     by_name = {n.name: n for n in nodes if n.state != "FUTURE"}  # FUTURE: slurm.conf's hidden capacity
     live = {p.name: p for p in pods}
     registered = usable = 0
+    versions: dict[str, int] = {}
     drained: list[DrainedNode] = []
     down: list[DrainedNode] = []
 
@@ -130,6 +131,8 @@ def plan(
             continue
         registered += 1
         usable += cond.status == "True"
+        if node.version:
+            versions[node.version] = versions.get(node.version, 0) + 1
         if node.drained:
             drained.append(DrainedNode(node=node.name, reason=node.reason))
         elif node.down:
@@ -142,5 +145,7 @@ def plan(
         elif not is_cordoned and node.drained and node.reason.startswith(CORDON_PREFIX):
             out.resumes.append(node.name)
 
-    out.summary = SlurmNodesStatus(registered=registered, usable=usable, drained=drained, down=down)
+    out.summary = SlurmNodesStatus(
+        registered=registered, usable=usable, drained=drained, down=down, slurmd_versions=dict(sorted(versions.items()))
+    )
     return out

@@ -5,12 +5,17 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from warden import slurmupgrade
 from warden.apply import Applier
 from warden.model import API_GROUP, API_VERSION, WORKER_SET_KIND
+from warden.naming import SLURM_SERIES_ENV
 from warden.render.context import Cluster
 from warden.render.health import REPORT_KEY
 from warden.render.pods import Manifest
 from warden.status import Observed, Workload
+
+#: the pods whose Slurm series an upgrade follows, by their component label
+SLURM_PARTS = ("accounting", "controller", "restapi", "worker", "login")
 
 
 def workload(sts: Manifest | None) -> Workload:
@@ -32,6 +37,58 @@ def job_outcome(job: Manifest | None) -> tuple[bool, bool]:
     return "Complete" in done or job.get("status", {}).get("succeeded", 0) > 0, "Failed" in done
 
 
+def container_series(pod_spec: Manifest) -> tuple[str | None, str | None]:
+    """(container name, series) of the first container that was given ``WARDEN_SLURM_SERIES``."""
+    for c in pod_spec.get("containers") or []:
+        for env in c.get("env") or []:
+            if env.get("name") == SLURM_SERIES_ENV:
+                return c.get("name"), env.get("value")
+    return None, None
+
+
+def pod_series(pod: Manifest) -> slurmupgrade.PodSeries:
+    """A pod as an upgrade sees it: its series, Ready, and whether its Slurm container ever ran."""
+    spec, status = pod.get("spec") or {}, pod.get("status") or {}
+    container, series = container_series(spec)
+    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
+    ran = False
+    for cs in status.get("containerStatuses") or []:
+        if container is not None and cs.get("name") != container:
+            continue
+        state, last = cs.get("state") or {}, cs.get("lastState") or {}
+        ran = ran or bool(state.get("running") or state.get("terminated") or last.get("terminated"))
+        ran = ran or int(cs.get("restartCount", 0)) > 0
+    return slurmupgrade.PodSeries(
+        name=pod["metadata"]["name"],
+        series=series,
+        ready=ready,
+        ran=ran,
+        deleting=bool(pod["metadata"].get("deletionTimestamp")),
+    )
+
+
+def slurm_parts(
+    pods: list[Manifest], job: Manifest | None, desired: dict[str, int], slurmd_versions: dict[str, int]
+) -> slurmupgrade.Observation:
+    """What a Slurm upgrade looks at: every Slurm pod's series, the populate Job's."""
+    by_part: dict[str, list[slurmupgrade.PodSeries]] = {part: [] for part in SLURM_PARTS}
+    for pod in pods:
+        part = (pod["metadata"].get("labels") or {}).get("app.kubernetes.io/component", "")
+        phase = (pod.get("status") or {}).get("phase")
+        if part in by_part and phase not in ("Succeeded", "Failed"):
+            by_part[part].append(pod_series(pod))
+    jail_series = None
+    if job is not None:
+        _, jail_series = container_series(((job.get("spec") or {}).get("template") or {}).get("spec") or {})
+    return slurmupgrade.Observation(
+        pods={part: tuple(sorted(p, key=lambda x: x.name)) for part, p in by_part.items()},
+        desired=desired,
+        jail_series=jail_series,
+        jail_complete=job_outcome(job)[0],
+        slurmd_versions=slurmd_versions,
+    )
+
+
 def health_report(cm: Manifest | None) -> dict[str, Any] | None:
     if cm is None:
         return None
@@ -45,7 +102,9 @@ def health_report(cm: Manifest | None) -> dict[str, Any] | None:
     return report if isinstance(report, dict) else None
 
 
-def observe(applier: Applier, cluster: Cluster) -> Observed:
+def observe(applier: Applier, cluster: Cluster, slurmd_versions: dict[str, int] | None = None) -> Observed:
+    """``slurmd_versions``: registered worker nodes by slurmd version, as slurmrestd last said."""
+    slurmd_versions = slurmd_versions or {}
     names = cluster.names
     ns = cluster.namespace
 
@@ -55,7 +114,8 @@ def observe(applier: Applier, cluster: Cluster) -> Observed:
     def worker_set(name: str) -> Manifest | None:
         return applier.get(f"{API_GROUP}/{API_VERSION}", WORKER_SET_KIND, ns, name)
 
-    populated, failed = job_outcome(applier.get("batch/v1", "Job", ns, names.populate_jail))
+    job = applier.get("batch/v1", "Job", ns, names.populate_jail)
+    populated, failed = job_outcome(job)
     accounting = None
     if cluster.spec.accounting.mode != "Disabled":
         dbd = workload(sts(names.accounting))
@@ -66,13 +126,26 @@ def observe(applier: Applier, cluster: Cluster) -> Observed:
     report = None
     if cluster.spec.health_checks.nccl.enabled and cluster.gpu_groups:
         report = health_report(applier.get("v1", "ConfigMap", ns, names.nccl_check))
+    controller = workload(sts(names.controller))
+    restapi = workload(applier.get("apps/v1", "Deployment", ns, names.restapi))
+    login = workload(sts(names.login))
+    workers = {g.name: workload(worker_set(names.worker(g.name))) for g in cluster.spec.worker_groups}
+    desired = {
+        "accounting": workload(sts(names.accounting)).desired if accounting is not None else 0,
+        "controller": controller.desired,
+        "restapi": restapi.desired,
+        "worker": sum(w.desired for w in workers.values()),
+        "login": login.desired,
+    }
+    pods = applier.list("v1", "Pod", ns, names.instance_selector())
     return Observed(
-        controller=workload(sts(names.controller)),
-        restapi=workload(applier.get("apps/v1", "Deployment", ns, names.restapi)),
-        login=workload(sts(names.login)),
-        workers={g.name: workload(worker_set(names.worker(g.name))) for g in cluster.spec.worker_groups},
+        controller=controller,
+        restapi=restapi,
+        login=login,
+        workers=workers,
         jail_populated=populated,
         jail_failed=failed and not populated,
         accounting=accounting,
         health_report=report,
+        parts=slurm_parts(pods, job, desired, slurmd_versions),
     )

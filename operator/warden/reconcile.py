@@ -16,15 +16,25 @@ from functools import partial
 
 from pydantic import ValidationError
 
-from warden import naming, opmetrics
+from warden import naming, opmetrics, slurmupgrade
 from warden.apply import Applier, ApplyResult, Owner, run_steps
-from warden.model import API_GROUP, API_VERSION, WORKER_SET_KIND, SlurmClusterStatus, SlurmNodesStatus, parse_spec
+from warden.model import (
+    API_GROUP,
+    API_VERSION,
+    SLURM_IMAGES,
+    SLURM_SERIES,
+    WORKER_SET_KIND,
+    SlurmClusterSpec,
+    SlurmClusterStatus,
+    SlurmNodesStatus,
+    parse_spec,
+)
 from warden.observe import observe
 from warden.render.cluster import render
 from warden.render.context import Cluster
 from warden.render.pods import Manifest, content_hash
 from warden.restarts import template_changes
-from warden.status import Slurmctld, fold, invalid_spec_status
+from warden.status import Slurmctld, fold, invalid_spec_status, settled_before, spec_images
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +68,10 @@ class Outcome:
     status: SlurmClusterStatus
     result: ApplyResult | None
     invalid: str | None = None
+    #: the Slurm upgrade plan this reconcile carried out (or the refusal it stopped at)
+    upgrade: slurmupgrade.Plan | None = None
+    #: a refusal the status did not show before this reconcile (told once, as a Warning Event)
+    new_refusal: bool = False
 
 
 def config_hash(objects: list[Manifest]) -> str:
@@ -131,6 +145,19 @@ def _reconcile(applier: Applier, body: Manifest, slurm_required: bool) -> Outcom
         "monitoring.coreos.com/v1", "ServiceMonitor"
     )
     cluster = Cluster(name=meta["name"], namespace=meta["namespace"], spec=spec, service_monitor_crd=monitors)
+    upgrade = plan_upgrade(applier, cluster, previous)
+    if upgrade.refusal is not None:
+        # Refused before anything is touched: the cluster keeps running what it has; status is refreshed.
+        status = refresh_status(applier, cluster, generation, previous, [], [], slurm_required=slurm_required,
+                                upgrade=upgrade)  # fmt: skip
+        told = previous is not None and any(
+            c.type == "SlurmVersion" and c.reason == upgrade.refusal.reason and c.message == upgrade.refusal.message
+            for c in previous.conditions
+        )
+        return Outcome(status=status, result=None, upgrade=upgrade, new_refusal=not told)
+    cluster = dataclasses.replace(
+        cluster, slurm_images=slurmupgrade.images(upgrade, spec_images(spec), upgrade.settled)
+    )
     owner = Owner(name=cluster.name, namespace=cluster.namespace, uid=meta["uid"])
     try:
         rendered = render(cluster)
@@ -167,9 +194,31 @@ def _reconcile(applier: Applier, body: Manifest, slurm_required: bool) -> Outcom
     steps.append(("pods: new configuration", mark))
     run_steps(steps, result, cluster=f"{cluster.namespace}/{cluster.name}")
     status = refresh_status(
-        applier, cluster, generation, previous, list(result.errors), list(result.waiting), slurm_required=slurm_required
+        applier,
+        cluster,
+        generation,
+        previous,
+        list(result.errors),
+        list(result.waiting),
+        slurm_required=slurm_required,
+        upgrade=upgrade,
     )
-    return Outcome(status=status, result=result)
+    return Outcome(status=status, result=result, upgrade=upgrade)
+
+
+def held_images(spec: SlurmClusterSpec) -> dict[str, dict[str, str]]:
+    """The spec's images of every series Warden's images carry (what a cluster without a recorded series holds)."""
+    return {series: {key: spec.image(key, series) for key in SLURM_IMAGES} for series in SLURM_SERIES}
+
+
+def plan_upgrade(applier: Applier, cluster: Cluster, previous: SlurmClusterStatus | None) -> slurmupgrade.Plan:
+    """Which parts get the spec's Slurm series this time (``warden.slurmupgrade``), from what status
+    settled and what the pods run now."""
+    spec = cluster.spec
+    versions = previous.slurm_nodes.slurmd_versions if previous is not None and previous.slurm_nodes else {}
+    parts = observe(applier, cluster, dict(versions)).parts
+    settled = settled_before(previous) or slurmupgrade.settled_from_pods(parts, held_images(spec))
+    return slurmupgrade.plan(spec.slurm_version, settled, parts, accounting=spec.accounting.mode != "Disabled")
 
 
 def refresh_status(
@@ -182,9 +231,12 @@ def refresh_status(
     slurm: SlurmNodesStatus | None = None,
     slurm_required: bool = False,
     slurmctld: Slurmctld | None = None,
+    upgrade: slurmupgrade.Plan | None = None,
 ) -> SlurmClusterStatus:
-    observed = dataclasses.replace(observe(applier, cluster), slurm=slurm, slurmctld=slurmctld)
-    status = fold(cluster.spec, generation, observed, previous, now(), errors, waiting, slurm_required)
+    nodes = slurm or (previous.slurm_nodes if previous is not None else None)
+    versions = dict(nodes.slurmd_versions) if nodes is not None else {}
+    observed = dataclasses.replace(observe(applier, cluster, versions), slurm=slurm, slurmctld=slurmctld)
+    status = fold(cluster.spec, generation, observed, previous, now(), errors, waiting, slurm_required, upgrade)
     if previous is None or status != previous:
         applier.patch_status(cluster.name, cluster.namespace, status.model_dump(by_alias=True, exclude_none=True))
     return status

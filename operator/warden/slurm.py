@@ -156,6 +156,7 @@ class Node:
     cpus: int = 0
     alloc_cpus: int = 0
     gres_used: str = ""  # ``gpu:h100:2(IDX:0-1)``: the GPUs jobs hold now
+    version: str = ""  # the slurmd release the node registered with (``26.05.5``); "" when not reported
 
     @property
     def gpus(self) -> int:
@@ -207,6 +208,7 @@ def _node_from_json(raw: dict[str, Any]) -> Node:
     reason = raw.get("reason")
     gres = raw.get("gres")
     gres_used = raw.get("gres_used")
+    version = raw.get("version")
     return Node(
         name=name,
         state=base,
@@ -218,6 +220,7 @@ def _node_from_json(raw: dict[str, Any]) -> Node:
         cpus=_count(raw.get("cpus"), f"node {name}: cpus"),
         alloc_cpus=_count(raw.get("alloc_cpus"), f"node {name}: alloc_cpus"),
         gres_used=gres_used if isinstance(gres_used, str) and gres_used != "(null)" else "",
+        version=version if isinstance(version, str) and version != "(null)" else "",
     )
 
 

@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from warden import slurmupgrade
 from warden.model import (
+    SLURM_IMAGES,
     Condition,
     DrainedNode,
     HealthCheckStatus,
     SlurmClusterSpec,
     SlurmClusterStatus,
     SlurmNodesStatus,
+    SlurmVersionStatus,
     WorkerGroupStatus,
 )
 
@@ -56,6 +60,8 @@ class Observed:
     slurm: SlurmNodesStatus | None = None
     #: whether slurmctld answered reads; None: not asked this time (the last answer stands)
     slurmctld: Slurmctld | None = None
+    #: the series every Slurm pod and the populate Job were given (``warden.slurmupgrade``)
+    parts: slurmupgrade.Observation = field(default_factory=slurmupgrade.Observation)
 
 
 def _condition(
@@ -91,8 +97,12 @@ def fold(
     errors: list[str] | None = None,
     waiting: list[str] | None = None,
     slurm_required: bool = False,
+    upgrade: slurmupgrade.Plan | None = None,
 ) -> SlurmClusterStatus:
-    """``slurm_required``: the operator reads Slurm's node states (always, unless started with
+    """``upgrade``: the Slurm upgrade plan the reconcile that just ran carried out; None: looked at
+    again from ``previous`` without moving on (``warden.slurmupgrade``).
+
+    ``slurm_required``: the operator reads Slurm's node states (always, unless started with
     ``--slurm-sync-interval=0``): then Ready waits for slurmctld's word that the workers registered.
 
     ``errors``/``waiting``: what the reconcile that just ran could not do, or must wait for (an object
@@ -205,9 +215,23 @@ def fold(
             + (f", {len(slurm.down)} down" if slurm.down else ""),
         )
 
+    accounting_on = spec.accounting.mode != "Disabled"
+    if upgrade is None:
+        upgrade = slurmupgrade.plan(
+            spec.slurm_version,
+            settled_before(previous),
+            observed.parts,
+            accounting=accounting_on,
+            advance=False,
+        )
+    ok, reason, message = slurmupgrade.condition(upgrade, observed.parts, accounting_on)
+    version = cond("SlurmVersion", ok, reason, message)
+
     parts = [jail, controller, restapi, login, workers, accounting, registered]
     failing = [p.type for p in parts if p.status == "False" or (p.status == "Unknown" and slurm_required)]
-    if errors:
+    if upgrade.refusal is not None:
+        ready = cond("Ready", False, upgrade.refusal.reason, upgrade.refusal.message[:1024])
+    elif errors:
         ready = cond("Ready", False, "ReconcileFailed", "; ".join(errors)[:1024])
     elif waiting:
         ready = cond("Ready", False, "Waiting", (WAITING + "; ".join(waiting))[:1024])
@@ -231,13 +255,56 @@ def fold(
     return SlurmClusterStatus(
         phase=phase,
         observed_generation=generation,
-        conditions=[ready, jail, controller, restapi, login, workers, accounting, registered],
+        conditions=[ready, jail, controller, restapi, login, workers, accounting, registered, version],
         workers=f"{ready_total}/{desired_total}",
         login=f"{min(lg.ready, spec.login.replicas)}/{spec.login.replicas}",
         jail_populated=observed.jail_populated,
         worker_groups=groups,
         health_check=health_status(observed.health_report, previous),
         slurm_nodes=slurm,
+        slurm=slurm_status(spec, upgrade, observed.parts, slurm),
+    )
+
+
+def spec_images(spec: SlurmClusterSpec) -> dict[str, str]:
+    """The Slurm-carrying images the spec resolves to for its own series."""
+    return {key: spec.image(key) for key in SLURM_IMAGES}
+
+
+def settled_before(previous: SlurmClusterStatus | None) -> slurmupgrade.Previous | None:
+    """What status recorded of the Slurm series (None: nothing yet)."""
+    if previous is None or previous.slurm is None:
+        return None
+    s = previous.slurm
+    return slurmupgrade.Previous(version=s.version, target=s.target, step=s.step, images=dict(s.images))
+
+
+def slurm_status(
+    spec: SlurmClusterSpec,
+    upgrade: slurmupgrade.Plan,
+    parts: slurmupgrade.Observation,
+    nodes: SlurmNodesStatus | None,
+) -> SlurmVersionStatus:
+    """status.slurm: the settled series and its images, the upgrade's progress, what each part runs."""
+    phase = "Refused" if upgrade.refusal is not None else "Upgrading" if upgrade.step is not None else "Settled"
+    if upgrade.step is None and upgrade.refusal is None:
+        images = spec_images(spec)
+    else:
+        images = {k: v for k, v in upgrade.held.items() if k in SLURM_IMAGES}
+    if nodes is not None and nodes.slurmd_versions and not parts.slurmd_versions:
+        parts = dataclasses.replace(parts, slurmd_versions=dict(nodes.slurmd_versions))
+    return SlurmVersionStatus(
+        version=upgrade.settled,
+        target=upgrade.target,
+        phase=phase,
+        step=upgrade.step,
+        images=images,
+        accounting=slurmupgrade.part_series("accounting", parts) if spec.accounting.mode != "Disabled" else None,
+        controller=slurmupgrade.part_series("controller", parts),
+        restapi=slurmupgrade.part_series("restapi", parts),
+        workers=slurmupgrade.workers_series(parts),
+        login=slurmupgrade.part_series("login", parts),
+        jail=slurmupgrade.jail_series(parts),
     )
 
 

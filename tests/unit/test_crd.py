@@ -64,6 +64,7 @@ def test_printer_columns_tell_health_at_a_glance() -> None:
         "Login": ".status.login",
         "Usable": ".status.slurmNodes.usable",
         "Jail": ".status.jailPopulated",
+        "Slurm": ".status.slurm.version",
         "Age": ".metadata.creationTimestamp",
     }
     assert version["subresources"] == {"status": {}}

@@ -6,6 +6,7 @@ import pytest
 from pydantic import ValidationError
 
 from tests.cases.malformed import CASES, Case
+from warden import __version__
 from warden.model import parse_spec
 from warden.reconcile import validation_message
 
@@ -39,7 +40,9 @@ def test_minimal_spec_gets_production_defaults() -> None:
     assert spec.slurm_config.private_data == ["jobs", "usage"]
     assert spec.accounting.mode == "Disabled"
     assert spec.health_checks.quick.enabled and not spec.health_checks.nccl.enabled
-    assert spec.images.worker.startswith("warden/worker:")
+    # Slurm 26.05 and Warden's own images of it
+    assert spec.slurm_version == "26.05" and spec.images.worker is None
+    assert spec.image("worker") == f"warden/worker:{__version__}"
     # One default partition holding every group.
     (main,) = spec.effective_partitions()
     assert (main.name, main.worker_groups, main.default) == ("main", ["cpu"], True)

@@ -50,8 +50,9 @@ def slurmdbd_statefulset(cluster: Cluster) -> Manifest:
     spec = cluster.spec
     container: Manifest = {
         "name": "slurmdbd",
-        "image": spec.images.accounting,
+        "image": cluster.image("accounting"),
         "imagePullPolicy": spec.images.pull_policy,
+        "env": [cluster.series_env("accounting")],
         "ports": [{"name": "slurmdbd", "containerPort": naming.SLURMDBD_PORT}],
         "volumeMounts": [
             *slurm_mounts(),

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from functools import cached_property
 
 from warden.model import SlurmClusterSpec
-from warden.naming import Names
+from warden.naming import SLURM_SERIES_ENV, Names
 
 
 @dataclass(frozen=True)
@@ -16,10 +17,29 @@ class Cluster:
     spec: SlurmClusterSpec
     #: the API serves monitoring.coreos.com/v1 ServiceMonitors (``metrics.serviceMonitor.mode: Auto``)
     service_monitor_crd: bool = False
+    #: (image, Slurm series) by spec.images key of the Slurm-carrying images, as a Slurm upgrade releases
+    #: them (``warden.slurmupgrade``); a key not here: the spec's image of ``spec.slurmVersion``
+    slurm_images: Mapping[str, tuple[str, str]] = field(default_factory=dict, hash=False, compare=False)
 
     @cached_property
     def names(self) -> Names:
         return Names(cluster=self.name, namespace=self.namespace)
+
+    def image(self, component: str) -> str:
+        """The image of a Slurm-carrying component (``model.SLURM_IMAGES`` key): every renderer asks here."""
+        if component in self.slurm_images:
+            return self.slurm_images[component][0]
+        return self.spec.image(component)
+
+    def slurm_series(self, component: str) -> str:
+        """The Slurm series of that image: its pods get it as ``WARDEN_SLURM_SERIES``."""
+        if component in self.slurm_images:
+            return self.slurm_images[component][1]
+        return self.spec.slurm_version
+
+    def series_env(self, component: str) -> dict[str, str]:
+        """The env entry that tells a Slurm container which series its image must carry."""
+        return {"name": SLURM_SERIES_ENV, "value": self.slurm_series(component)}
 
     @property
     def gpu_groups(self) -> list[str]:

@@ -35,8 +35,9 @@ def controller_statefulset(cluster: Cluster) -> Manifest:
     state = spec.controller.state_volume
     container: Manifest = {
         "name": "slurmctld",
-        "image": spec.images.controller,
+        "image": cluster.image("controller"),
         "imagePullPolicy": spec.images.pull_policy,
+        "env": [cluster.series_env("controller")],
         "ports": [{"name": "slurmctld", "containerPort": naming.SLURMCTLD_PORT}],
         # The jail, read-only: slurmctld looks up each job's user and groups (send_gids), and users
         # live in the jail's /etc/passwd (the entrypoint points NSS extrausers at it, by path: users

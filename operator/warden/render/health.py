@@ -88,8 +88,9 @@ def cronjob(cluster: Cluster) -> Manifest:
     nccl = spec.health_checks.nccl
     container: Manifest = {
         "name": "nccl-check",
-        "image": spec.images.health_check,
+        "image": cluster.image("healthCheck"),
         "imagePullPolicy": spec.images.pull_policy,
+        "env": [cluster.series_env("healthCheck")],
         "command": ["warden-health-check"],
         "args": args(cluster),
         "volumeMounts": slurm_mounts(),

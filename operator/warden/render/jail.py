@@ -35,7 +35,7 @@ def pvc(cluster: Cluster) -> Manifest | None:
 
 
 def populate_image(cluster: Cluster) -> str:
-    return cluster.spec.jail.populate.image or cluster.spec.images.populate_jail
+    return cluster.image("populateJail")
 
 
 def populate_job(cluster: Cluster) -> Manifest:
@@ -43,7 +43,8 @@ def populate_job(cluster: Cluster) -> Manifest:
     spec = cluster.spec
     image = populate_image(cluster)
     overwrite = spec.jail.populate.overwrite
-    template_hash = content_hash(image, overwrite)
+    series = cluster.slurm_series("populateJail")
+    template_hash = content_hash(image, overwrite, series)
     container: Manifest = {
         "name": "populate-jail",
         "image": image,
@@ -51,7 +52,8 @@ def populate_job(cluster: Cluster) -> Manifest:
         # One overwrite per image: the jail's sentinel records the request it served, so the Job made
         # again (deleted, or the operator restarted) does not copy again.
         "env": [
-            {"name": "WARDEN_POPULATE_OVERWRITE", "value": f"once:{content_hash(image)[:16]}" if overwrite else "0"}
+            {"name": "WARDEN_POPULATE_OVERWRITE", "value": f"once:{content_hash(image)[:16]}" if overwrite else "0"},
+            cluster.series_env("populateJail"),
         ],
         "volumeMounts": [mount("jail", naming.JAIL_MOUNT)],
     }

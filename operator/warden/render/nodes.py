@@ -100,12 +100,13 @@ def worker_set(cluster: Cluster, group: WorkerGroup) -> Manifest:
     mapping_volumes, mapping_mounts = _job_mapping(cluster, group)
     container: Manifest = {
         "name": "slurmd",
-        "image": spec.images.worker,
+        "image": cluster.image("worker"),
         "imagePullPolicy": spec.images.pull_policy,
         "env": [
             {"name": "WARDEN_SLURMD_CONF", "value": config.slurmd_node_conf(group)},
             {"name": "WARDEN_WORKER_GROUP", "value": group.name},
             *_gpu_env(group),
+            cluster.series_env("worker"),
         ],
         "ports": [{"name": "slurmd", "containerPort": naming.SLURMD_PORT}],
         "securityContext": _worker_security(cluster),
@@ -126,7 +127,7 @@ def worker_set(cluster: Cluster, group: WorkerGroup) -> Manifest:
         # On SIGTERM the entrypoint drains the node, gives running jobs WARDEN_LEAVE_TIMEOUT (40 s),
         # deletes the node from slurmctld, then stops slurmd: all within this grace period.
         "terminationGracePeriodSeconds": 60,
-        "initContainers": [wait_for_jail_init(cluster, spec.images.worker)],
+        "initContainers": [wait_for_jail_init(cluster, cluster.image("worker"))],
         "containers": [container],
         "volumes": [
             *slurm_volumes(cluster),
@@ -183,8 +184,9 @@ def login_statefulset(cluster: Cluster) -> Manifest:
     labels = {**names.labels(LOGIN), naming.SLURM_NODE_LABEL: "true"}
     container: Manifest = {
         "name": "sshd",
-        "image": spec.images.login,
+        "image": cluster.image("login"),
         "imagePullPolicy": spec.images.pull_policy,
+        "env": [cluster.series_env("login")],
         "ports": [{"name": "ssh", "containerPort": naming.SSH_PORT}],
         "volumeMounts": [
             *slurm_mounts(),
@@ -209,7 +211,7 @@ def login_statefulset(cluster: Cluster) -> Manifest:
         parallel=True,
         pod_spec={
             "dnsConfig": dns_config(cluster),
-            "initContainers": [wait_for_jail_init(cluster, spec.images.login)],
+            "initContainers": [wait_for_jail_init(cluster, cluster.image("login"))],
             "containers": [container],
             "volumes": [
                 *slurm_volumes(cluster),

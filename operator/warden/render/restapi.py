@@ -38,7 +38,7 @@ def restapi_deployment(cluster: Cluster) -> Manifest:
     spec = cluster.spec
     container: Manifest = {
         "name": "slurmrestd",
-        "image": spec.images.controller,
+        "image": cluster.image("controller"),
         "imagePullPolicy": spec.images.pull_policy,
         "command": ["slurmrestd"],
         # rest_auth/jwt only: no request is trusted for who it comes from but by its token.
@@ -53,6 +53,7 @@ def restapi_deployment(cluster: Cluster) -> Manifest:
             # seccomp profile refuses unshare() without CAP_SYS_ADMIN ("fatal: Unable to unshare System
             # V namespace: Operation not permitted"). Its remaining checks stay: not root, not SlurmUser.
             {"name": "SLURMRESTD_SECURITY", "value": "disable_unshare_sysv,disable_unshare_files"},
+            cluster.series_env("controller"),
         ],
         "ports": [{"name": "http", "containerPort": naming.RESTAPI_PORT}],
         "volumeMounts": [mount("slurm-config", naming.SLURM_CONFIG_DIR, read_only=True)],
