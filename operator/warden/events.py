@@ -70,8 +70,15 @@ _SLURM = {
     "SlurmctldUnresponsive": Reason(True, "Observe", "slurmctld answers no node or job read: users' commands hang"),
     "SlurmctldResponsive": Reason(False, "Observe", "slurmctld answers reads again"),
 }
+_UPGRADE = {
+    "SlurmUpgradeStep": Reason(
+        False, "Upgrade", "a step of a Slurm upgrade began or is done (the note: which, and why)"
+    ),
+    "DowngradeRefused": Reason(True, "Validate", "spec.slurmVersion is older than the cluster runs: nothing applied"),
+    "UpgradeTooLarge": Reason(True, "Validate", "spec.slurmVersion is more than 3 releases ahead: nothing applied"),
+}
 #: every reason the operator posts; a reason not listed here is a programming error
-REASONS: dict[str, Reason] = {**_RECONCILE, **_HEALTH, **_SLURM}
+REASONS: dict[str, Reason] = {**_RECONCILE, **_HEALTH, **_SLURM, **_UPGRADE}
 
 
 @dataclass(frozen=True)

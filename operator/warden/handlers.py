@@ -28,7 +28,7 @@ from typing import Any
 import kopf
 from kubernetes import client, config
 
-from warden import opmetrics
+from warden import opmetrics, slurmupgrade
 from warden.apply import Applier, ApplyResult, Owner
 from warden.events import Event, Ref
 from warden.model import (
@@ -42,7 +42,7 @@ from warden.model import (
 )
 from warden.naming import FIELD_MANAGER
 from warden.observe import health_report
-from warden.reconcile import previous_status, reconcile, refresh_status
+from warden.reconcile import Outcome, previous_status, reconcile, refresh_status
 from warden.render.context import Cluster
 from warden.slurmsync import Settings, SlurmSync
 from warden.status import Slurmctld
@@ -128,6 +128,40 @@ def _say(cluster: Mapping[str, Any], reason: str, note: str, related: Ref | None
     applier().post_event(Event(Ref.of(cluster), reason, note, related))
 
 
+def upgrade_notes(outcome: Outcome) -> list[str]:
+    """The notes of the SlurmUpgradeStep Events of a reconcile: each step begun or done."""
+    plan = outcome.upgrade
+    if plan is None or plan.refusal is not None:
+        return []
+    steps = slurmupgrade.STEP_NAMES
+    notes = []
+    for step, what in plan.changes:
+        number = f"{steps.index(step) + 1}/{len(steps)}"
+        if what == "begun":
+            notes.append(
+                f"Slurm {plan.target}: step {number} {step} begun: {slurmupgrade.describe_step(step)} get "
+                f"{plan.target}'s images"
+            )
+        else:
+            notes.append(
+                f"Slurm {plan.target}: step {number} {step} done: {slurmupgrade.describe_step(step)} run "
+                f"{plan.target}" + (f"; Slurm {plan.target} runs everywhere" if step == steps[-1] else "")
+            )
+    return notes
+
+
+def _post_upgrade_events(body: Mapping[str, Any], outcome: Outcome) -> None:
+    """A Normal Event per upgrade step begun or done; a Warning when a series is refused (once)."""
+    for note in upgrade_notes(outcome):
+        _say(body, "SlurmUpgradeStep", note)
+    plan = outcome.upgrade
+    if plan is not None and plan.refusal is not None and outcome.new_refusal:
+        if plan.refusal.reason == "DowngradeRefused":
+            _say(body, "DowngradeRefused", plan.refusal.message)
+        else:
+            _say(body, "UpgradeTooLarge", plan.refusal.message)
+
+
 def _post_events(body: Mapping[str, Any], result: ApplyResult) -> None:
     if result.created_secrets:
         _say(body, "SecretCreated", "generated " + ", ".join(result.created_secrets))
@@ -159,7 +193,9 @@ def reconcile_cluster(body: kopf.Body, **_: Any) -> None:
     if outcome.invalid is not None:
         _say(body, "InvalidSpec", outcome.invalid)
         raise kopf.PermanentError(outcome.invalid)
-    assert outcome.result is not None
+    _post_upgrade_events(body, outcome)
+    if outcome.result is None:  # a Slurm series refused: nothing applied, status says why
+        return
     _post_events(body, outcome.result)
     if not outcome.result.complete:
         problems = outcome.result.errors + outcome.result.waiting
@@ -191,9 +227,18 @@ def _refresh_locked(namespace: str, name: str, slurm: SlurmNodesStatus | None, s
     generation = int(body["metadata"].get("generation", 0))
     if previous is not None and previous.observed_generation is not None:
         generation = previous.observed_generation  # only the reconcile handler moves it forward
-    refresh_status(
+    status = refresh_status(
         api, cluster, generation, previous, slurm=slurm, slurm_required=STATE.slurm_required, slurmctld=slurmctld
     )
+    if status.slurm is not None and status.slurm.phase == "Upgrading":
+        # A Slurm upgrade moves on when what it waits for is observed: reconcile, which releases the next
+        # step once the current one runs the new series (``warden.slurmupgrade``).
+        fresh = api.get(f"{API_GROUP}/{API_VERSION}", "SlurmCluster", namespace, name)
+        if fresh is not None and not fresh["metadata"].get("deletionTimestamp"):
+            outcome = reconcile(api, fresh, STATE.slurm_required)
+            _post_upgrade_events(fresh, outcome)
+            if outcome.result is not None:
+                _post_events(fresh, outcome.result)
 
 
 def _announce_health(cluster: dict[str, Any], report: dict[str, Any]) -> None:
@@ -241,6 +286,7 @@ def _heal(namespace: str, name: str, what: str) -> None:
     log.info("SlurmCluster %s/%s: %s; reconciling", namespace, name, what)
     with STATE.locks[(namespace, name)]:
         outcome = reconcile(api, body, STATE.slurm_required)
+    _post_upgrade_events(body, outcome)
     if outcome.result is not None:
         _say(body, "ObjectRestored", what)
         _post_events(body, outcome.result)
@@ -266,6 +312,17 @@ def _on_child_event(type: str | None, meta: kopf.Meta, namespace: str | None, ki
 @kopf.on.event("apps", "v1", "statefulsets", labels=MANAGED)
 def statefulset_changed(type: str | None, meta: kopf.Meta, namespace: str | None, **_: Any) -> None:
     _on_child_event(type, meta, namespace, "StatefulSet")
+
+
+@kopf.on.event("apps", "v1", "deployments", labels={**MANAGED, COMPONENT: "restapi"}, id="restapi-status")
+def restapi_changed(type: str | None, meta: kopf.Meta, namespace: str | None, **_: Any) -> None:
+    """slurmrestd's pods came or went: status (and a Slurm upgrade waiting for them) looks again. Drift
+    is the heal handler's (``heal-deployments``)."""
+    if type is None or namespace is None or drifted(type, meta):
+        return
+    owner = _owner_name(meta.get("ownerReferences"))
+    if owner is not None:
+        _refresh(namespace, owner)
 
 
 @kopf.on.event(API_GROUP, API_VERSION, WORKER_SET_PLURAL, labels=MANAGED)

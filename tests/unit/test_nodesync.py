@@ -100,3 +100,18 @@ def test_busy_label_follows_jobs_so_the_budget_keeps_only_working_pods() -> None
     assert plan([done], [node("a")], {}, TIMEOUT).busy == {"a": False}
     completing = plan([done], [node("a", "IDLE", "COMPLETING")], {}, TIMEOUT)
     assert completing.busy == {}, "a job still completing keeps the pod protected"
+
+
+def test_status_counts_the_slurmd_versions_the_registered_nodes_report() -> None:
+    import dataclasses
+    import json
+    from pathlib import Path
+
+    from warden.slurm import nodes_from_doc
+
+    fixture = Path(__file__).parent / "fixtures" / "slurm" / "slurmrestd_nodes_three.json"
+    parsed = nodes_from_doc(json.loads(fixture.read_text()))
+    assert {n.version for n in parsed} == {"24.11.5"}  # slurmrestd's /nodes `version`
+    a, b, c = (dataclasses.replace(node(x), version=v) for x, v in (("a", "26.05.5"), ("b", "24.11.5"), ("c", "")))
+    out = plan([pod("a"), pod("b"), pod("c")], [a, b, c], {}, TIMEOUT)
+    assert out.summary.slurmd_versions == {"24.11.5": 1, "26.05.5": 1}  # c reported none
