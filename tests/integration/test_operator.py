@@ -51,8 +51,10 @@ def test_cluster_converges_to_ready_with_owned_labelled_children(
         "AccountingReady": "True",
         # kwok pods run no Slurm, and this operator is told not to read it (--slurm-sync-interval=0)
         "SlurmNodesRegistered": "Unknown",
+        "SlurmVersion": "True",  # every part runs spec.slurmVersion (26.05 by default)
     }
     assert status["workers"] == "2/2" and status["login"] == "1/1" and status["jailPopulated"] is True
+    assert (status["slurm"]["version"], status["slurm"]["phase"]) == ("26.05", "Settled")
 
     children = owned_objects(api_client, cluster_namespace, uid)
     expected = {
