@@ -63,6 +63,7 @@ dataplane: venv ## dataplane tier: real Slurm daemons from the project's images 
 	@$(STAGE) docker hack/docker.sh ensure
 	@$(STAGE) base-image hack/base-image.sh
 	@$(STAGE) images hack/images.sh
+	@$(STAGE) images-24.11 env WARDEN_SLURM_SERIES=24.11 hack/images.sh
 	@$(STAGE) images-gpu hack/images.sh gpu
 	@$(STAGE) dataplane env WARDEN_REQUIRE_GPU_JAIL=1 hack/pytest-tier.sh dataplane -q
 

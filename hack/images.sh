@@ -127,7 +127,7 @@ for name in "${names[@]}"; do
     rm -f "$log"
     secs=$((SECONDS - start))
     size="$(docker image inspect -f '{{.Size}}' "warden/$name:$TAG")"
-    line="$(printf '%-28s %5ss %6s MB' "warden/$name:$TAG" "$secs" "$((size / 1000000))")"
+    line="$(printf '%-38s %5ss %6s MB' "warden/$name:$TAG" "$secs" "$((size / 1000000))")"
     echo "    $line" >&2
     summary+=("$line")
 done

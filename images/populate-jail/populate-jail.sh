@@ -80,12 +80,22 @@ upgrade_slurm() {
         install -d -m 0755 "$dst/dev"
         mknod -m 0666 "$dst/dev/null" c 1 3 && made_null=1
     fi
-    local rc=0
-    [ "$n" = 0 ] || chroot "$dst" env DEBIAN_FRONTEND=noninteractive PATH=/usr/sbin:/usr/bin:/sbin:/bin \
-        dpkg --force-confold -R -i /var/cache/warden-slurm-upgrade || rc=$?
+    local rc=0 dpkg=(chroot "$dst" env DEBIAN_FRONTEND=noninteractive PATH=/usr/sbin:/usr/bin:/sbin:/bin dpkg)
+    # dpkg's own dry run first: a dependency the jail cannot meet stops the upgrade before any change
+    if [ "$n" != 0 ] && ! out="$("${dpkg[@]}" --no-act -R -i /var/cache/warden-slurm-upgrade 2>&1)"; then
+        [ "$made_null" = 0 ] || rm -f "$dst/dev/null"
+        rm -rf "$work"
+        log "error: the jail cannot take Slurm $image_slurm's packages (dpkg's dry run; nothing was changed):"
+        printf '%s\n' "$out" >&2
+        exit 1
+    fi
+    [ "$n" = 0 ] || "${dpkg[@]}" --force-confold -R -i /var/cache/warden-slurm-upgrade || rc=$?
     [ "$made_null" = 0 ] || rm -f "$dst/dev/null"
     rm -rf "$work"
-    [ "$rc" = 0 ] || { log "error: dpkg -i in the jail failed ($rc); the jail keeps Slurm $(slurm_of "$dst")"; exit 1; }
+    [ "$rc" = 0 ] || {
+        log "error: dpkg -i in the jail failed ($rc): finish it by hand in the jail (dpkg --configure -a as root on a login node)"
+        exit 1
+    }
     log "jail's Slurm is $(slurm_of "$dst") ($n packages installed)"
 }
 

@@ -11,10 +11,21 @@ installed() { dpkg-query -W -f '${db:Status-Abbrev} ${Package}\n' "$@" 2>/dev/nu
 
 slurm="$(dpkg-query -W -f '${db:Status-Abbrev} ${Package} ${source:Package}\n' | awk '$1 == "ii" && $3 == "slurm-wlm" { print $2 }')"
 [ -n "$slurm" ] || { echo "slurm-debs: no package of slurm-wlm is installed" >&2; exit 1; }
-# Direct dependencies: names only (versions and architecture qualifiers dropped; alternatives split).
-deps="$(dpkg-query -W -f '${Depends},${Pre-Depends}\n' $slurm | tr ',|' '\n\n' | sed 's/(.*//; s/:.*//; s/[[:space:]]//g' | sort -u | grep -v '^$' || true)"
-# shellcheck disable=SC2086
-packages="$(printf '%s\n' $slurm $(installed $deps) | sort -u)"
+# Dependencies, recursively, of what is installed: names only (versions and architecture qualifiers
+# dropped; of alternatives, those installed). A jail that lacks some of them gets them too.
+depends() { # PACKAGE... -> the installed packages they depend on
+    # shellcheck disable=SC2046
+    installed $(dpkg-query -W -f '${Depends},${Pre-Depends}\n' "$@" | tr ',|' '\n\n' |
+        sed 's/(.*//; s/:.*//; s/[[:space:]]//g' | grep -v '^$' | sort -u)
+}
+packages="$(printf '%s\n' $slurm | sort -u)"
+frontier="$packages"
+while [ -n "$frontier" ]; do
+    # shellcheck disable=SC2086
+    next="$(depends $frontier | sort -u | comm -23 - <(printf '%s\n' "$packages"))"
+    packages="$(printf '%s\n%s\n' "$packages" "$next" | grep -v '^$' | sort -u)"
+    frontier="$next"
+done
 want=()
 for p in $packages; do want+=("$p=$(dpkg-query -W -f '${Version}' "$p")"); done
 

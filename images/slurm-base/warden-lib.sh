@@ -219,7 +219,7 @@ warden_passthrough() {
 # spec.slurmVersion and the upgrade's step) against the one the image carries (its slurm-client
 # package): a pod never runs a Slurm other than the one the operator counts it as running, so a
 # Ready pod's series is its daemon's. Checked whenever an entrypoint sources this file.
-warden_slurm_version() { dpkg-query -W -f '${Version}' slurm-client 2>/dev/null | sed 's/-[^-]*$//'; }
+warden_slurm_version() { { dpkg-query -W -f '${Version}' slurm-client 2>/dev/null || true; } | sed 's/-[^-]*$//'; }
 warden_slurm_series_check() {
     local have want="${WARDEN_SLURM_SERIES:-}"
     have="$(warden_slurm_version)"

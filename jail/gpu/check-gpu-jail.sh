@@ -22,9 +22,11 @@ fi
 
 bin=/usr/local/bin/all_reduce_perf
 [ -x "$bin" ] || fail "$bin missing"
-missing="$(ldd "$bin" | grep 'not found' || true)"
+# ldd's output read once: `ldd | grep -q` fails under pipefail when grep stops reading first (SIGPIPE)
+libs="$(ldd "$bin")"
+missing="$(grep 'not found' <<<"$libs" || true)"
 [ -z "$missing" ] || fail "all_reduce_perf lacks libraries:"$'\n'"$missing"
-ldd "$bin" | grep -q 'libnccl\.so\.2 => /' || fail "all_reduce_perf does not link libnccl.so.2"
+grep -q 'libnccl\.so\.2 => /' <<<"$libs" || fail "all_reduce_perf does not link libnccl.so.2:"$'\n'"$libs"
 out="$("$bin" -h)" || fail "all_reduce_perf -h exited $?"
 grep -q '^USAGE: all_reduce_perf' <<<"$out" || fail "all_reduce_perf -h printed no usage:"$'\n'"$out"
-echo "check-gpu-jail: OK (no driver files; all_reduce_perf links $(ldd "$bin" | grep -oE 'lib(nccl|cudart)\.so\.[0-9]+' | sort -u | tr '\n' ' '))"
+echo "check-gpu-jail: OK (no driver files; all_reduce_perf links $(grep -oE 'lib(nccl|cudart)\.so\.[0-9]+' <<<"$libs" | sort -u | tr '\n' ' '))"

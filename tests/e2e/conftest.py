@@ -41,7 +41,7 @@ def kube() -> Iterator[Kube]:
         started = True
     try:
         with sigterm_as_interrupt():
-            cluster.import_images(chart_images())
+            cluster.import_images(chart_images(series=("26.05", "24.11")))  # the upgrade story starts on 24.11
             yield cluster.kube()
     except LocalClusterError as e:
         pytest.fail(str(e), pytrace=False)

@@ -569,15 +569,21 @@ class DockerCluster:
         logs: str
         seconds: float  # wall time of the container, start to exit
 
-    def run_populate(self, volume: str, overwrite: bool | None = None, check: bool = True) -> PopulateRun:
+    def run_populate(
+        self, volume: str, overwrite: bool | None = None, check: bool = True, image: str | None = None
+    ) -> PopulateRun:
         """Run the rendered populate-jail Job's pod against `volume` to completion.
 
         `overwrite` re-renders the Job with `spec.jail.populate.overwrite` set (the renderer decides
-        the environment variable)."""
+        the environment variable); `image` with `spec.jail.populate.image` set."""
         cluster = self.cluster
-        if overwrite is not None:
+        if overwrite is not None or image is not None:
             spec = copy.deepcopy(self.spec_with_key)
-            spec.setdefault("jail", {}).setdefault("populate", {})["overwrite"] = overwrite
+            populate = spec.setdefault("jail", {}).setdefault("populate", {})
+            if overwrite is not None:
+                populate["overwrite"] = overwrite
+            if image is not None:
+                populate["image"] = image
             cluster = Cluster(name=self.name, namespace=self.namespace, spec=parse_spec(spec))
         from warden.render import jail as render_jail
 

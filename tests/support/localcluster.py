@@ -981,9 +981,20 @@ def wait_slurmcluster_ready(kube: Kube, namespace: str, name: str, timeout: floa
         time.sleep(3)
 
 
-def chart_images() -> list[str]:
+# Images that carry Slurm: built once per Slurm series (docs/images.md, "Slurm series")
+SLURM_IMAGES = ("controller", "worker", "login", "populate-jail", "accounting", "health-check")
+DEFAULT_SLURM_SERIES = pinned_versions()["SLURM_SERIES"]
+
+
+def chart_images(series: Sequence[str] = (DEFAULT_SLURM_SERIES,)) -> list[str]:
+    """The images the charts use by default; other Slurm series add their Slurm images
+    (``warden/<name>:<version>-slurm<series>``)."""
     version = project_version()
-    return [f"warden/{n}:{version}" for n in CHART_IMAGES]
+    refs = [f"warden/{n}:{version}" for n in CHART_IMAGES]
+    for s in series:
+        if s != DEFAULT_SLURM_SERIES:
+            refs += [f"warden/{n}:{version}-slurm{s}" for n in SLURM_IMAGES]
+    return refs
 
 
 def demo(cluster: LocalCluster) -> None:
