@@ -1,10 +1,10 @@
 """Slurm upgrades in Slurm's own order: a pure planner (the spec's series, what status settled, what
 the pods run in; which parts get the new series' images, what status and Events say).
 
-Slurm's rule (its upgrade guide): slurmdbd first, then slurmctld, then slurmd, then the clients; each
-daemon speaks to the daemons of up to two releases before its own, and reads the state files and the
-database of up to three releases before (24.11 -> 26.05 is allowed). State files and the database are
-converted when the newer daemon starts, so there is no way back.
+Slurm's rule (its upgrade guide): slurmdbd first, then slurmctld, then slurmd, then the clients. Since
+24.11 each daemon accepts the daemons and clients of up to three releases before its own and converts
+their state files and database records (releases every six months: 24.11 -> 26.05 is three, allowed).
+State files and the database are converted when the newer daemon starts, so there is no way back.
 
 A cluster's status records the *settled* series (``status.slurm.version``) and the images of it
 (``status.slurm.images``). When ``spec.slurmVersion`` is newer, the steps below are released one at a

@@ -111,7 +111,7 @@ def test_slurm_upgraded_from_24_11_to_26_05_under_running_and_queued_jobs(instal
     assert _slurm_status(installed).get("version") == OLD, _slurm_status(installed)
     alice = installed.make_user("alice")
     _as(installed, "alice", alice, "echo kept > ~/before-upgrade.txt")
-    assert "slurm 24.11" in _as(installed, "alice", alice, "srun --version")
+    assert " 24.11.5" in _as(installed, "alice", alice, "srun --version")  # "slurm-wlm 24.11.5"
 
     # jobs with accounting on, one finished before the upgrade
     done = _as(installed, "alice", alice, "sbatch --parsable --wrap 'hostname'").strip()
@@ -177,7 +177,7 @@ def test_slurm_upgraded_from_24_11_to_26_05_under_running_and_queued_jobs(instal
         assert str(slurm.get(part, "")).startswith(NEW), (part, slurm)
     # the versions the slurmds report to slurmctld, with their counts: "26.05.5 x2"
     assert slurm.get("workers") == f"{NEW}.5 x{WORKERS}", slurm
-    assert "slurm 26.05" in _as(installed, "alice", alice, "srun --version")
+    assert " 26.05.5" in _as(installed, "alice", alice, "srun --version")
     assert _as(installed, "alice", alice, "cat ~/before-upgrade.txt") == "kept\n"
     assert all(":0.1.0-slurm" not in image for image in _images(installed).values()), _images(installed)
 
