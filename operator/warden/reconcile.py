@@ -115,6 +115,26 @@ def previous_status(body: Manifest) -> SlurmClusterStatus | None:
         return None
 
 
+def _with_removals(old: Manifest, new: Manifest) -> Manifest:
+    out = dict(new)
+    for key, value in old.items():
+        if key not in new:
+            out[key] = None
+        elif isinstance(value, dict) and isinstance(new[key], dict):
+            out[key] = _with_removals(value, new[key])
+    return out
+
+
+def status_patch(previous: SlurmClusterStatus | None, status: SlurmClusterStatus) -> Manifest:
+    """The merge patch that makes the stored status ``status``. A JSON merge patch keeps every key it
+    does not name, so each key the previous status had and this one lacks (a map entry such as a slurmd
+    version no node reports any more, an optional field now unset) is named with null."""
+    new = status.model_dump(by_alias=True, exclude_none=True)
+    if previous is None:
+        return new
+    return _with_removals(previous.model_dump(by_alias=True, exclude_none=True), new)
+
+
 def reconcile(applier: Applier, body: Manifest, slurm_required: bool = False) -> Outcome:
     """Render, apply, prune and fold status for one SlurmCluster; counted and timed (``warden.opmetrics``)."""
     start = time.monotonic()
@@ -138,7 +158,7 @@ def _reconcile(applier: Applier, body: Manifest, slurm_required: bool) -> Outcom
     except ValidationError as e:
         message = validation_message(e)
         status = invalid_spec_status(generation, message, previous, now())
-        applier.patch_status(meta["name"], meta["namespace"], status.model_dump(by_alias=True, exclude_none=True))
+        applier.patch_status(meta["name"], meta["namespace"], status_patch(previous, status))
         return Outcome(status=status, result=None, invalid=message)
 
     monitors = spec.metrics.service_monitor.mode == "Auto" and applier.serves(
@@ -166,7 +186,7 @@ def _reconcile(applier: Applier, body: Manifest, slurm_required: bool) -> Outcom
         log.exception("rendering %s/%s failed", cluster.namespace, cluster.name)
         message = f"the operator cannot render this spec ({type(e).__name__}: {e}); change it, or report a bug"
         status = invalid_spec_status(generation, message, previous, now())
-        applier.patch_status(meta["name"], meta["namespace"], status.model_dump(by_alias=True, exclude_none=True))
+        applier.patch_status(meta["name"], meta["namespace"], status_patch(previous, status))
         return Outcome(status=status, result=None, invalid=message)
     result = ApplyResult()
     result.replaced = replaced_pods(live_workloads(applier, cluster), rendered.objects)
@@ -238,5 +258,5 @@ def refresh_status(
     observed = dataclasses.replace(observe(applier, cluster, versions), slurm=slurm, slurmctld=slurmctld)
     status = fold(cluster.spec, generation, observed, previous, now(), errors, waiting, slurm_required, upgrade)
     if previous is None or status != previous:
-        applier.patch_status(cluster.name, cluster.namespace, status.model_dump(by_alias=True, exclude_none=True))
+        applier.patch_status(cluster.name, cluster.namespace, status_patch(previous, status))
     return status

@@ -558,7 +558,8 @@ def test_a_users_batch_files_outside_home_land_in_the_jail(installed: Installed)
     /var/tmp (not mounted in the worker containers, unlike /home), an array names %A_%a files, two
     jobs append to one file, one writes into the node-local /tmp: every file is in the jail, hers,
     with what the job saw and wrote; no worker container has the directory; an output directory she
-    cannot make fails the job. sgather and seff are in the jail too."""
+    cannot make fails the job. sgather is in the jail too (seff only on 24.11: Debian's 26.05 Perl API
+    is built for another Perl, docs/images.md)."""
     alice = installed.tmp / "id_alice"
     work = f"/var/tmp/e2e-io-{uuid.uuid4().hex[:8]}"
 
@@ -595,7 +596,6 @@ def test_a_users_batch_files_outside_home_land_in_the_jail(installed: Installed)
         seen = installed.kube.kubectl("-n", installed.namespace, "exec", pod, "-c", "slurmd", "--", "sh", "-c", look)
         assert seen.split() == ["looked"], f"{pod}: {seen}"
     assert "Usage: sgather" in as_alice("sgather --usage")
-    assert as_alice("command -v seff").strip() == "/usr/bin/seff"
     as_alice(f"rm -rf {work}")
 
 

@@ -247,3 +247,23 @@ def test_a_slurmctld_that_answers_no_reads_is_not_ready_until_it_answers_again()
     answers = Observed(**{**ready_cluster().__dict__, "slurmctld": Slurmctld(True)})
     back = fold(SPEC, 3, answers, still, "2026-11-22T00:07:00Z")
     assert conditions(back)["ControllerReady"] == "True" and back.phase == "Ready"
+
+
+def test_the_status_patch_names_with_null_what_the_previous_status_had_and_this_one_lacks() -> None:
+    """A merge patch keeps keys it does not name: without nulls a slurmd version no node reports any
+    more stayed in status.slurmNodes.slurmdVersions for good (and held a Slurm upgrade's Workers step)."""
+    from warden.model import SlurmVersionStatus
+    from warden.reconcile import status_patch
+
+    def status(versions: dict[str, int], step: str | None) -> SlurmClusterStatus:
+        return SlurmClusterStatus(
+            slurm_nodes=SlurmNodesStatus(registered=2, usable=2, slurmd_versions=versions),
+            slurm=SlurmVersionStatus(version="24.11", target="26.05", phase="Upgrading", step=step),
+        )
+
+    before = status({"24.11.5": 1, "26.05.5": 1}, "Workers")
+    after = status({"26.05.5": 2}, None)
+    patch = status_patch(before, after)
+    assert patch["slurmNodes"]["slurmdVersions"] == {"24.11.5": None, "26.05.5": 2}
+    assert patch["slurm"]["step"] is None
+    assert status_patch(None, after) == after.model_dump(by_alias=True, exclude_none=True)
