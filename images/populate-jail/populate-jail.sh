@@ -96,7 +96,13 @@ upgrade_slurm() {
         log "error: dpkg -i in the jail failed ($rc): finish it by hand in the jail (dpkg --configure -a as root on a login node)"
         exit 1
     }
-    log "jail's Slurm is $(slurm_of "$dst") ($n packages installed)"
+    # Warden's SPANK plugin in the jail is built against Slurm too (clients load it through
+    # plugstack.conf and refuse one of another release): the image's, put in place by rename
+    local plugin=usr/lib/warden/spank_jail.so
+    if [ -f "$src/$plugin" ]; then
+        install -m 0755 "$src/$plugin" "$dst/$plugin.new" && mv -f "$dst/$plugin.new" "$dst/$plugin"
+    fi
+    log "jail's Slurm is $(slurm_of "$dst") ($n packages installed, and $plugin)"
 }
 
 if [ -f "$sentinel" ] && [ "$overwrite" = 0 ]; then

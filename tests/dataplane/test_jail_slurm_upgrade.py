@@ -43,13 +43,15 @@ def test_a_jails_slurm_is_upgraded_in_place_and_never_downgraded(cluster: Docker
         vol,
         f"{SLURM_CLIENT}; echo; grep -c '^dana:' /v/etc/passwd; cat /v/home/dana/run.log /v/opt/tool/VERSION; "
         "grep '^slurm=' /v/.warden-populated; chroot /v dpkg --audit && echo dpkg-consistent; "
-        "chroot /v ldd /usr/bin/srun /usr/bin/sbatch | grep -c 'not found'; true",
+        "chroot /v ldd /usr/bin/srun /usr/bin/sbatch | grep -c 'not found'; "
+        "cmp -s /v/usr/lib/warden/spank_jail.so /jail-rootfs/usr/lib/warden/spank_jail.so && echo plugin-of-26.05",
     ).out.split("\n")
     assert after[0].startswith("26.05.5-"), after  # the jail's srun, sbatch, squeue ... are 26.05's
     assert after[1:4] == ["1", "results", "v1"], after  # dana's account, home and software kept
     assert after[4].startswith("slurm=26.05.5-"), after
     assert "dpkg-consistent" in after, after  # every package configured, none half-installed
     assert after[after.index("dpkg-consistent") + 1] == "0", after  # the clients find every library
+    assert "plugin-of-26.05" in after, after  # the SPANK plugin the clients load is built for 26.05 too
     # a /dev/null made for the maintainer scripts is gone again
     assert cluster.volume_sh(vol, "ls -la /v/dev").out == dev_before
 
