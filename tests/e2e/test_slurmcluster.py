@@ -203,8 +203,8 @@ def test_helm_install_makes_a_ready_slurmcluster(installed: Installed) -> None:
     # what `kubectl get slurm` shows (the CRD's printer columns)
     table = installed.kube.kubectl("-n", installed.namespace, "get", "slurm")
     header, row = table.splitlines()
-    assert header.split() == ["NAME", "PHASE", "WORKERS", "LOGIN", "USABLE", "JAIL", "AGE"]
-    assert row.split()[:6] == [NAME, "Ready", "2/2", "1/1", "2", "true"]
+    assert header.split() == ["NAME", "PHASE", "WORKERS", "LOGIN", "USABLE", "JAIL", "SLURM", "AGE"]
+    assert row.split()[:7] == [NAME, "Ready", "2/2", "1/1", "2", "true", "26.05"]
 
 
 SLURM_CONDITION = "slurm.warden.dev/SlurmNode"
