@@ -51,3 +51,12 @@ def test_rendered_dbd_host_is_one_slurmdbd_accepts(cluster: DockerCluster) -> No
     host = re.search(r"^DbdHost=(\S+)$", conf, re.M)
     assert host
     assert host.group(1) in {f"{cluster.names.accounting}-0", "localhost"}
+
+
+def test_the_database_runs_as_slurmdbd_needs_it(cluster: DockerCluster) -> None:
+    """slurmdbd checks the database's settings when it connects and logs what it does not support:
+    MariaDB 11.8's default snapshot isolation makes slurmdbd stop on a write that conflicts with a
+    concurrent transaction (images/mariadb/warden.cnf turns it off)."""
+    log = cluster.logs(f"{cluster.names.accounting}-0", tail=2000)
+    assert "slurmdbd version" in log and "started" in log, log[-2000:]
+    assert "innodb_snapshot_isolation" not in log, log[-2000:]
