@@ -36,6 +36,8 @@ from tests.support.localcluster import (  # noqa: E402
     LocalClusterError,
     chart_images,
     install_charts,
+    new_ssh_key,
+    uninstall_charts,
     wait_slurmcluster_ready,
 )
 
@@ -197,8 +199,7 @@ def exporter_figures(kube: Kube, ns: str, rounds: int = 30) -> dict[str, float]:
 def measure(
     kube: Kube, tmp: Path
 ) -> tuple[float, float, dict[str, float], list[dict[str, float]], float, tuple[float, float]]:
-    key = tmp / "id_ed25519"
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "warden-bench", "-f", str(key)], check=True)
+    key = new_ssh_key(tmp / "id_ed25519", "warden-bench")
     suffix = uuid.uuid4().hex[:6]
     ns, operator = f"warden-bench-{suffix}", f"op-{suffix}"
     values = {
@@ -230,9 +231,7 @@ def measure(
         healed = child_deleted(kube, ns)
         return t1 - t0, t2 - t1, exporter, changes, healed, scale_in(kube, ns, key)
     finally:
-        for release in (NAME, operator, "slurm-operator-crds"):
-            kube.helm("uninstall", release, "-n", ns, "--ignore-not-found", "--wait", check=False)
-        kube.kubectl("delete", "namespace", ns, "--wait=false", "--ignore-not-found", check=False)
+        uninstall_charts(kube, ns, NAME, operator, "slurm-operator-crds")
 
 
 def main() -> int:

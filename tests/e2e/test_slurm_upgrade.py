@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import time
 import uuid
 from collections.abc import Iterator
@@ -26,7 +25,7 @@ from typing import Any
 import pytest
 
 from tests.e2e.test_slurmcluster import NAME, RESOURCES, Installed
-from tests.support.localcluster import Kube, install_charts, wait_slurmcluster_ready
+from tests.support.localcluster import Kube, install_charts, new_ssh_key, uninstall_charts, wait_slurmcluster_ready
 
 OLD, NEW = "24.11", "26.05"
 WORKERS = 2
@@ -47,8 +46,7 @@ def _values(pubkey: str) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def installed(kube: Kube, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installed]:
     tmp = tmp_path_factory.mktemp("upgrade")
-    key = tmp / "id_ed25519"
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "warden-e2e", "-f", str(key)], check=True)
+    key = new_ssh_key(tmp / "id_ed25519", "warden-e2e")
     suffix = uuid.uuid4().hex[:6]
     namespace = f"warden-up-{suffix}"
     operator = f"op-{suffix}"
@@ -58,9 +56,7 @@ def installed(kube: Kube, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
         status = wait_slurmcluster_ready(kube, namespace, NAME, timeout=600)
         yield Installed(kube, namespace, values, tmp / "values.json", key, status, False, tmp, {})
     finally:
-        for release in (NAME, operator, "slurm-operator-crds"):
-            kube.helm("uninstall", release, "-n", namespace, "--ignore-not-found", "--wait", check=False)
-        kube.kubectl("delete", "namespace", namespace, "--wait=false", "--ignore-not-found", check=False)
+        uninstall_charts(kube, namespace, NAME, operator, "slurm-operator-crds")
 
 
 def _cluster(installed: Installed) -> dict[str, Any]:

@@ -40,7 +40,14 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support import jailmounts
 from tests.support.dashboard import dashboard_expressions, load_dashboard, promql_metric_names
-from tests.support.localcluster import FAKE_GPU_RESOURCE, Kube, install_charts, wait_slurmcluster_ready
+from tests.support.localcluster import (
+    FAKE_GPU_RESOURCE,
+    Kube,
+    install_charts,
+    new_ssh_key,
+    uninstall_charts,
+    wait_slurmcluster_ready,
+)
 from warden import naming
 from warden.opmetrics import exposed_names
 
@@ -71,8 +78,7 @@ class Installed:
 
     def make_user(self, name: str) -> Path:
         """`warden-useradd` as root on the login node (chrooted into the jail), with a new SSH key."""
-        key = self.tmp / f"id_{name}"
-        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", name, "-f", str(key)], check=True)
+        key = new_ssh_key(self.tmp / f"id_{name}", name)
         out = self.ssh(f"warden-useradd --key '{key.with_suffix('.pub').read_text().strip()}' {name}")
         assert out.returncode == 0, out.stderr
         self.users_made_at[name] = time.monotonic()
@@ -161,8 +167,7 @@ def _allocatable_gpus(kube: Kube) -> int:
 @pytest.fixture(scope="module")
 def installed(kube: Kube, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installed]:
     tmp = tmp_path_factory.mktemp("e2e")
-    key = tmp / "id_ed25519"
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "warden-e2e", "-f", str(key)], check=True)
+    key = new_ssh_key(tmp / "id_ed25519", "warden-e2e")
     suffix = uuid.uuid4().hex[:6]
     namespace = f"warden-e2e-{suffix}"
     operator = f"op-{suffix}"  # its cluster-wide objects are named after the release: unique per run
@@ -178,9 +183,7 @@ def installed(kube: Kube, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
         print(f"\nSlurmCluster {namespace}/{NAME} Ready {time.monotonic() - t0:.0f}s after helm install")
         yield Installed(kube, namespace, values, tmp / "values.json", key, status, gpus, tmp, {})
     finally:
-        for release in (NAME, operator, "slurm-operator-crds"):
-            kube.helm("uninstall", release, "-n", namespace, "--ignore-not-found", "--wait", check=False)
-        kube.kubectl("delete", "namespace", namespace, "--wait=false", "--ignore-not-found", check=False)
+        uninstall_charts(kube, namespace, NAME, operator, "slurm-operator-crds")
         # a jail kept by default (a test that stopped before deleting it): the local provisioner removes
         # a Released volume whose policy is Delete
         kept = kube.kubectl("get", "pv", "-l", f"slurm.warden.dev/jail-namespace={namespace}", "-o", "name",
@@ -511,8 +514,7 @@ def test_ssh_key_added_by_helm_upgrade_logs_in_without_restarting_login(installe
     refreshed the mounted ConfigMap; the first key still works."""
     kube, ns = installed.kube, installed.namespace
     login_uid = kube.json("-n", ns, "get", "pod", f"{NAME}-login-0")["metadata"]["uid"]
-    key2 = tmp_path / "second"
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "warden-e2e-2", "-f", str(key2)], check=True)
+    key2 = new_ssh_key(tmp_path / "second", "warden-e2e-2")
     assert installed.ssh("true", key=key2).returncode != 0, "an unknown key got in"
     installed.values["login"]["sshAuthorizedKeys"].append(key2.with_suffix(".pub").read_text().strip())
     installed.helm_upgrade()

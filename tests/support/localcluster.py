@@ -956,6 +956,20 @@ def install_charts(
     kube.helm("upgrade", "--install", release, str(charts / "slurm-cluster"), "-n", cluster_ns, "-f", str(values_file))
 
 
+def new_ssh_key(path: Path, comment: str) -> Path:
+    """A new passphrase-less ed25519 key at ``path`` (its public half at ``path.pub``)."""
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path)], check=True)
+    return path
+
+
+def uninstall_charts(kube: Kube, namespace: str, *releases: str) -> None:
+    """What a test or benchmark installed, gone again: each helm release (waited for; one already gone
+    is skipped), then the namespace (not waited for)."""
+    for release in releases:
+        kube.helm("uninstall", release, "-n", namespace, "--ignore-not-found", "--wait", check=False)
+    kube.kubectl("delete", "namespace", namespace, "--wait=false", "--ignore-not-found", check=False)
+
+
 def wait_slurmcluster_ready(kube: Kube, namespace: str, name: str, timeout: float = 900) -> dict[str, Any]:
     """Poll the SlurmCluster until status.phase is Ready, printing each change of phase/conditions."""
     last = ""
