@@ -166,7 +166,7 @@ def scale_in(kube: Kube, ns: str, key: Path) -> tuple[float, float]:
 EXPORTER_PROBE = """
 import json, statistics, time, urllib.request
 from pathlib import Path
-from warden.slurmrest import SlurmRest, mint_token
+from warden.slurm.rest import SlurmRest, mint_token
 key = Path("/etc/warden/jwt/jwt_hs256.key").read_bytes().strip()
 rest = SlurmRest("http://%(restapi)s:6820", lambda: mint_token(key, "slurm"))
 def timed(f):

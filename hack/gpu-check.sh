@@ -533,7 +533,7 @@ from pathlib import Path
 
 from warden.health.check import CheckConfig, Outcome, classify, drain_reason
 from warden.health.nccl import parse_all_reduce_perf
-from warden.slurm import CommandResult, StepResult
+from warden.slurm.cli import CommandResult, StepResult
 
 out_file, err_file, rc, timed_out, gpus, threshold, figures_file, *argv = sys.argv[1:]
 stdout, stderr = Path(out_file).read_text(), Path(err_file).read_text()

@@ -1,7 +1,7 @@
 """`warden-slurm-exporter`: Slurm's state in Prometheus format, read through slurmrestd at each scrape.
 
 One per SlurmCluster (Deployment ``<cluster>-exporter``, port ``naming.EXPORTER_PORT``, path
-``/metrics``). At each scrape it asks slurmrestd (``warden.slurmrest``, tokens for ``slurm`` minted from
+``/metrics``). At each scrape it asks slurmrestd (``warden.slurm.rest``, tokens for ``slurm`` minted from
 the cluster's JWT key) for the nodes, the jobs and the scheduler statistics, tries slurmdbd's port
 when the cluster keeps accounting, and serves ``warden.slurmmetrics.families`` plus the process's
 own figures (``process_resident_memory_bytes``...). Nothing is cached: a scrape shows Slurm as it is.
@@ -28,9 +28,9 @@ from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
 from warden import naming
-from warden.slurm import SlurmError
+from warden.slurm.model import SlurmError
+from warden.slurm.rest import SlurmRest, SlurmUnreachable, mint_token
 from warden.slurmmetrics import Snapshot, families
-from warden.slurmrest import SlurmRest, SlurmUnreachable, mint_token
 
 log = logging.getLogger("warden.exporter")
 

@@ -6,7 +6,7 @@ Draining, Down, NotResponding, NotRegistered; the message Slurm's own state and 
 counts what registered, and Events mark nodes going down or drained.
 
 Kubernetes to Slurm: a worker pod on a cordoned Kubernetes node (``kubectl cordon``/``drain``) gets its
-Slurm node drained with a reason starting ``CORDON_PREFIX``; once the Kubernetes node is schedulable
+Slurm node drained with a reason starting ``reasons.CORDON``; once the Kubernetes node is schedulable
 again the Slurm node is resumed, and only then. A drain whose reason does not start with that prefix
 (a person's, the health checks') is never undone here.
 
@@ -24,12 +24,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from warden.model import DrainedNode, SlurmNodesStatus
-from warden.slurm import Node
+from warden.slurm import reasons
+from warden.slurm.model import Node
 
 #: the pod condition type that carries the Slurm node state
 CONDITION = "slurm.warden.dev/SlurmNode"
-#: reason prefix of the drains made for a cordoned Kubernetes node (the only drains undone here)
-CORDON_PREFIX = "warden: Kubernetes node "
 
 # Reasons of a condition whose node takes no new jobs (Events on the way in).
 UNUSABLE = {"Drained": "SlurmNodeDrained", "Draining": "SlurmNodeDrained", "Down": "SlurmNodeDown",
@@ -71,10 +70,6 @@ class Plan:
     delete_pods: list[tuple[str, str]] = field(default_factory=list)  # (pod, why)
     events: list[Event] = field(default_factory=list)
     summary: SlurmNodesStatus = field(default_factory=SlurmNodesStatus)
-
-
-def cordon_reason(k8s_node: str) -> str:
-    return f"{CORDON_PREFIX}{k8s_node} cordoned"
 
 
 def condition_of(node: Node | None) -> PodCondition:
@@ -141,8 +136,8 @@ def plan(
         is_cordoned = pod.k8s_node is not None and cordoned.get(pod.k8s_node, False)
         if is_cordoned and not node.drained:
             assert pod.k8s_node is not None
-            out.drains.append((node.name, cordon_reason(pod.k8s_node)))
-        elif not is_cordoned and node.drained and node.reason.startswith(CORDON_PREFIX):
+            out.drains.append((node.name, reasons.cordon(pod.k8s_node)))
+        elif not is_cordoned and node.drained and node.reason.startswith(reasons.CORDON):  # only these are undone
             out.resumes.append(node.name)
 
     out.summary = SlurmNodesStatus(

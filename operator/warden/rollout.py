@@ -2,7 +2,7 @@
 
 A changed pod template of a WorkerSet (image, resources...) replaces no pod by itself. The Slurm sync
 runs this plan every few seconds: at most ``max_unavailable`` nodes of a group are out of service for
-the upgrade at a time; each pod still on an old revision is drained (reason ``UPGRADE_PREFIX``), and
+the upgrade at a time; each pod still on an old revision is drained (reason ``reasons.UPGRADE``), and
 deleted once its node runs no job; the WorkerSet controller makes it again from the new template, and
 the new slurmd registers. Pods picked to leave (scale-in) are not upgraded. A pod of the new revision that has not
 registered yet still counts as unavailable, so batches do not pile up. A node someone else drained (a
@@ -14,9 +14,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from warden.slurm import Node
-
-UPGRADE_PREFIX = "warden: upgrade"
+from warden.slurm import reasons
+from warden.slurm.model import Node
 
 
 @dataclass(frozen=True)
@@ -43,7 +42,7 @@ class Rollout:
 
 
 def reason(group: Group) -> str:
-    return f"{UPGRADE_PREFIX}: {group.workerset} moves to revision {group.update_revision}"
+    return reasons.upgrade(group.workerset, group.update_revision)
 
 
 def plan(groups: Iterable[Group], nodes: Mapping[str, Node]) -> Rollout:
@@ -61,7 +60,7 @@ def plan(groups: Iterable[Group], nodes: Mapping[str, Node]) -> Rollout:
         # out of service for the upgrade: pods going, new ones not registered yet, old ones drained for it
         unavailable = sum(1 for p in pods if p.deleting or (p.revision == g.update_revision and not usable(p)))
         draining = [p for p in old if (n := nodes.get(p.name)) is not None and n.drained
-                    and n.reason.startswith(UPGRADE_PREFIX)]  # fmt: skip
+                    and n.reason.startswith(reasons.UPGRADE)]  # fmt: skip
         unavailable += len(draining)
         for p in draining:
             if not nodes[p.name].busy:

@@ -11,7 +11,7 @@ seconds, picks the pods that leave, in this order:
 5. busy nodes, the one whose jobs end soonest first (Slurm's end time: start + time limit);
 6. and among equals, the highest ordinal.
 
-A picked pod is annotated, its node drained (reason ``SCALE_IN_PREFIX``), and the pod deleted once the
+A picked pod is annotated, its node drained (reason ``reasons.SCALE_IN``), and the pod deleted once the
 node runs no job, each on its own (one busy node does not hold back the others), or once it has waited
 ``timeout`` seconds when the set has one. Scaled back up meanwhile, the pods no longer needed to go
 are un-picked and their nodes resumed: only drains with that prefix ever are.
@@ -23,9 +23,8 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from warden.slurm import Node
-
-SCALE_IN_PREFIX = "warden: scale-in"
+from warden.slurm import reasons
+from warden.slurm.model import Node
 
 
 @dataclass(frozen=True)
@@ -55,11 +54,11 @@ class ScaleIn:
 
 
 def reason(group: Group) -> str:
-    return f"{SCALE_IN_PREFIX}: {group.workerset} shrinks to {group.desired} nodes"
+    return reasons.scale_in(group.workerset, group.desired)
 
 
 def ours(node: Node | None) -> bool:
-    return node is not None and node.drained and node.reason.startswith(SCALE_IN_PREFIX)
+    return node is not None and node.drained and node.reason.startswith(reasons.SCALE_IN)
 
 
 def rank(pod: Pod, node: Node | None, ends: float | None) -> tuple[int, float, int]:

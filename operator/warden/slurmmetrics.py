@@ -6,7 +6,7 @@ Slurm did not answer), so a dashboard's query never names a metric that is missi
 
 Labels: ``slurm_cluster`` is ``<namespace>/<name>`` of the SlurmCluster on every series (one Prometheus,
 many clusters). Node states are one word (``node_state``) and a drain's reason one class
-(``reason_class``), so "drained by a health check" is a label match, not a regular expression.
+(``warden.slurm.reasons.reason_class``), so "drained by a health check" is a label match, not a regular expression.
 """
 
 from __future__ import annotations
@@ -17,23 +17,11 @@ from dataclasses import dataclass, field
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-from warden import naming, rollout, scalein
-from warden.health import check as nccl_check
-from warden.health import quickcheck
-from warden.nodesync import CORDON_PREFIX
-from warden.slurm import Job, Node
+from warden import naming
+from warden.slurm.model import Job, Node
+from warden.slurm.reasons import reason_class
 
 CLUSTER_LABEL = "slurm_cluster"
-
-#: a drain's reason → who drained: the health checks, the operator for Kubernetes (a cordoned
-#: Kubernetes node), the operator for a scale-in or an upgrade, or anyone else (a person, a script)
-REASON_PREFIXES: tuple[tuple[str, str], ...] = (
-    (nccl_check.REASON_PREFIX, "health_check"),
-    (quickcheck.REASON_PREFIX, "health_check"),
-    (CORDON_PREFIX, "kubernetes"),
-    (scalein.SCALE_IN_PREFIX, "scale_in"),
-    (rollout.UPGRADE_PREFIX, "upgrade"),
-)
 
 #: ``sdiag`` figures served, as (diag key, metric name, help, factor): times in microseconds become seconds
 SCHEDULER_STATS: tuple[tuple[str, str, str, float], ...] = (
@@ -71,20 +59,6 @@ class Snapshot:
     slurmdbd_reachable: bool | None = None
     collect_seconds: float = 0.0
     errors: Mapping[str, int] = field(default_factory=dict)  # what failed this scrape: "nodes", "jobs", ...
-
-
-def reason_class(node: Node) -> str:
-    """Who took the node out of service: ``none`` (in service), ``health_check``, ``kubernetes``,
-    ``scale_in``, ``upgrade``, ``slurm`` (down with Slurm's own reason, not drained), ``person``."""
-    reason = node.held_reason
-    if not reason and not (node.drained or node.down):
-        return "none"
-    for prefix, cls in REASON_PREFIXES:
-        if reason.startswith(prefix):
-            return cls
-    if node.drained:
-        return "person"
-    return "slurm"
 
 
 def node_state(node: Node) -> str:

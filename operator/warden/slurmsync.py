@@ -29,8 +29,8 @@ from warden.model import API_GROUP, API_VERSION, WORKER_SET_KIND, SlurmNodesStat
 from warden.naming import Names
 from warden.nodesync import CONDITION, PodCondition, WorkerPod, plan
 from warden.render.pods import Manifest
-from warden.slurm import Node, SlurmError
-from warden.slurmrest import SlurmRest, SlurmUnreachable, mint_token
+from warden.slurm.model import Node, SlurmError
+from warden.slurm.rest import SlurmRest, SlurmUnreachable, mint_token
 from warden.status import UNRESPONSIVE, Slurmctld
 
 log = logging.getLogger(__name__)
@@ -104,7 +104,7 @@ class SlurmSync:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._failed: set[tuple[str, str]] = set()  # (cluster, action) whose failure was told
+        self._failed: set[tuple[str, str, str]] = set()  # (namespace, cluster, action) whose failure was told
 
     def watch(self, namespace: str, name: str) -> None:
         with self._lock:
@@ -320,21 +320,22 @@ class SlurmSync:
     def _act(self, body: Manifest, pod: str, action: Callable[[], None], reason: str, message: str) -> None:
         """Run one Slurm action about worker ``pod`` (its Slurm node has the same name) and say so in
         an Event; a failure is told once, not every round."""
-        cluster = body["metadata"]["name"]
-        related = Ref.pod(body["metadata"]["namespace"], pod)
-        counted = opmetrics.SLURM_ACTIONS.labels(f"{body['metadata']['namespace']}/{cluster}", reason, "failed")
+        namespace, cluster = body["metadata"]["namespace"], body["metadata"]["name"]
+        related = Ref.pod(namespace, pod)
+        counted = opmetrics.SLURM_ACTIONS.labels(f"{namespace}/{cluster}", reason, "failed")
+        told = (namespace, cluster, message)
         try:
             action()
         except (SlurmError, ApiException) as e:
             counted.inc()
-            log.warning("SlurmCluster %s: %s", cluster, e)
-            if (cluster, message) not in self._failed:
-                self._failed.add((cluster, message))
+            log.warning("SlurmCluster %s/%s: %s", namespace, cluster, e)
+            if told not in self._failed:
+                self._failed.add(told)
                 note = f"{reason} of {pod} failed: {e}"
                 failed = Event(Ref.of(body), "SlurmActionFailed", note, related, action=REASONS[reason].action)
                 self.applier.post_event(failed)
             return
-        self._failed.discard((cluster, message))
-        opmetrics.SLURM_ACTIONS.labels(f"{body['metadata']['namespace']}/{cluster}", reason, "ok").inc()
-        log.info("SlurmCluster %s: %s", cluster, message)
+        self._failed.discard(told)
+        opmetrics.SLURM_ACTIONS.labels(f"{namespace}/{cluster}", reason, "ok").inc()
+        log.info("SlurmCluster %s/%s: %s", namespace, cluster, message)
         self.applier.post_event(Event(Ref.of(body), reason, message, related))

@@ -21,7 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.support.dockercluster import DockerCluster, wait_for
 from tests.support.jailuser import JailUser
 from warden import naming
-from warden.health.check import REASON_PREFIX
+from warden.slurm.reasons import HEALTH_CHECK as REASON_PREFIX
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 

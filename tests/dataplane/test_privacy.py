@@ -11,7 +11,7 @@ import pytest
 from tests.support.dockercluster import DockerCluster, wait_for
 from tests.support.jailuser import JailUser
 from warden import naming
-from warden.slurmrest import SlurmRest, mint_token
+from warden.slurm.rest import SlurmRest, mint_token
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ token on to slurmctld, which decides (facts of Slurm 24.11.5, checked here):
 - a user's token reads the nodes but cannot change them (500 "Invalid user id"); a token for
   `slurm` (SlurmUser, an administrator) can; only root or slurm get one for another user.
 
-The operator's client (`warden.slurmrest`) signs its own tokens with the key of Secret
+The operator's client (`warden.slurm.rest`) signs its own tokens with the key of Secret
 `<cluster>-jwt-key` and is checked against the real slurmrestd here: ping, nodes, jobs, drain, resume,
 delete a dynamic node. The session's one cluster is used (no cluster of its own); every drain is
 undone before the test ends.
@@ -31,8 +31,8 @@ import pytest
 from tests.support.dockercluster import DockerCluster, wait_for
 from tests.support.jailuser import JailUser
 from warden import naming
-from warden.slurm import SlurmNodeUnknown
-from warden.slurmrest import SlurmRest, SlurmRestError, mint_token
+from warden.slurm.model import SlurmNodeUnknown
+from warden.slurm.rest import SlurmRest, SlurmRestError, mint_token
 
 API = f"/slurm/{naming.RESTAPI_VERSION}"
 

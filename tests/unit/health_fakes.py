@@ -1,6 +1,6 @@
 """A stand-in for ``scontrol`` and ``srun``, for the unit tier (there is no Slurm and no GPU here).
 
-It answers the commands ``warden.slurm`` sends with the behaviour observed on Slurm 24.11.5: node
+It answers the commands ``warden.slurm.cli`` sends with the behaviour observed on Slurm 24.11.5: node
 JSON in the shape of the captured ``fixtures/slurm/scontrol_show_node_drained.json`` (each node is that
 capture's GPU node with name, state, reason and gres replaced), RESUME refused on a node that is not
 drained or down, ``srun --immediate`` refused on drained, busy or reserved nodes. The dataplane tier
@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from warden.slurm import CommandResult
+from warden.slurm.cli import CommandResult
 
 FIXTURES = Path(__file__).parent / "fixtures"
 _TEMPLATE: dict[str, Any] = json.loads((FIXTURES / "slurm" / "scontrol_show_node_drained.json").read_text())

@@ -38,7 +38,7 @@ from tests.support.dashboard import (
     promql_selectors,
 )
 from warden import opmetrics
-from warden.slurm import Job, Node
+from warden.slurm.model import Job, Node
 from warden.slurmmetrics import JOB_EVENTS, SCHEDULER_STATS, Snapshot, families
 
 REPO = Path(__file__).resolve().parents[2]

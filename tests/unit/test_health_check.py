@@ -17,9 +17,10 @@ from typing import Any
 import pytest
 
 from tests.unit.health_fakes import BUSY, Behaviour, FakeNode, FakeSlurm, hangs, prints
-from warden.health.check import REASON_PREFIX, CheckConfig, run_checks
+from warden.health.check import CheckConfig, run_checks
 from warden.health.main import main
-from warden.slurm import CommandResult, Slurm
+from warden.slurm.cli import CommandResult, Slurm
+from warden.slurm.reasons import HEALTH_CHECK as REASON_PREFIX
 
 SLOW_REASON = "warden-health: nccl all_reduce_perf busbw 12.3 GB/s < 100.0 GB/s"
 

@@ -18,7 +18,7 @@ import pytest
 
 from tests.unit.health_fakes import FakeNode, FakeSlurm
 from warden.health.quickcheck import main
-from warden.slurm import Slurm
+from warden.slurm.cli import Slurm
 
 SMI_OK = 'echo "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-1d5b)"; echo "GPU 1: NVIDIA H100 80GB HBM3 (UUID: GPU-77a0)"'
 

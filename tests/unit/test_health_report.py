@@ -19,7 +19,7 @@ import pytest
 from tests.unit.health_fakes import FakeNode, FakeSlurm, prints
 from warden.health.main import main
 from warden.health.report import REPORT_KEY, ApiTarget, ReportError, write_report
-from warden.slurm import Slurm
+from warden.slurm.cli import Slurm
 
 
 class Api:

@@ -1,4 +1,4 @@
-"""warden.slurm: parsing real ``scontrol show node --json`` captures, the commands it sends, its errors.
+"""warden.slurm.model and .cli: parsing real ``scontrol show node --json`` captures, the commands it sends, its errors.
 
 The captures in fixtures/slurm come from Slurm 24.11.5; the command runner is replaced where a test
 checks what would be sent (no Slurm in the unit tier), and is the real one where it runs plain processes.
@@ -13,16 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from warden.slurm import (
-    CommandResult,
-    Slurm,
-    SlurmCommandError,
-    SlurmParseError,
-    SlurmTimeout,
-    gpu_count,
-    parse_nodes_json,
-    run_command,
-)
+from warden.slurm.cli import CommandResult, Slurm, SlurmCommandError, SlurmTimeout, run_command
+from warden.slurm.model import SlurmParseError, gpu_count, parse_nodes_json
 
 CAPTURES = Path(__file__).parent / "fixtures" / "slurm"
 

@@ -1,4 +1,4 @@
-"""warden.slurm: Slurm hostlist expressions and the job list slurmrestd serves (data_parser v0.0.42).
+"""warden.slurm.model: Slurm hostlist expressions and the job list slurmrestd serves (data_parser v0.0.42).
 
 fixtures/slurm/slurmrestd_jobs_running.json is ``GET /slurm/v0.0.42/jobs`` from Slurm 24.11.5's slurmrestd
 (the dataplane tier), taken while a user's ``sbatch -t 2 --wrap 'sleep 30'`` ran.
@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from warden.slurm import HOSTLIST_LIMIT, Job, SlurmParseError, expand_hostlist, jobs_from_doc
+from warden.slurm.model import HOSTLIST_LIMIT, Job, SlurmParseError, expand_hostlist, jobs_from_doc
 
 
 @pytest.mark.parametrize(

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from warden.events import REASONS
-from warden.nodesync import CORDON_PREFIX, PodCondition, WorkerPod, condition_of, cordon_reason, plan
-from warden.slurm import Node
+from warden.nodesync import PodCondition, WorkerPod, condition_of, plan
+from warden.slurm.model import Node
+from warden.slurm.reasons import CORDON as CORDON_PREFIX
+from warden.slurm.reasons import cordon as cordon_reason
 
 TIMEOUT = 300.0
 
@@ -107,7 +109,7 @@ def test_status_counts_the_slurmd_versions_the_registered_nodes_report() -> None
     import json
     from pathlib import Path
 
-    from warden.slurm import nodes_from_doc
+    from warden.slurm.model import nodes_from_doc
 
     fixture = Path(__file__).parent / "fixtures" / "slurm" / "slurmrestd_nodes_three.json"
     parsed = nodes_from_doc(json.loads(fixture.read_text()))

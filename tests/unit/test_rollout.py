@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from warden.rollout import UPGRADE_PREFIX, Group, Pod, plan, reason
-from warden.slurm import Node
+from warden.rollout import Group, Pod, plan, reason
+from warden.slurm.model import Node
+from warden.slurm.reasons import UPGRADE as UPGRADE_PREFIX
 
 STS = "demo-worker-cpu"
 

@@ -13,12 +13,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
 from warden import naming
-from warden.health import check, quickcheck
-from warden.nodesync import cordon_reason
-from warden.rollout import UPGRADE_PREFIX
-from warden.scalein import SCALE_IN_PREFIX
-from warden.slurm import Job, Node, diag_from_doc, jobs_from_doc, nodes_from_doc
-from warden.slurmmetrics import Snapshot, families, node_state, reason_class
+from warden.slurm import reasons
+from warden.slurm.model import Job, Node, diag_from_doc, jobs_from_doc, nodes_from_doc
+from warden.slurm.reasons import reason_class
+from warden.slurmmetrics import Snapshot, families, node_state
 
 FIXTURES = Path(__file__).parent / "fixtures" / "slurm"
 
@@ -133,11 +131,18 @@ def _node(state: str, flags: tuple[str, ...] = (), reason: str = "") -> Node:
         (_node("IDLE"), "idle", "none"),
         (_node("IDLE", reason="old reason kept after a resume"), "idle", "none"),
         (_node("MIXED"), "mixed", "none"),
-        (_node("ALLOCATED", ("DRAIN",), check.REASON_PREFIX + " nccl busbw 3.0 < 100"), "draining", "health_check"),
-        (_node("IDLE", ("DRAIN",), quickcheck.REASON_PREFIX + " nvidia-smi failed"), "drained", "health_check"),
-        (_node("IDLE", ("DRAIN",), cordon_reason("kube-node-3")), "drained", "kubernetes"),
-        (_node("IDLE", ("DRAIN",), SCALE_IN_PREFIX + " group cpu 4 -> 2"), "drained", "scale_in"),
-        (_node("MIXED", ("DRAIN",), UPGRADE_PREFIX + " group cpu"), "draining", "upgrade"),
+        (_node("ALLOCATED", ("DRAIN",), reasons.HEALTH_CHECK + " nccl busbw 3.0 < 100"), "draining", "health_check"),
+        (_node("IDLE", ("DRAIN",), reasons.QUICK_CHECK + " nvidia-smi failed"), "drained", "health_check"),
+        (_node("IDLE", ("DRAIN",), reasons.cordon("kube-node-3")), "drained", "kubernetes"),
+        (_node("IDLE", ("DRAIN",), reasons.scale_in("cpu", 2)), "drained", "scale_in"),
+        (_node("MIXED", ("DRAIN",), reasons.upgrade("cpu", "5f1c")), "draining", "upgrade"),
+        # the worker image's own drains (images/worker/entrypoint.sh), as Slurm keeps them
+        (
+            _node("IDLE", ("DRAIN",), "warden-worker: no NVIDIA driver (libcuda.so.1 missing)"),
+            "drained",
+            "health_check",
+        ),
+        (_node("ALLOCATED", ("DRAIN",), "warden: pod terminating"), "draining", "kubernetes"),
         (_node("IDLE", ("DRAIN",), "bad DIMM, ticket 4411"), "drained", "person"),
         (_node("DOWN", ("NOT_RESPONDING",), "Not responding"), "down", "slurm"),
         (_node("IDLE", ("NOT_RESPONDING",)), "down", "slurm"),

@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from warden.slurm import Job, SlurmNodeUnknown, SlurmParseError
-from warden.slurmrest import SlurmRest, SlurmRestError, SlurmUnreachable, mint_token
+from warden.slurm.model import Job, SlurmNodeUnknown, SlurmParseError
+from warden.slurm.rest import SlurmRest, SlurmRestError, SlurmUnreachable, mint_token
 
 
 def _unb64(part: str) -> bytes:

@@ -63,10 +63,11 @@ from enum import StrEnum
 from typing import Any
 
 from warden.health.nccl import ParseStatus, parse_all_reduce_perf
-from warden.slurm import Node, Slurm, SlurmError, StepResult, first_line
+from warden.slurm import reasons
+from warden.slurm.cli import Slurm, StepResult, first_line
+from warden.slurm.model import Node, SlurmError
 
 __all__ = [
-    "REASON_PREFIX",
     "CheckConfig",
     "NodeReport",
     "Outcome",
@@ -77,7 +78,6 @@ __all__ = [
     "run_checks",
 ]
 
-REASON_PREFIX = "warden-health:"
 _REASON_MAX = 100
 
 
@@ -177,12 +177,12 @@ def drain_reason(outcome: Outcome, detail: str, busbw: float | None, cfg: CheckC
         text = f"nccl all_reduce_perf timed out after {cfg.time_limit_s}s"
     else:
         text = f"nccl all_reduce_perf failed: {detail}"
-    return _short(f"{REASON_PREFIX} {text}")
+    return _short(f"{reasons.HEALTH_CHECK} {text}")
 
 
 def ours(node: Node) -> bool:
     """Drained by this check (and by nothing else since)."""
-    return node.drained and node.reason.startswith(REASON_PREFIX)
+    return node.drained and node.reason.startswith(reasons.HEALTH_CHECK)
 
 
 def why_skip(node: Node, explicit: bool) -> str | None:

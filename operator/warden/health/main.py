@@ -38,7 +38,8 @@ from collections.abc import Sequence
 
 from warden.health.check import CheckConfig, run_checks
 from warden.health.report import ApiTarget, ReportError, in_cluster, write_report
-from warden.slurm import Slurm, SlurmError
+from warden.slurm.cli import Slurm
+from warden.slurm.model import SlurmError
 
 _SIZE = re.compile(r"^(\d+)([KMGkmg]i?)?$")
 

@@ -28,11 +28,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from warden.slurm import CommandRunner, Slurm, SlurmError, SlurmNodeUnknown, first_line, run_command
+from warden.slurm import reasons
+from warden.slurm.cli import CommandRunner, Slurm, first_line, run_command
+from warden.slurm.model import SlurmError, SlurmNodeUnknown
 
-__all__ = ["DRIVER_DIR", "REASON_PREFIX", "Settings", "find_problems", "main"]
+__all__ = ["DRIVER_DIR", "Settings", "find_problems", "main"]
 
-REASON_PREFIX = "warden-quickcheck:"
 #: Where the worker entrypoint stages the node's driver (WARDEN_DRIVER_STAGE in warden-driver.sh).
 DRIVER_DIR = "/run/warden/driver"
 #: The driver's files without which CUDA programs or nvidia-smi cannot run.
@@ -93,7 +94,7 @@ def _driver_problems(settings: Settings, expected_gpus: int, runner: CommandRunn
 
 
 def reason_for(problems: Sequence[str]) -> str:
-    text = f"{REASON_PREFIX} {'; '.join(problems)}"
+    text = f"{reasons.QUICK_CHECK} {'; '.join(problems)}"
     return text if len(text) <= 100 else text[:97] + "..."
 
 
@@ -102,7 +103,7 @@ def settle(slurm: Slurm, settings: Settings, runner: CommandRunner = run_command
     node = slurm.get_node(settings.node)
     expected = settings.expected_gpus if settings.expected_gpus is not None else node.gpus
     problems = find_problems(settings, expected, runner)
-    ours = node.drained and node.reason.startswith(REASON_PREFIX)
+    ours = node.drained and node.reason.startswith(reasons.QUICK_CHECK)
     if problems:
         reason = reason_for(problems)
         if settings.dry_run:

@@ -1,9 +1,9 @@
 """The operator's client of slurmrestd: one pinned OpenAPI version (``naming.RESTAPI_VERSION``), JWT auth.
 
-Everything the operator asks of or does to slurmctld goes through ``SlurmRest`` (``warden.slurm`` is the
-command-line half, used by the health check inside the cluster). The node JSON slurmrestd serves is
-what ``scontrol show node --json`` prints for the same data_parser version, so both halves share
-``warden.slurm.Node``.
+Everything the operator and the exporter ask of or do to slurmctld goes through ``SlurmRest``
+(``warden.slurm.cli`` is the command-line half, used by the health checks inside the cluster). The node
+JSON slurmrestd serves is what ``scontrol show node --json`` prints for the same data_parser version, so
+both halves share ``warden.slurm.model.Node``.
 
 Tokens: ``mint_token`` signs an HS256 JSON Web Token with the cluster's JWT key (Secret
 ``<cluster>-jwt-key``), the same way slurmctld signs ``scontrol token``'s: claims ``iat``, ``exp`` and
@@ -24,7 +24,7 @@ from urllib.parse import quote
 import urllib3
 
 from warden.naming import RESTAPI_VERSION
-from warden.slurm import (
+from warden.slurm.model import (
     Job,
     Node,
     SlurmError,
@@ -166,7 +166,7 @@ class SlurmRest:
                 raise
 
     def diag(self) -> dict[str, float]:
-        """slurmctld's scheduler statistics (``sdiag``), see ``warden.slurm.diag_from_doc``."""
+        """slurmctld's scheduler statistics (``sdiag``), see ``warden.slurm.model.diag_from_doc``."""
         return diag_from_doc(self._request("GET", "diag", "scheduler statistics"))
 
     def _update(self, name: str, what: str, body: dict[str, Any]) -> None:
