@@ -8,7 +8,7 @@ A person finds them with `kubectl events --for slurmcluster/demo`, or all drains
 `related.name` and `reportingComponent` instead of parsing the note.
 
 The same Event again (same object, reason, related object and note) within `SERIES_WINDOW_SECONDS`
-of the first is not a new object: its `series` count and last-observed time go up (`Applier`
+of the first is not a new object: its `series` count and last-observed time go up (`warden.kube.events`
 keeps the names). A failure retried every 10 s is one Event counting up, not hundreds.
 """
 

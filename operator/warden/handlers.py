@@ -5,7 +5,9 @@
 - A child object was deleted, or changed by someone else (a person's `kubectl edit`, another
   controller): reconcile its owner, which puts it back (self-healing, within seconds, no spec edit or
   restart needed). Who changed an object last is read from its managedFields: changes by the operator's
-  own field manager and status writes are not drift.
+  own field manager and status writes are not drift. A heal that could not apply everything (an API
+  error, an object still being deleted) is tried again every RETRY_DELAY_SECONDS until it does, and
+  only then says `ObjectRestored`.
 - A child StatefulSet/WorkerSet/Job, or the health-check report ConfigMap, changed: refresh the owner's
   status.
 - A WorkerSet or one of its pods changed: the WorkerSet controller (`warden.workerpods`, one thread and
@@ -29,8 +31,12 @@ import kopf
 from kubernetes import client, config
 
 from warden import opmetrics, slurmupgrade
-from warden.apply import Applier, ApplyResult, Owner
 from warden.events import Event, Ref
+from warden.kube import kinds
+from warden.kube.apply import Applier, ApplyResult, Owner
+from warden.kube.client import Kube
+from warden.kube.events import EventRecorder
+from warden.kube.retention import set_jail_retention
 from warden.model import (
     API_GROUP,
     API_VERSION,
@@ -59,12 +65,17 @@ class State:
     """Process-wide handles, made once at startup (kopf passes them as `memo`)."""
 
     def __init__(self) -> None:
+        self.kube: Kube | None = None
         self.applier: Applier | None = None
+        self.events: EventRecorder | None = None
         #: one reconcile of a cluster at a time (the spec handler and child events run in parallel threads)
         self.locks: defaultdict[tuple[str, str], threading.Lock] = defaultdict(threading.Lock)
         self.sync_settings = Settings()
         self.sync: SlurmSync | None = None
         self.worker_pods: WorkerPods | None = None
+        #: clusters whose heal failed and is tried again soon, with what drifted (told when it succeeds)
+        self.heals_due: dict[tuple[str, str], list[str]] = {}
+        self.heals_lock = threading.Lock()
 
     @property
     def slurm_required(self) -> bool:
@@ -84,6 +95,16 @@ def applier() -> Applier:
     if STATE.applier is None:
         raise RuntimeError("the operator has not started: no Kubernetes client yet")
     return STATE.applier
+
+
+def kube() -> Kube:
+    return applier().kube
+
+
+def recorder() -> EventRecorder:
+    if STATE.events is None:
+        raise RuntimeError("the operator has not started: no Kubernetes client yet")
+    return STATE.events
 
 
 def _load_kube_config() -> client.ApiClient:
@@ -106,12 +127,14 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
     settings.execution.max_workers = 8
-    STATE.applier = Applier(_load_kube_config())
+    STATE.kube = Kube(_load_kube_config())
+    STATE.applier = Applier(STATE.kube)
+    STATE.events = EventRecorder(STATE.kube)
     # Without Slurm read, nobody drains: a shrinking group loses its highest ordinals at once.
-    STATE.worker_pods = WorkerPods(STATE.applier, shrink=not STATE.slurm_required)
+    STATE.worker_pods = WorkerPods(STATE.kube, shrink=not STATE.slurm_required)
     STATE.worker_pods.start()
     if STATE.slurm_required:
-        STATE.sync = SlurmSync(STATE.applier, STATE.sync_settings, _refresh)
+        STATE.sync = SlurmSync(STATE.kube, STATE.events, STATE.sync_settings, _refresh)
         STATE.sync.start()
 
 
@@ -125,7 +148,7 @@ def stop_sync(**_: Any) -> None:
 
 def _say(cluster: Mapping[str, Any], reason: str, note: str, related: Ref | None = None) -> None:
     """One Event about a SlurmCluster (``warden.events``: the reason fixes its type and action)."""
-    applier().post_event(Event(Ref.of(cluster), reason, note, related))
+    recorder().post_event(Event(Ref.of(cluster), reason, note, related))
 
 
 def upgrade_notes(outcome: Outcome) -> list[str]:
@@ -215,7 +238,7 @@ def _refresh(
 
 def _refresh_locked(namespace: str, name: str, slurm: SlurmNodesStatus | None, slurmctld: Slurmctld | None) -> None:
     api = applier()
-    body = api.get(f"{API_GROUP}/{API_VERSION}", "SlurmCluster", namespace, name)
+    body = api.kube.get(f"{API_GROUP}/{API_VERSION}", "SlurmCluster", namespace, name)
     if body is None or body["metadata"].get("deletionTimestamp"):
         return
     try:
@@ -228,12 +251,12 @@ def _refresh_locked(namespace: str, name: str, slurm: SlurmNodesStatus | None, s
     if previous is not None and previous.observed_generation is not None:
         generation = previous.observed_generation  # only the reconcile handler moves it forward
     status = refresh_status(
-        api, cluster, generation, previous, slurm=slurm, slurm_required=STATE.slurm_required, slurmctld=slurmctld
+        api.kube, cluster, generation, previous, slurm=slurm, slurm_required=STATE.slurm_required, slurmctld=slurmctld
     )
     if status.slurm is not None and status.slurm.phase == "Upgrading":
         # A Slurm upgrade moves on when what it waits for is observed: reconcile, which releases the next
         # step once the current one runs the new series (``warden.slurmupgrade``).
-        fresh = api.get(f"{API_GROUP}/{API_VERSION}", "SlurmCluster", namespace, name)
+        fresh = api.kube.get(f"{API_GROUP}/{API_VERSION}", "SlurmCluster", namespace, name)
         if fresh is not None and not fresh["metadata"].get("deletionTimestamp"):
             outcome = reconcile(api, fresh, STATE.slurm_required)
             _post_upgrade_events(fresh, outcome)
@@ -279,17 +302,53 @@ def drifted(type: str | None, meta: kopf.Meta) -> bool:
 
 
 def _heal(namespace: str, name: str, what: str) -> None:
+    """Reconcile a cluster whose child drifted; ``ObjectRestored`` once everything is applied, else
+    (an API error, an object still being deleted) the same again in RETRY_DELAY_SECONDS: no child
+    event may come to set it off again (a quota raised, a webhook back)."""
     api = applier()
-    body = api.get(f"{API_GROUP}/{API_VERSION}", "SlurmCluster", namespace, name)
+    body = api.kube.get(f"{API_GROUP}/{API_VERSION}", "SlurmCluster", namespace, name)
     if body is None or body["metadata"].get("deletionTimestamp"):
         return  # going away: its children go with it
     log.info("SlurmCluster %s/%s: %s; reconciling", namespace, name, what)
-    with STATE.locks[(namespace, name)]:
-        outcome = reconcile(api, body, STATE.slurm_required)
+    try:
+        with STATE.locks[(namespace, name)]:
+            outcome = reconcile(api, body, STATE.slurm_required)
+    except Exception as e:  # said, logged and tried again, never lost
+        log.exception("SlurmCluster %s/%s: putting back %s failed", namespace, name, what)
+        _say(body, "ReconcileFailed", f"{type(e).__name__}: {e}")
+        _heal_later(namespace, name, what)
+        return
     _post_upgrade_events(body, outcome)
-    if outcome.result is not None:
+    if outcome.result is None:
+        return  # a Slurm series refused: nothing applied, status says why
+    _post_events(body, outcome.result)
+    if outcome.result.complete:
         _say(body, "ObjectRestored", what)
-        _post_events(body, outcome.result)
+    else:
+        _heal_later(namespace, name, what)
+
+
+def _heal_later(namespace: str, name: str, what: str) -> None:
+    """Heal the cluster again in RETRY_DELAY_SECONDS (one retry at a time per cluster; what drifted
+    meanwhile joins it)."""
+    key = (namespace, name)
+    with STATE.heals_lock:
+        due = STATE.heals_due.setdefault(key, [])
+        if what not in due:
+            due.append(what)
+        if len(due) > 1:
+            return  # a retry is already due
+        log.info("SlurmCluster %s/%s: %s not put back yet; again in %ss", namespace, name, what, RETRY_DELAY_SECONDS)
+
+    def again() -> None:
+        with STATE.heals_lock:
+            whats = STATE.heals_due.pop(key, [])
+        if whats:
+            _heal(namespace, name, "; ".join(whats))
+
+    timer = threading.Timer(RETRY_DELAY_SECONDS, again)
+    timer.daemon = True
+    timer.start()
 
 
 def _heal_if_drifted(type: str | None, meta: kopf.Meta, namespace: str, owner: str, kind: str) -> bool:
@@ -348,8 +407,7 @@ def jail_claim_changed(type: str | None, body: kopf.Body, namespace: str | None,
     if namespace is None or type in (None, "DELETED") or (body.get("status") or {}).get("phase") != "Bound":
         return
     cluster = (body["metadata"].get("labels") or {}).get("app.kubernetes.io/instance")
-    api = applier()
-    owner_body = api.get(f"{API_GROUP}/{API_VERSION}", "SlurmCluster", namespace, str(cluster)) if cluster else None
+    owner_body = kube().get(f"{API_GROUP}/{API_VERSION}", "SlurmCluster", namespace, str(cluster)) if cluster else None
     if owner_body is None or owner_body["metadata"].get("deletionTimestamp"):
         return
     try:
@@ -359,7 +417,7 @@ def jail_claim_changed(type: str | None, body: kopf.Body, namespace: str | None,
     meta = owner_body["metadata"]
     owner = Owner(name=meta["name"], namespace=namespace, uid=meta["uid"])
     with STATE.locks[(namespace, meta["name"])]:
-        api.set_jail_retention(dict(body), owner, spec.jail.retain_on_delete)
+        set_jail_retention(kube(), dict(body), owner, spec.jail.retain_on_delete)
 
 
 @kopf.on.event("batch", "v1", "jobs", labels=MANAGED)
@@ -367,19 +425,9 @@ def job_changed(type: str | None, meta: kopf.Meta, namespace: str | None, **_: A
     _on_child_event(type, meta, namespace, "Job")
 
 
-# Children whose only business with the operator is to stay as rendered.
-for _group, _version, _plural, _kind in (
-    ("", "v1", "configmaps", "ConfigMap"),
-    ("", "v1", "secrets", "Secret"),
-    ("", "v1", "services", "Service"),
-    ("", "v1", "serviceaccounts", "ServiceAccount"),
-    ("batch", "v1", "cronjobs", "CronJob"),
-    ("apps", "v1", "deployments", "Deployment"),
-    ("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget"),
-    ("networking.k8s.io", "v1", "networkpolicies", "NetworkPolicy"),
-    ("rbac.authorization.k8s.io", "v1", "roles", "Role"),
-    ("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding"),
-):
+# Children whose only business with the operator is to stay as rendered (``warden.kube.kinds.HEALED``).
+for _healed in kinds.HEALED:
+    _kind = _healed.kind
 
     def _child_changed(type: str | None, meta: kopf.Meta, namespace: str | None, _kind: str = _kind, **_: Any) -> None:
         if type is None or namespace is None:
@@ -390,7 +438,9 @@ for _group, _version, _plural, _kind in (
         if owner is not None:
             _heal_if_drifted(type, meta, namespace, owner, _kind)
 
-    kopf.on.event(_group, _version, _plural, labels=MANAGED, id=f"heal-{_plural}")(_child_changed)
+    kopf.on.event(_healed.group, _healed.version, _healed.plural, labels=MANAGED, id=f"heal-{_healed.plural}")(
+        _child_changed
+    )
 
 
 @kopf.on.event("", "v1", "configmaps", labels={**MANAGED, COMPONENT: HEALTH})
@@ -406,6 +456,6 @@ def health_report_changed(type: str | None, body: kopf.Body, meta: kopf.Meta, na
     if type != "MODIFIED":
         return
     report = health_report(dict(body))
-    cluster = applier().get(f"{API_GROUP}/{API_VERSION}", "SlurmCluster", namespace, owner)
+    cluster = kube().get(f"{API_GROUP}/{API_VERSION}", "SlurmCluster", namespace, owner)
     if report is not None and cluster is not None:
         _announce_health(cluster, report)

@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 from warden import slurmupgrade
-from warden.apply import Applier
+from warden.kube.client import Kube
 from warden.model import API_GROUP, API_VERSION, WORKER_SET_KIND
 from warden.naming import SLURM_SERIES_ENV
 from warden.render.context import Cluster
@@ -102,19 +102,19 @@ def health_report(cm: Manifest | None) -> dict[str, Any] | None:
     return report if isinstance(report, dict) else None
 
 
-def observe(applier: Applier, cluster: Cluster, slurmd_versions: dict[str, int] | None = None) -> Observed:
+def observe(kube: Kube, cluster: Cluster, slurmd_versions: dict[str, int] | None = None) -> Observed:
     """``slurmd_versions``: registered worker nodes by slurmd version, as slurmrestd last said."""
     slurmd_versions = slurmd_versions or {}
     names = cluster.names
     ns = cluster.namespace
 
     def sts(name: str) -> Manifest | None:
-        return applier.get("apps/v1", "StatefulSet", ns, name)
+        return kube.get("apps/v1", "StatefulSet", ns, name)
 
     def worker_set(name: str) -> Manifest | None:
-        return applier.get(f"{API_GROUP}/{API_VERSION}", WORKER_SET_KIND, ns, name)
+        return kube.get(f"{API_GROUP}/{API_VERSION}", WORKER_SET_KIND, ns, name)
 
-    job = applier.get("batch/v1", "Job", ns, names.populate_jail)
+    job = kube.get("batch/v1", "Job", ns, names.populate_jail)
     populated, failed = job_outcome(job)
     accounting = None
     if cluster.spec.accounting.mode != "Disabled":
@@ -125,9 +125,9 @@ def observe(applier: Applier, cluster: Cluster, slurmd_versions: dict[str, int] 
         accounting = dbd
     report = None
     if cluster.spec.health_checks.nccl.enabled and cluster.gpu_groups:
-        report = health_report(applier.get("v1", "ConfigMap", ns, names.nccl_check))
+        report = health_report(kube.get("v1", "ConfigMap", ns, names.nccl_check))
     controller = workload(sts(names.controller))
-    restapi = workload(applier.get("apps/v1", "Deployment", ns, names.restapi))
+    restapi = workload(kube.get("apps/v1", "Deployment", ns, names.restapi))
     login = workload(sts(names.login))
     workers = {g.name: workload(worker_set(names.worker(g.name))) for g in cluster.spec.worker_groups}
     desired = {
@@ -137,7 +137,7 @@ def observe(applier: Applier, cluster: Cluster, slurmd_versions: dict[str, int] 
         "worker": sum(w.desired for w in workers.values()),
         "login": login.desired,
     }
-    pods = applier.list("v1", "Pod", ns, names.instance_selector())
+    pods = kube.list("v1", "Pod", ns, names.instance_selector())
     return Observed(
         controller=controller,
         restapi=restapi,

@@ -1,8 +1,8 @@
 """The operator's own Prometheus metrics (``warden-operator --metrics-port``, path ``/metrics``).
 
 One registry, ``REGISTRY``; the instruments below are what the code counts, each where the thing
-happens: reconciles in ``warden.handlers``, failed steps in ``warden.apply.run_steps``, API writes in
-``Applier._call``, Slurm actions in ``warden.slurmsync``. The NCCL figures are read from the health
+happens: reconciles in ``warden.handlers``, failed steps in ``warden.kube.apply.run_steps``, API writes in
+``Kube.call``, Slurm actions in ``warden.slurmsync``. The NCCL figures are read from the health
 reports the operator already watches (``NcclReports``), computed at scrape time so that "seconds
 since the last run" is true when Prometheus asks.
 """

@@ -17,7 +17,9 @@ from functools import partial
 from pydantic import ValidationError
 
 from warden import naming, opmetrics, slurmupgrade
-from warden.apply import Applier, ApplyResult, Owner, run_steps
+from warden.kube.apply import Applier, ApplyResult, Owner, run_steps
+from warden.kube.client import Kube
+from warden.kube.retention import apply_jail_claim
 from warden.model import (
     API_GROUP,
     API_VERSION,
@@ -83,11 +85,11 @@ def config_hash(objects: list[Manifest]) -> str:
 WORKLOADS = (("apps/v1", "StatefulSet"), (f"{API_GROUP}/{API_VERSION}", WORKER_SET_KIND))
 
 
-def live_workloads(applier: Applier, cluster: Cluster) -> dict[str, Manifest]:
+def live_workloads(kube: Kube, cluster: Cluster) -> dict[str, Manifest]:
     """The cluster's StatefulSets and WorkerSets as they are now (read before applying), by kind/name."""
     out = {}
     for api_version, kind in WORKLOADS:
-        for obj in applier.list(api_version, kind, cluster.namespace, cluster.names.instance_selector()):
+        for obj in kube.list(api_version, kind, cluster.namespace, cluster.names.instance_selector()):
             out[f"{kind}/{obj['metadata']['name']}"] = obj
     return out
 
@@ -150,6 +152,7 @@ def reconcile(applier: Applier, body: Manifest, slurm_required: bool = False) ->
 
 
 def _reconcile(applier: Applier, body: Manifest, slurm_required: bool) -> Outcome:
+    kube = applier.kube
     meta = body["metadata"]
     generation = int(meta.get("generation", 0))
     previous = previous_status(body)
@@ -158,17 +161,15 @@ def _reconcile(applier: Applier, body: Manifest, slurm_required: bool) -> Outcom
     except ValidationError as e:
         message = validation_message(e)
         status = invalid_spec_status(generation, message, previous, now())
-        applier.patch_status(meta["name"], meta["namespace"], status_patch(previous, status))
+        kube.patch_status(meta["name"], meta["namespace"], status_patch(previous, status))
         return Outcome(status=status, result=None, invalid=message)
 
-    monitors = spec.metrics.service_monitor.mode == "Auto" and applier.serves(
-        "monitoring.coreos.com/v1", "ServiceMonitor"
-    )
+    monitors = spec.metrics.service_monitor.mode == "Auto" and kube.serves("monitoring.coreos.com/v1", "ServiceMonitor")
     cluster = Cluster(name=meta["name"], namespace=meta["namespace"], spec=spec, service_monitor_crd=monitors)
-    upgrade = plan_upgrade(applier, cluster, previous)
+    upgrade = plan_upgrade(kube, cluster, previous)
     if upgrade.refusal is not None:
         # Refused before anything is touched: the cluster keeps running what it has; status is refreshed.
-        status = refresh_status(applier, cluster, generation, previous, [], [], slurm_required=slurm_required,
+        status = refresh_status(kube, cluster, generation, previous, [], [], slurm_required=slurm_required,
                                 upgrade=upgrade)  # fmt: skip
         told = previous is not None and any(
             c.type == "SlurmVersion" and c.reason == upgrade.refusal.reason and c.message == upgrade.refusal.message
@@ -186,10 +187,10 @@ def _reconcile(applier: Applier, body: Manifest, slurm_required: bool) -> Outcom
         log.exception("rendering %s/%s failed", cluster.namespace, cluster.name)
         message = f"the operator cannot render this spec ({type(e).__name__}: {e}); change it, or report a bug"
         status = invalid_spec_status(generation, message, previous, now())
-        applier.patch_status(meta["name"], meta["namespace"], status_patch(previous, status))
+        kube.patch_status(meta["name"], meta["namespace"], status_patch(previous, status))
         return Outcome(status=status, result=None, invalid=message)
     result = ApplyResult()
-    result.replaced = replaced_pods(live_workloads(applier, cluster), rendered.objects)
+    result.replaced = replaced_pods(live_workloads(kube, cluster), rendered.objects)
 
     steps: list[tuple[str, Callable[[], None]]] = [
         (f"Secret/{s.name}", partial(applier.ensure_secret, s, owner, result)) for s in rendered.secrets
@@ -198,7 +199,7 @@ def _reconcile(applier: Applier, body: Manifest, slurm_required: bool) -> Outcom
         label = f"{obj['kind']}/{obj['metadata']['name']}"
         if obj["kind"] == "PersistentVolumeClaim":  # the jail: never owned or deleted unless asked
             retain = spec.jail.retain_on_delete
-            steps.append((label, partial(applier.apply_jail_claim, obj, owner, retain, result)))
+            steps.append((label, partial(apply_jail_claim, applier, obj, owner, retain, result)))
         else:
             steps.append((label, partial(applier.apply, obj, owner, result)))
     steps.append(("prune", partial(applier.prune, owner, cluster.names.instance_selector(), rendered.objects, result)))
@@ -214,7 +215,7 @@ def _reconcile(applier: Applier, body: Manifest, slurm_required: bool) -> Outcom
     steps.append(("pods: new configuration", mark))
     run_steps(steps, result, cluster=f"{cluster.namespace}/{cluster.name}")
     status = refresh_status(
-        applier,
+        kube,
         cluster,
         generation,
         previous,
@@ -231,18 +232,18 @@ def held_images(spec: SlurmClusterSpec) -> dict[str, dict[str, str]]:
     return {series: {key: spec.image(key, series) for key in SLURM_IMAGES} for series in SLURM_SERIES}
 
 
-def plan_upgrade(applier: Applier, cluster: Cluster, previous: SlurmClusterStatus | None) -> slurmupgrade.Plan:
+def plan_upgrade(kube: Kube, cluster: Cluster, previous: SlurmClusterStatus | None) -> slurmupgrade.Plan:
     """Which parts get the spec's Slurm series this time (``warden.slurmupgrade``), from what status
     settled and what the pods run now."""
     spec = cluster.spec
     versions = previous.slurm_nodes.slurmd_versions if previous is not None and previous.slurm_nodes else {}
-    parts = observe(applier, cluster, dict(versions)).parts
+    parts = observe(kube, cluster, dict(versions)).parts
     settled = settled_before(previous) or slurmupgrade.settled_from_pods(parts, held_images(spec))
     return slurmupgrade.plan(spec.slurm_version, settled, parts, accounting=spec.accounting.mode != "Disabled")
 
 
 def refresh_status(
-    applier: Applier,
+    kube: Kube,
     cluster: Cluster,
     generation: int,
     previous: SlurmClusterStatus | None,
@@ -255,8 +256,8 @@ def refresh_status(
 ) -> SlurmClusterStatus:
     nodes = slurm or (previous.slurm_nodes if previous is not None else None)
     versions = dict(nodes.slurmd_versions) if nodes is not None else {}
-    observed = dataclasses.replace(observe(applier, cluster, versions), slurm=slurm, slurmctld=slurmctld)
+    observed = dataclasses.replace(observe(kube, cluster, versions), slurm=slurm, slurmctld=slurmctld)
     status = fold(cluster.spec, generation, observed, previous, now(), errors, waiting, slurm_required, upgrade)
     if previous is None or status != previous:
-        applier.patch_status(cluster.name, cluster.namespace, status_patch(previous, status))
+        kube.patch_status(cluster.name, cluster.namespace, status_patch(previous, status))
     return status

@@ -1,5 +1,5 @@
 """Keeping the jail: what the operator changes on the jail's claim and volume so that users' homes
-outlive the SlurmCluster, its Helm release and its namespace (pure; `Applier.apply_jail_claim` does the I/O).
+outlive the SlurmCluster, its Helm release and its namespace (pure; `warden.kube.retention` does the I/O).
 
 With `spec.jail.retainOnDelete` (the default):
 - the claim has no owner reference, so deleting the SlurmCluster (or `helm uninstall`) leaves it;

@@ -23,8 +23,9 @@ from functools import partial
 from kubernetes.client.exceptions import ApiException
 
 from warden import naming, opmetrics, podset, rollout, scalein
-from warden.apply import Applier
 from warden.events import REASONS, Event, Ref
+from warden.kube.client import Kube
+from warden.kube.events import EventRecorder
 from warden.model import API_GROUP, API_VERSION, WORKER_SET_KIND, SlurmNodesStatus, parse_spec
 from warden.naming import Names
 from warden.nodesync import CONDITION, PodCondition, WorkerPod, plan
@@ -47,6 +48,14 @@ Refresh = Callable[[str, str, SlurmNodesStatus | None, Slurmctld | None], None]
 class Settings:
     interval: float = 5.0
     register_timeout: float = 300.0
+    #: where each cluster's slurmrestd answers: a URL with ``{namespace}`` and ``{name}`` (the
+    #: SlurmCluster's) in it, for an operator outside the cluster; None: the Service's in-cluster URL
+    restapi_url: str | None = None
+
+    def restapi_url_of(self, names: Names) -> str:
+        if self.restapi_url is None:
+            return names.restapi_url
+        return self.restapi_url.replace("{namespace}", names.namespace).replace("{name}", names.cluster)
 
 
 def _parse_time(text: str) -> datetime.datetime:
@@ -96,8 +105,9 @@ def _scalein_pod(raw: Manifest, pod: podset.Pod) -> scalein.Pod:
 
 
 class SlurmSync:
-    def __init__(self, applier: Applier, settings: Settings, refresh: Refresh) -> None:
-        self.applier = applier
+    def __init__(self, kube: Kube, recorder: EventRecorder, settings: Settings, refresh: Refresh) -> None:
+        self.kube = kube
+        self.recorder = recorder
         self.settings = settings
         self.refresh = refresh
         self.clusters: set[tuple[str, str]] = set()
@@ -133,7 +143,7 @@ class SlurmSync:
 
     def sync(self, namespace: str, name: str) -> bool:
         """One round for one cluster; False when the SlurmCluster is gone (stop watching it)."""
-        api = self.applier
+        api = self.kube
         body = api.get(f"{API_GROUP}/{API_VERSION}", "SlurmCluster", namespace, name)
         if body is None or body["metadata"].get("deletionTimestamp"):
             return False
@@ -152,7 +162,9 @@ class SlurmSync:
             return True
         key = base64.b64decode(encoded)
         rest = SlurmRest(
-            names.restapi_url, token=lambda: mint_token(key, "slurm", TOKEN_LIFETIME_S), timeout=REST_TIMEOUT_S
+            self.settings.restapi_url_of(names),
+            token=lambda: mint_token(key, "slurm", TOKEN_LIFETIME_S),
+            timeout=REST_TIMEOUT_S,
         )
         try:
             nodes = rest.nodes()  # before the pods: see nodesync.plan
@@ -194,9 +206,9 @@ class SlurmSync:
             log.info("SlurmCluster %s/%s: deleting pod %s: %s", namespace, name, pod_name, why)
             api.delete("v1", "Pod", namespace, pod_name, "Background")
             note = f"{pod_name}: {why}; its WorkerSet makes it afresh"
-            api.post_event(Event(Ref.of(body), "WorkerRecreated", note, Ref.pod(namespace, pod_name)))
+            self.recorder.post_event(Event(Ref.of(body), "WorkerRecreated", note, Ref.pod(namespace, pod_name)))
         for event in todo.events:
-            api.post_event(Event(Ref.of(body), event.reason, event.message, Ref.pod(namespace, event.pod)))
+            self.recorder.post_event(Event(Ref.of(body), event.reason, event.message, Ref.pod(namespace, event.pod)))
         self.refresh(namespace, name, todo.summary, slurmctld)
         # last: the groups' sizes and templates, read once for both planners
         sets = api.list(f"{API_GROUP}/{API_VERSION}", WORKER_SET_KIND, namespace, names.selector("worker"))
@@ -210,9 +222,9 @@ class SlurmSync:
         conditions = (body.get("status") or {}).get("conditions") or []
         was_stuck = any(c.get("type") == "ControllerReady" and c.get("reason") == UNRESPONSIVE for c in conditions)
         if not slurmctld.answers and not was_stuck:
-            self.applier.post_event(Event(Ref.of(body), "SlurmctldUnresponsive", slurmctld.why))
+            self.recorder.post_event(Event(Ref.of(body), "SlurmctldUnresponsive", slurmctld.why))
         elif slurmctld.answers and was_stuck:
-            self.applier.post_event(Event(Ref.of(body), "SlurmctldResponsive", "slurmctld answers node and job reads"))
+            self.recorder.post_event(Event(Ref.of(body), "SlurmctldResponsive", "slurmctld answers node and job reads"))
         if not slurmctld.answers:
             meta = body["metadata"]
             self.refresh(meta["namespace"], meta["name"], None, slurmctld)
@@ -228,7 +240,7 @@ class SlurmSync:
     ) -> set[str]:
         """Shrink worker groups: pick the pods that go, drain them, delete each once idle
         (``warden.scalein``). Returns the pods leaving."""
-        api = self.applier
+        api = self.kube
         namespace = body["metadata"]["namespace"]
         groups = []
         for ws in sets:
@@ -305,7 +317,7 @@ class SlurmSync:
             self._act(body, pod, partial(self._delete_pod, namespace, pod), "UpgradeReplacing", f"{pod}: {why}")
 
     def _delete_pod(self, namespace: str, pod: str) -> None:
-        self.applier.delete("v1", "Pod", namespace, pod, "Background")
+        self.kube.delete("v1", "Pod", namespace, pod, "Background")
 
     def _carry_out(
         self, body: Manifest, rest: SlurmRest, drains: list[tuple[str, str]], resumes: list[str], ghosts: list[str]
@@ -333,9 +345,9 @@ class SlurmSync:
                 self._failed.add(told)
                 note = f"{reason} of {pod} failed: {e}"
                 failed = Event(Ref.of(body), "SlurmActionFailed", note, related, action=REASONS[reason].action)
-                self.applier.post_event(failed)
+                self.recorder.post_event(failed)
             return
         self._failed.discard(told)
         opmetrics.SLURM_ACTIONS.labels(f"{namespace}/{cluster}", reason, "ok").inc()
         log.info("SlurmCluster %s/%s: %s", namespace, cluster, message)
-        self.applier.post_event(Event(Ref.of(body), reason, message, related))
+        self.recorder.post_event(Event(Ref.of(body), reason, message, related))

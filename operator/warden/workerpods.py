@@ -14,7 +14,7 @@ import threading
 from kubernetes.client.exceptions import ApiException
 
 from warden import podset
-from warden.apply import Applier
+from warden.kube.client import Kube
 from warden.model import API_GROUP, API_VERSION, WORKER_SET_KIND
 
 log = logging.getLogger(__name__)
@@ -55,7 +55,7 @@ class WorkQueue:
             self._cond.notify_all()
 
 
-def sync_set(api: Applier, namespace: str, name: str, shrink: bool) -> None:
+def sync_set(api: Kube, namespace: str, name: str, shrink: bool) -> None:
     """One look at one WorkerSet: make missing pods, clear ended ones, write its status."""
     ws = api.get(f"{API_GROUP}/{API_VERSION}", WORKER_SET_KIND, namespace, name)
     if ws is None or ws["metadata"].get("deletionTimestamp"):
@@ -84,8 +84,8 @@ class WorkerPods:
     ``shrink``: delete pods above a set's size at once (the operator does not read Slurm; with Slurm
     read, ``warden.scalein`` drains and picks the pods that go)."""
 
-    def __init__(self, applier: Applier, shrink: bool) -> None:
-        self.applier = applier
+    def __init__(self, kube: Kube, shrink: bool) -> None:
+        self.kube = kube
         self.shrink = shrink
         self.queue = WorkQueue()
         self._thread: threading.Thread | None = None
@@ -103,7 +103,7 @@ class WorkerPods:
     def _run(self) -> None:
         while (key := self.queue.get()) is not None:
             try:
-                sync_set(self.applier, key[0], key[1], self.shrink)
+                sync_set(self.kube, key[0], key[1], self.shrink)
             except ApiException as e:
                 log.warning("WorkerSet %s/%s: %s %s; trying again shortly", key[0], key[1], e.status, e.reason)
                 self._retry(key)

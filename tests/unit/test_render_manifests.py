@@ -11,7 +11,8 @@ import pytest
 
 from tests.support.examples import EXAMPLES, load
 from warden import naming
-from warden.apply import KINDS, Owner, with_owner
+from warden.kube.apply import Owner, with_owner
+from warden.kube.kinds import BY_KIND
 from warden.model import parse_spec
 from warden.render.cluster import render
 from warden.render.context import Cluster
@@ -46,7 +47,7 @@ def test_every_object_is_labelled_namespaced_and_known_to_the_apply_layer(exampl
         assert labels["app.kubernetes.io/managed-by"] == "warden", key
         assert labels["app.kubernetes.io/component"], key
         assert obj["metadata"]["namespace"] == cluster.namespace, key
-        assert (obj["apiVersion"], obj["kind"]) in KINDS, key
+        assert (obj["apiVersion"], obj["kind"]) in BY_KIND, key
         assert len(obj["metadata"]["name"]) <= 63, key
 
 

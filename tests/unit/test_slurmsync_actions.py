@@ -6,13 +6,14 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-from warden.apply import Applier
 from warden.events import Event
+from warden.kube import events
+from warden.kube.client import Kube
 from warden.slurm.model import SlurmError
 from warden.slurmsync import Settings, SlurmSync
 
 
-class EventRecorder:
+class Recorded:
     def __init__(self) -> None:
         self.events: list[Event] = []
 
@@ -28,16 +29,16 @@ def _cluster(namespace: str, name: str = "cpu") -> dict[str, Any]:
     }
 
 
-def _sync() -> tuple[SlurmSync, EventRecorder]:
-    recorder = EventRecorder()
-    return SlurmSync(cast(Applier, recorder), Settings(), lambda *_: None), recorder
+def _sync() -> tuple[SlurmSync, Recorded]:
+    recorder = Recorded()
+    return SlurmSync(cast(Kube, None), cast(events.EventRecorder, recorder), Settings(), lambda *_: None), recorder
 
 
 def _fail() -> None:
     raise SlurmError("slurmctld said no")
 
 
-def _reasons(recorder: EventRecorder) -> list[tuple[str, str]]:
+def _reasons(recorder: Recorded) -> list[tuple[str, str]]:
     return [(e.regarding.namespace, e.reason) for e in recorder.events]
 
 

@@ -78,6 +78,8 @@ and kopf (docs/helm.md explains every rule). Server-side apply of an object that
 authorized as "create", of one that exists as "patch": both are needed for applied kinds.
 */}}
 {{- define "slurm-operator.managerRules" -}}
+# What the operator does in a namespace: the namespaced kinds of warden.kube.kinds.REGISTRY, rule for
+# rule (tests/unit/test_kube_kinds.py holds this list and the discovery ClusterRole to it).
 # SlurmClusters: kopf lists/watches them and patches its annotations; the status refresh GETs them.
 - apiGroups: ["slurm.warden.dev"]
   resources: ["slurmclusters"]
@@ -146,11 +148,11 @@ authorized as "create", of one that exists as "patch": both are needed for appli
 - apiGroups: ["rbac.authorization.k8s.io"]
   resources: ["roles", "rolebindings"]
   verbs: ["get", "list", "watch", "create", "patch", "delete"]
-# The exporter's ServiceMonitor (spec.metrics.serviceMonitor): applied, pruned; only where the API
-# serves monitoring.coreos.com/v1 (API discovery, which needs no rule, tells).
+# The exporter's ServiceMonitor (spec.metrics.serviceMonitor): applied, pruned, put back; only where
+# the API serves monitoring.coreos.com/v1 (API discovery, which needs no rule, tells).
 - apiGroups: ["monitoring.coreos.com"]
   resources: ["servicemonitors"]
-  verbs: ["get", "list", "create", "patch", "delete"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
 # The operator's Events (Reconciled, ApplyFailed, NodeDrained...: docs/operations.md#events), as
 # events.k8s.io/v1; a repeat counts up the first one's series (patch).
 - apiGroups: ["events.k8s.io"]

@@ -1,0 +1,122 @@
+"""Every kind of Kubernetes object the operator touches, once: where the API serves it, what the operator
+does with it, whether it is pruned and how it is watched.
+
+From this one list come the REST paths of ``warden.kube.client`` (a fixed table: no discovery round
+trips), what ``warden.kube.apply`` prunes, which children the generic heal handler of
+``warden.handlers`` watches, and the RBAC rules the operator needs (``rbac_rules``), which a unit test
+holds the chart's Role and ClusterRole to (charts/slurm-operator/templates).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from warden.model import API_GROUP, API_VERSION, PLURAL, WORKER_SET_KIND, WORKER_SET_PLURAL
+
+#: ``heal``: the generic handler puts the object back when someone else deletes or edits it;
+#: ``own``: a handler of its own in ``warden.handlers`` (readiness, status, pods to make; drift too);
+#: ``kopf``: kopf watches it to find its resources; ``""``: read or written, never watched
+Watch = Literal["heal", "own", "kopf", ""]
+
+
+@dataclass(frozen=True)
+class Kind:
+    api_version: str
+    kind: str
+    plural: str
+    #: what the operator does with it: the RBAC verbs it needs
+    verbs: tuple[str, ...]
+    namespaced: bool = True
+    #: deleted when a reconcile no longer renders it (never Secrets or claims: they hold data)
+    pruned: bool = False
+    watch: Watch = ""
+    #: subresources the operator writes, with their verbs
+    subresources: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    #: served only where a CRD is installed (asked by API discovery before use)
+    optional: bool = False
+
+    @property
+    def group(self) -> str:
+        return self.api_version.rpartition("/")[0]
+
+    @property
+    def version(self) -> str:
+        return self.api_version.rpartition("/")[2]
+
+    @property
+    def prefix(self) -> str:
+        """The URL of its API group version: ``/api/v1`` or ``/apis/<group>/<version>``."""
+        return f"/apis/{self.api_version}" if self.group else f"/api/{self.api_version}"
+
+
+_READ = ("get", "list", "watch")
+_OWN = (*_READ, "create", "patch", "delete")
+_CLUSTER = f"{API_GROUP}/{API_VERSION}"
+
+REGISTRY: tuple[Kind, ...] = (
+    # kopf lists and watches SlurmClusters and patches its annotations; status is written on its own
+    Kind(_CLUSTER, "SlurmCluster", PLURAL, ("get", "list", "watch", "patch"), watch="own",
+         subresources=(("status", ("patch",)), ("finalizers", ("update",)))),
+    Kind(_CLUSTER, WORKER_SET_KIND, WORKER_SET_PLURAL, _OWN, pruned=True, watch="own",
+         subresources=(("status", ("patch",)), ("finalizers", ("update",)))),
+    # "update": the operator makes a Role granting it on the health report, and RBAC lets nobody grant
+    # what they do not hold
+    Kind("v1", "ConfigMap", "configmaps", (*_OWN[:5], "update", "delete"), pruned=True, watch="heal"),
+    # generated once when absent, never changed or deleted; put back (made afresh) when deleted
+    Kind("v1", "Secret", "secrets", (*_READ, "create"), watch="heal"),
+    Kind("v1", "Service", "services", _OWN, pruned=True, watch="heal"),
+    Kind("v1", "ServiceAccount", "serviceaccounts", _OWN, pruned=True, watch="heal"),
+    # the jail's claim: created once, its owner reference follows retainOnDelete; never deleted
+    Kind("v1", "PersistentVolumeClaim", "persistentvolumeclaims", (*_READ, "create", "patch"), watch="own"),
+    # worker pods are the operator's to make (WorkerSets), carry their Slurm node state as a condition
+    Kind("v1", "Pod", "pods", _OWN, watch="own", subresources=(("status", ("patch",)),)),
+    Kind("apps/v1", "StatefulSet", "statefulsets", _OWN, pruned=True, watch="own"),
+    Kind("apps/v1", "Deployment", "deployments", _OWN, pruned=True, watch="heal"),
+    Kind("batch/v1", "Job", "jobs", _OWN, pruned=True, watch="own"),
+    Kind("batch/v1", "CronJob", "cronjobs", _OWN, pruned=True, watch="heal"),
+    Kind("policy/v1", "PodDisruptionBudget", "poddisruptionbudgets", _OWN, pruned=True, watch="heal"),
+    Kind("networking.k8s.io/v1", "NetworkPolicy", "networkpolicies", _OWN, pruned=True, watch="heal"),
+    Kind("rbac.authorization.k8s.io/v1", "Role", "roles", _OWN, pruned=True, watch="heal"),
+    Kind("rbac.authorization.k8s.io/v1", "RoleBinding", "rolebindings", _OWN, pruned=True, watch="heal"),
+    Kind("monitoring.coreos.com/v1", "ServiceMonitor", "servicemonitors", _OWN, pruned=True, watch="heal",
+         optional=True),
+    # the operator's Events; a repeat counts up the first one's series
+    Kind("events.k8s.io/v1", "Event", "events", ("create", "patch")),
+    # cluster-scoped: is a worker pod's Kubernetes node cordoned; the jail's volume kept (Retain)
+    Kind("v1", "Node", "nodes", ("get",), namespaced=False),
+    Kind("v1", "PersistentVolume", "persistentvolumes", ("get", "list", "patch"), namespaced=False),
+    # kopf's own discovery: the resources served (CRDs), the namespaces it watches when given a list
+    Kind("apiextensions.k8s.io/v1", "CustomResourceDefinition", "customresourcedefinitions", ("list", "watch"),
+         namespaced=False, watch="kopf"),
+    Kind("v1", "Namespace", "namespaces", ("list", "watch"), namespaced=False, watch="kopf"),
+)  # fmt: skip
+
+BY_KIND: dict[tuple[str, str], Kind] = {(k.api_version, k.kind): k for k in REGISTRY}
+#: what a reconcile deletes once no longer rendered, in this order
+PRUNED: tuple[Kind, ...] = tuple(k for k in REGISTRY if k.pruned)
+#: children whose only business with the operator is to stay as rendered (the generic heal handler)
+HEALED: tuple[Kind, ...] = tuple(k for k in REGISTRY if k.watch == "heal")
+
+
+def of(api_version: str, kind: str) -> Kind:
+    try:
+        return BY_KIND[(api_version, kind)]
+    except KeyError:
+        raise KeyError(f"{kind} ({api_version}) is not in warden.kube.kinds.REGISTRY") from None
+
+
+Rule = tuple[str, str, str]  # (API group, resource, verb)
+
+
+def rbac_rules(namespaced: bool) -> set[Rule]:
+    """What the operator needs: the namespaced kinds' (a Role per watched namespace, or one
+    ClusterRole), or the cluster-scoped ones' (the discovery ClusterRole)."""
+    rules: set[Rule] = set()
+    for k in REGISTRY:
+        if k.namespaced != namespaced:
+            continue
+        rules |= {(k.group, k.plural, verb) for verb in k.verbs}
+        for sub, verbs in k.subresources:
+            rules |= {(k.group, f"{k.plural}/{sub}", verb) for verb in verbs}
+    return rules

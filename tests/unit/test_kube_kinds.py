@@ -1,0 +1,80 @@
+"""One registry of kinds (``warden.kube.kinds``): the client's paths, pruning, the heal watches and the
+chart's RBAC all come from it, so they cannot disagree."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import kopf
+import yaml
+
+from warden import handlers
+from warden.kube import kinds
+from warden.kube.client import Kube
+
+CHART = Path(__file__).resolve().parents[2] / "charts" / "slurm-operator" / "templates"
+
+
+def _triples(rules: list[dict[str, Any]]) -> set[kinds.Rule]:
+    return {(g, r, v) for rule in rules for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]}
+
+
+def chart_manager_rules() -> set[kinds.Rule]:
+    """The rules of the operator's Role (or ClusterRole): the ``slurm-operator.managerRules`` template."""
+    text = (CHART / "_helpers.tpl").read_text()
+    body = re.search(r'\{\{- define "slurm-operator.managerRules" -\}\}\n(.*?)\{\{- end -\}\}', text, re.S)
+    assert body is not None, "no managerRules template in _helpers.tpl"
+    return _triples(yaml.safe_load(body[1]))
+
+
+def chart_discovery_rules() -> set[kinds.Rule]:
+    """The rules of the cluster-wide discovery ClusterRole (rbac.yaml's first document), every
+    conditional rule included."""
+    first = (CHART / "rbac.yaml").read_text().split("\n---\n")[0]
+    plain = "\n".join(line for line in first.splitlines() if "{{" not in line)
+    return _triples(yaml.safe_load(plain)["rules"])
+
+
+def test_the_charts_namespaced_rules_are_the_registrys() -> None:
+    chart, registry = chart_manager_rules(), kinds.rbac_rules(namespaced=True)
+    assert chart - registry == set(), "the chart grants what no kind of warden.kube.kinds needs"
+    assert registry - chart == set(), "warden.kube.kinds needs what the chart does not grant"
+
+
+def test_the_charts_cluster_wide_rules_are_the_registrys() -> None:
+    assert chart_discovery_rules() == kinds.rbac_rules(namespaced=False)
+
+
+def test_every_watched_kind_can_be_watched_and_every_pruned_one_deleted() -> None:
+    for k in kinds.REGISTRY:
+        if k.watch:
+            assert {"list", "watch"} <= set(k.verbs), k.kind
+        if k.pruned:
+            assert {"list", "delete"} <= set(k.verbs), k.kind
+        if k.watch == "heal":
+            assert "get" in k.verbs, k.kind  # a heal reads its owner and applies the child again
+
+
+def test_the_service_monitor_is_pruned_and_put_back_alike() -> None:
+    monitor = kinds.of("monitoring.coreos.com/v1", "ServiceMonitor")
+    assert monitor.pruned and monitor.watch == "heal" and monitor.optional
+
+
+def test_the_generic_heal_handler_watches_exactly_the_healed_kinds() -> None:
+    """kopf's registry of this operator's handlers: one ``heal-<plural>`` handler per healed kind."""
+    assert handlers.MANAGED  # importing warden.handlers registered its handlers
+    registry = kopf.get_default_registry()
+    ids = {str(h.id) for h in registry._watching.get_all_handlers()}
+    assert {i for i in ids if i.startswith("heal-")} == {f"heal-{k.plural}" for k in kinds.HEALED}
+
+
+def test_paths_come_from_the_registry() -> None:
+    assert Kube.path("v1", "Pod", "hpc", "cpu-worker-0") == "/api/v1/namespaces/hpc/pods/cpu-worker-0"
+    assert Kube.path("v1", "Node", "", "n1") == "/api/v1/nodes/n1"
+    assert Kube.path("batch/v1", "CronJob", "hpc") == "/apis/batch/v1/namespaces/hpc/cronjobs"
+    assert (
+        Kube.path("slurm.warden.dev/v1alpha1", "WorkerSet", "hpc", "cpu")
+        == "/apis/slurm.warden.dev/v1alpha1/namespaces/hpc/workersets/cpu"
+    )
