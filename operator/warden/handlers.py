@@ -10,13 +10,14 @@
   only then says `ObjectRestored`.
 - A child StatefulSet/WorkerSet/Job, or the health-check report ConfigMap, changed: refresh the owner's
   status.
-- A WorkerSet or one of its pods changed: the WorkerSet controller (`warden.workerpods`, one thread and
-  a queue) makes the set's missing pods and writes the set's status.
+- A WorkerSet or one of its pods changed: the WorkerSet controller (`warden.workers`, one thread and
+  a queue) looks at the set: its pods made, scaled in, upgraded, made afresh; its status.
   This is how readiness reaches status without polling. There is no kopf timer or daemon on purpose:
   those would need a finalizer, and a SlurmCluster is deleted by garbage collection alone, whether
   or not the operator runs.
 - Slurm's side is read every few seconds by one thread (`warden.slurmsync`) for every SlurmCluster
-  the handlers above have seen: node states to pod conditions and status, cordons to drains.
+  the handlers above have seen: node states to pod conditions and status, cordons to drains; each round
+  then goes to the WorkerSet controller, whose sets act on what Slurm said.
 """
 
 from __future__ import annotations
@@ -50,9 +51,10 @@ from warden.naming import FIELD_MANAGER
 from warden.observe import health_report
 from warden.reconcile import Outcome, previous_status, reconcile, refresh_status
 from warden.render.context import Cluster
+from warden.slurmactions import SlurmActions
 from warden.slurmsync import Settings, SlurmSync
 from warden.status import Slurmctld
-from warden.workerpods import WorkerPods
+from warden.workers.controller import WorkerSets
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +74,7 @@ class State:
         self.locks: defaultdict[tuple[str, str], threading.Lock] = defaultdict(threading.Lock)
         self.sync_settings = Settings()
         self.sync: SlurmSync | None = None
-        self.worker_pods: WorkerPods | None = None
+        self.worker_sets: WorkerSets | None = None
         #: clusters whose heal failed and is tried again soon, with what drifted (told when it succeeds)
         self.heals_due: dict[tuple[str, str], list[str]] = {}
         self.heals_lock = threading.Lock()
@@ -130,11 +132,12 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     STATE.kube = Kube(_load_kube_config())
     STATE.applier = Applier(STATE.kube)
     STATE.events = EventRecorder(STATE.kube)
-    # Without Slurm read, nobody drains: a shrinking group loses its highest ordinals at once.
-    STATE.worker_pods = WorkerPods(STATE.kube, shrink=not STATE.slurm_required)
-    STATE.worker_pods.start()
+    actions = SlurmActions(STATE.events)
+    timeout = STATE.sync_settings.register_timeout
+    STATE.worker_sets = WorkerSets(STATE.kube, actions, STATE.slurm_required, timeout)
+    STATE.worker_sets.start()
     if STATE.slurm_required:
-        STATE.sync = SlurmSync(STATE.kube, STATE.events, STATE.sync_settings, _refresh)
+        STATE.sync = SlurmSync(STATE.kube, STATE.events, actions, STATE.worker_sets, STATE.sync_settings, _refresh)
         STATE.sync.start()
 
 
@@ -142,8 +145,8 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
 def stop_sync(**_: Any) -> None:
     if STATE.sync is not None:
         STATE.sync.stop()
-    if STATE.worker_pods is not None:
-        STATE.worker_pods.stop()
+    if STATE.worker_sets is not None:
+        STATE.worker_sets.stop()
 
 
 def _say(cluster: Mapping[str, Any], reason: str, note: str, related: Ref | None = None) -> None:
@@ -386,8 +389,8 @@ def restapi_changed(type: str | None, meta: kopf.Meta, namespace: str | None, **
 
 @kopf.on.event(API_GROUP, API_VERSION, WORKER_SET_PLURAL, labels=MANAGED)
 def worker_set_changed(type: str | None, meta: kopf.Meta, namespace: str | None, **_: Any) -> None:
-    if namespace is not None and STATE.worker_pods is not None:
-        STATE.worker_pods.enqueue(namespace, str(meta["name"]))  # the initial listing too: catch up
+    if namespace is not None and STATE.worker_sets is not None:
+        STATE.worker_sets.enqueue(namespace, str(meta["name"]))  # the initial listing too: catch up
     _on_child_event(type, meta, namespace, WORKER_SET_KIND)
 
 
@@ -395,8 +398,8 @@ def worker_set_changed(type: str | None, meta: kopf.Meta, namespace: str | None,
 def worker_pod_changed(meta: kopf.Meta, namespace: str | None, **_: Any) -> None:
     """A worker pod came, changed (ready, ended) or went: its WorkerSet is looked at again."""
     for ref in meta.get("ownerReferences") or []:
-        if ref.get("kind") == WORKER_SET_KIND and namespace is not None and STATE.worker_pods is not None:
-            STATE.worker_pods.enqueue(namespace, str(ref["name"]))
+        if ref.get("kind") == WORKER_SET_KIND and namespace is not None and STATE.worker_sets is not None:
+            STATE.worker_sets.enqueue(namespace, str(ref["name"]))
 
 
 @kopf.on.event("", "v1", "persistentvolumeclaims", labels={**MANAGED, COMPONENT: "jail"})

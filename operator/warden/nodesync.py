@@ -13,9 +13,9 @@ again the Slurm node is resumed, and only then. A drain whose reason does not st
 Evictions: a worker pod whose node runs a job carries the label ``slurm.warden.dev/busy=true``, which a
 PodDisruptionBudget protects (``warden.render.budgets``); the label goes once the node is idle.
 
-Housekeeping: a Slurm node record whose pod is gone is deleted (no DOWN ghosts), and a pod whose
-slurmd has run ``register_timeout`` seconds without registering is deleted, so its WorkerSet
-makes it afresh.
+Housekeeping: a Slurm node record whose pod is gone is deleted (no DOWN ghosts). What happens to the
+pods themselves (made, scaled in, upgraded, made afresh when slurmd never registers) is the WorkerSet
+controller's (``warden.workers``).
 """
 
 from __future__ import annotations
@@ -46,8 +46,6 @@ class PodCondition:
 class WorkerPod:
     name: str  # also its Slurm node name
     k8s_node: str | None  # spec.nodeName
-    #: seconds slurmd's container has been running; None when it is not running
-    running_for: float | None
     condition: PodCondition | None  # what the pod carries now
     deleting: bool = False
     busy_label: bool = False  # the pod carries slurm.warden.dev/busy=true
@@ -67,7 +65,6 @@ class Plan:
     drains: list[tuple[str, str]] = field(default_factory=list)  # (node, reason)
     resumes: list[str] = field(default_factory=list)
     delete_nodes: list[str] = field(default_factory=list)
-    delete_pods: list[tuple[str, str]] = field(default_factory=list)  # (pod, why)
     events: list[Event] = field(default_factory=list)
     summary: SlurmNodesStatus = field(default_factory=SlurmNodesStatus)
 
@@ -89,7 +86,6 @@ def plan(
     pods: Iterable[WorkerPod],
     nodes: Iterable[Node],
     cordoned: Mapping[str, bool],
-    register_timeout: float,
 ) -> Plan:
     """``nodes``: what slurmctld listed, read BEFORE ``pods`` (a node listed there had its pod then, so
     one missing from ``pods`` is gone for good). ``cordoned``: Kubernetes node name -> unschedulable."""
@@ -120,10 +116,7 @@ def plan(
         if busy != pod.busy_label:
             out.busy[pod.name] = busy
         if node is None:
-            if pod.running_for is not None and pod.running_for > register_timeout:
-                why = f"slurmd has run {pod.running_for:.0f}s without registering with slurmctld"
-                out.delete_pods.append((pod.name, why))
-            continue
+            continue  # a pod whose slurmd never registers: warden.workers.registration
         registered += 1
         usable += cond.status == "True"
         if node.version:

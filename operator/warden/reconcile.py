@@ -96,7 +96,7 @@ def live_workloads(kube: Kube, cluster: Cluster) -> dict[str, Manifest]:
 
 def replaced_pods(live: dict[str, Manifest], objects: list[Manifest]) -> list[str]:
     """For each StatefulSet or WorkerSet whose pods the apply is about to replace: which one and why
-    (a WorkerSet's are replaced one drained, idle node at a time: ``warden.rollout``)."""
+    (a WorkerSet's are replaced one drained, idle node at a time: ``warden.workers.rollout``)."""
     out = []
     for obj in objects:
         key = f"{obj['kind']}/{obj['metadata']['name']}"

@@ -8,16 +8,13 @@ from warden.slurm.model import Node
 from warden.slurm.reasons import CORDON as CORDON_PREFIX
 from warden.slurm.reasons import cordon as cordon_reason
 
-TIMEOUT = 300.0
-
 
 def node(name: str, state: str = "IDLE", *flags: str, reason: str = "") -> Node:
     return Node(name=name, state=state, flags=frozenset(flags), reason=reason, gres="", features=(), partitions=())
 
 
-def pod(name: str, k8s: str = "k1", running_for: float | None = 60.0, condition: PodCondition | None = None,
-        deleting: bool = False) -> WorkerPod:  # fmt: skip
-    return WorkerPod(name=name, k8s_node=k8s, running_for=running_for, condition=condition, deleting=deleting)
+def pod(name: str, k8s: str = "k1", condition: PodCondition | None = None, deleting: bool = False) -> WorkerPod:
+    return WorkerPod(name=name, k8s_node=k8s, condition=condition, deleting=deleting)
 
 
 def test_each_pod_carries_its_slurm_state_and_reason() -> None:
@@ -36,16 +33,16 @@ def test_each_pod_carries_its_slurm_state_and_reason() -> None:
 def test_only_changed_conditions_are_written_and_transitions_make_events() -> None:
     idle = condition_of(node("a"))
     out = plan([pod("a", condition=idle), pod("b", condition=idle)],
-               [node("a"), node("b", "IDLE", "DRAIN", reason="health: slow")], {}, TIMEOUT)  # fmt: skip
+               [node("a"), node("b", "IDLE", "DRAIN", reason="health: slow")], {})  # fmt: skip
     assert list(out.conditions) == ["b"]
     [event] = out.events
     assert (event.reason, event.pod) == ("SlurmNodeDrained", "b") and "health: slow" in event.message
     assert REASONS[event.reason].warning
-    back = plan([pod("b", condition=out.conditions["b"])], [node("b")], {}, TIMEOUT)
+    back = plan([pod("b", condition=out.conditions["b"])], [node("b")], {})
     assert [(e.reason, e.pod) for e in back.events] == [("SlurmNodeUsable", "b")]
     assert not REASONS["SlurmNodeUsable"].warning
     assert plan([pod("b", condition=out.conditions["b"])],
-                [node("b", "IDLE", "DRAIN", reason="health: slow")], {}, TIMEOUT).events == []  # fmt: skip
+                [node("b", "IDLE", "DRAIN", reason="health: slow")], {}).events == []  # fmt: skip
 
 
 def test_status_counts_registered_usable_and_lists_every_drain_whoever_made_it() -> None:
@@ -53,7 +50,6 @@ def test_status_counts_registered_usable_and_lists_every_drain_whoever_made_it()
         [pod("a"), pod("b"), pod("c"), pod("d")],
         [node("a"), node("b", "IDLE", "DRAIN", reason="alice: firmware"), node("c", "DOWN", reason="Not responding")],
         {},
-        TIMEOUT,
     )
     s = out.summary
     assert (s.registered, s.usable) == (3, 1)
@@ -63,44 +59,36 @@ def test_status_counts_registered_usable_and_lists_every_drain_whoever_made_it()
 
 def test_cordon_drains_with_the_owner_prefix_and_uncordon_resumes_only_that() -> None:
     nodes = [node("a"), node("b", "IDLE", "DRAIN", reason="bob: keep off")]
-    cordoned = plan([pod("a", "k1"), pod("b", "k1")], nodes, {"k1": True}, TIMEOUT)
+    cordoned = plan([pod("a", "k1"), pod("b", "k1")], nodes, {"k1": True})
     assert cordoned.drains == [("a", cordon_reason("k1"))]  # b is drained already: bob's reason stays
     assert cordon_reason("k1").startswith(CORDON_PREFIX) and "k1" in cordon_reason("k1")
 
     after = [node("a", "IDLE", "DRAIN", reason=cordon_reason("k1")), node("b", "IDLE", "DRAIN", reason="bob: keep off")]
-    uncordoned = plan([pod("a", "k1"), pod("b", "k1")], after, {"k1": False}, TIMEOUT)
+    uncordoned = plan([pod("a", "k1"), pod("b", "k1")], after, {"k1": False})
     assert uncordoned.resumes == ["a"] and uncordoned.drains == []
-    still = plan([pod("a", "k1"), pod("b", "k1")], after, {"k1": True}, TIMEOUT)
+    still = plan([pod("a", "k1"), pod("b", "k1")], after, {"k1": True})
     assert still.resumes == [] and still.drains == []
 
 
 def test_a_drain_someone_else_made_on_a_cordoned_node_is_never_resumed() -> None:
     looks_similar = node("a", "IDLE", "DRAIN", reason="warden: pod terminating")
-    assert plan([pod("a")], [looks_similar], {"k1": False}, TIMEOUT).resumes == []
+    assert plan([pod("a")], [looks_similar], {"k1": False}).resumes == []
 
 
 def test_ghost_nodes_of_gone_pods_are_deleted_not_those_of_pods_on_their_way_out() -> None:
-    out = plan([pod("a"), pod("b", deleting=True)], [node("a"), node("b"), node("gone", "DOWN")], {}, TIMEOUT)
+    out = plan([pod("a"), pod("b", deleting=True)], [node("a"), node("b"), node("gone", "DOWN")], {})
     assert out.delete_nodes == ["gone"]
     assert "b" not in out.conditions
-    hidden = plan([pod("a")], [node("a"), node("demo-worker-cpu-standby-0", "FUTURE")], {}, TIMEOUT)
+    hidden = plan([pod("a")], [node("a"), node("demo-worker-cpu-standby-0", "FUTURE")], {})
     assert hidden.delete_nodes == [] and hidden.summary.registered == 1, "slurm.conf's hidden capacity stays"
 
 
-def test_a_pod_that_never_registers_is_recreated_after_the_timeout_only() -> None:
-    assert plan([pod("a", running_for=TIMEOUT - 1)], [], {}, TIMEOUT).delete_pods == []
-    assert plan([pod("a", running_for=None)], [], {}, TIMEOUT).delete_pods == []
-    [(name, why)] = plan([pod("a", running_for=TIMEOUT + 5)], [], {}, TIMEOUT).delete_pods
-    assert name == "a" and "without registering" in why
-    assert plan([pod("a", running_for=TIMEOUT + 5)], [node("a")], {}, TIMEOUT).delete_pods == []
-
-
 def test_busy_label_follows_jobs_so_the_budget_keeps_only_working_pods() -> None:
-    out = plan([pod("a"), pod("b"), pod("c")], [node("a", "ALLOCATED"), node("b", "MIXED"), node("c")], {}, TIMEOUT)
+    out = plan([pod("a"), pod("b"), pod("c")], [node("a", "ALLOCATED"), node("b", "MIXED"), node("c")], {})
     assert out.busy == {"a": True, "b": True}
-    done = WorkerPod(name="a", k8s_node="k1", running_for=60, condition=None, busy_label=True)
-    assert plan([done], [node("a")], {}, TIMEOUT).busy == {"a": False}
-    completing = plan([done], [node("a", "IDLE", "COMPLETING")], {}, TIMEOUT)
+    done = WorkerPod(name="a", k8s_node="k1", condition=None, busy_label=True)
+    assert plan([done], [node("a")], {}).busy == {"a": False}
+    completing = plan([done], [node("a", "IDLE", "COMPLETING")], {})
     assert completing.busy == {}, "a job still completing keeps the pod protected"
 
 
@@ -115,5 +103,5 @@ def test_status_counts_the_slurmd_versions_the_registered_nodes_report() -> None
     parsed = nodes_from_doc(json.loads(fixture.read_text()))
     assert {n.version for n in parsed} == {"24.11.5"}  # slurmrestd's /nodes `version`
     a, b, c = (dataclasses.replace(node(x), version=v) for x, v in (("a", "26.05.5"), ("b", "24.11.5"), ("c", "")))
-    out = plan([pod("a"), pod("b"), pod("c")], [a, b, c], {}, TIMEOUT)
+    out = plan([pod("a"), pod("b"), pod("c")], [a, b, c], {})
     assert out.summary.slurmd_versions == {"24.11.5": 1, "26.05.5": 1}  # c reported none

@@ -7,10 +7,10 @@ import threading
 
 from warden import naming
 from warden.model import parse_spec
-from warden.podset import Pod, ordinal, plan, pod_manifest, pod_of, status, template_hash
 from warden.render.cluster import render
 from warden.render.context import Cluster
-from warden.workerpods import WorkQueue
+from warden.workers.controller import WorkQueue
+from warden.workers.podset import Pod, ordinal, plan, pod_manifest, pod_of, status, template_hash
 
 WS = "demo-worker-cpu"
 
@@ -45,7 +45,7 @@ def test_ended_pods_are_cleared_and_then_made_again() -> None:
 
 def test_more_pods_than_wanted_are_left_to_the_scale_in_unless_told_to_shrink() -> None:
     pods = [pod(0), pod(1), pod(2)]
-    assert plan(1, pods, shrink=False).delete == [], "warden.scalein picks and drains them"
+    assert plan(1, pods, shrink=False).delete == [], "warden.workers.scalein picks and drains them"
     assert [p for p, _ in plan(1, pods, shrink=True).delete] == [f"{WS}-2", f"{WS}-1"]
 
 

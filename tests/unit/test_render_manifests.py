@@ -416,5 +416,5 @@ def test_worker_sets_carry_what_their_controller_needs_and_nothing_a_statefulset
     assert (cpu["maxUnavailable"], cpu["scaleInTimeoutSeconds"]) == (2, 600)
     assert gpu["maxUnavailable"] == 1 and "scaleInTimeoutSeconds" not in gpu, "unbounded by default"
     assert cpu["selector"]["matchLabels"].items() <= cpu["template"]["metadata"]["labels"].items()
-    assert "hostname" not in cpu["template"]["spec"], "each pod gets its own (warden.podset)"
+    assert "hostname" not in cpu["template"]["spec"], "each pod gets its own (warden.workers.podset)"
     assert not any(o["kind"] == "StatefulSet" and "worker" in name for name, o in objs.items())

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from warden.rollout import Group, Pod, plan, reason
 from warden.slurm.model import Node
 from warden.slurm.reasons import UPGRADE as UPGRADE_PREFIX
+from warden.workers.rollout import Group, Pod, plan, reason
 
 STS = "demo-worker-cpu"
 

@@ -3,9 +3,9 @@ end soonest, each pod deleted as soon as its own node is idle."""
 
 from __future__ import annotations
 
-from warden.scalein import Group, Pod, plan, reason
 from warden.slurm.model import Node
 from warden.slurm.reasons import SCALE_IN as SCALE_IN_PREFIX
+from warden.workers.scalein import Group, Pod, plan, reason
 
 WS = "demo-worker-cpu"
 NOW = 1_000_000.0

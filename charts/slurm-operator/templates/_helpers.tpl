@@ -73,8 +73,8 @@ true
 {{- end -}}
 
 {{/*
-What the operator does in a namespace it manages: exactly the API calls of warden.apply, warden.handlers
-and kopf (docs/helm.md explains every rule). Server-side apply of an object that does not exist yet is
+What the operator does in a namespace it manages: exactly what warden.kube.kinds lists for the operator
+(warden.kube, warden.handlers, warden.workers) and kopf (docs/helm.md explains every rule). Server-side apply of an object that does not exist yet is
 authorized as "create", of one that exists as "patch": both are needed for applied kinds.
 */}}
 {{- define "slurm-operator.managerRules" -}}

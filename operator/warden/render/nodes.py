@@ -1,4 +1,4 @@
-"""Slurm nodes: one WorkerSet per worker group (its pods made by the operator, `warden.podset`), the login
+"""Slurm nodes: one WorkerSet per worker group (its pods made by the operator, `warden.workers`), the login
 StatefulSet, and their Services."""
 
 from __future__ import annotations

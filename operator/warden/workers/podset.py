@@ -4,7 +4,7 @@ A WorkerSet (one per worker group, rendered by the SlurmCluster reconcile) holds
 template and size. Its pods are ``<workerset>-<ordinal>``, each with a stable DNS name under the
 nodes Service (``hostname``/``subdomain``), like a StatefulSet's, but the operator makes and deletes
 them itself: a StatefulSet always removes its highest ordinals, and a scale-in must be free to remove
-the idle nodes, or those whose jobs end soonest (``warden.scalein`` picks them, from Slurm's word).
+the idle nodes, or those whose jobs end soonest (``warden.workers.scalein`` picks them, from Slurm's word).
 
 This module only fills the set up to its size, at the lowest free ordinals, and clears pods that
 ended (evicted, their node lost): everything that removes a live pod is decided elsewhere, with Slurm

@@ -1,0 +1,314 @@
+"""The WorkerSet controller: each WorkerSet's pods, from made to gone, in ordered steps (``warden.workers``).
+
+Events of WorkerSets and their pods, and each round of the Slurm sync, only name a set to look at
+(``enqueue``); one thread looks at each named set in turn. A burst of events about one set (a thousand
+pods starting) is one look, not a thousand: a set named again while it waits is not queued twice.
+Every look lists the set's pods afresh, so a lost event costs nothing but delay.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
+
+from kubernetes.client.exceptions import ApiException
+
+from warden import naming
+from warden.events import Ref
+from warden.kube.client import Kube
+from warden.model import API_GROUP, API_VERSION, WORKER_SET_KIND
+from warden.render.pods import Manifest
+from warden.slurm.model import Job, Node, SlurmError
+from warden.slurm.rest import SlurmRest
+from warden.slurmactions import SlurmActions
+from warden.workers import podset, registration, rollout, scalein
+
+log = logging.getLogger(__name__)
+
+Key = tuple[str, str]  # (namespace, WorkerSet)
+Live = list[tuple[Manifest, "podset.Pod"]]  # a set's pods as read and as podset sees them
+
+
+def parse_time(text: str) -> datetime.datetime:
+    return datetime.datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.UTC)
+
+
+def slurmd_running_for(pod: Manifest, now: datetime.datetime) -> float | None:
+    """Seconds the pod's slurmd container has run; None while it is not running."""
+    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+        started = ((cs.get("state") or {}).get("running") or {}).get("startedAt")
+        if cs.get("name") == "slurmd" and started:
+            return (now - parse_time(started)).total_seconds()
+    return None
+
+
+@dataclass
+class SlurmView:
+    """What one round of the Slurm sync read of a cluster: its nodes (read before the pods, see
+    ``warden.nodesync.plan``), the client that read them, and the round (each set acts on a round
+    once). The jobs are read only when a scale-in needs their end times, once per round."""
+
+    round: int
+    cluster: Ref
+    nodes: dict[str, Node]
+    rest: SlurmRest
+    read_at: datetime.datetime
+    _ends: dict[str, float] | None = field(default=None, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def job_ends(self) -> dict[str, float]:
+        """For each node running jobs: when the last of them is due to end (Slurm's end time)."""
+        with self._lock:
+            if self._ends is None:
+                try:
+                    jobs: list[Job] = self.rest.jobs()
+                except SlurmError as e:  # without end times, busy nodes rank by ordinal alone
+                    log.warning("SlurmCluster %s/%s: %s", self.cluster.namespace, self.cluster.name, e)
+                    jobs = []
+                ends: dict[str, float] = {}
+                for job in jobs:
+                    if job.state == "RUNNING" and job.end_time is not None:
+                        for node in job.nodes:
+                            ends[node] = max(ends.get(node, 0.0), job.end_time)
+                self._ends = ends
+            return self._ends
+
+
+class WorkQueue:
+    """Keys to handle, each at most once in the queue; FIFO."""
+
+    def __init__(self) -> None:
+        self._order: list[Key] = []
+        self._queued: set[Key] = set()
+        self._cond = threading.Condition()
+        self._closed = False
+
+    def add(self, key: Key) -> None:
+        with self._cond:
+            if key not in self._queued:
+                self._queued.add(key)
+                self._order.append(key)
+                self._cond.notify()
+
+    def get(self) -> Key | None:
+        """The next key (waiting for one); None once closed."""
+        with self._cond:
+            while not self._order and not self._closed:
+                self._cond.wait()
+            if self._closed:
+                return None
+            key = self._order.pop(0)
+            self._queued.discard(key)
+            return key
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+
+
+def _owner(workerset: Manifest) -> Ref | None:
+    """The SlurmCluster a WorkerSet belongs to (its Events are about it)."""
+    namespace = workerset["metadata"]["namespace"]
+    for ref in workerset["metadata"].get("ownerReferences") or []:
+        if ref.get("kind") == "SlurmCluster" and str(ref.get("apiVersion", "")).startswith(f"{API_GROUP}/"):
+            return Ref(ref["apiVersion"], "SlurmCluster", namespace, ref["name"], ref.get("uid"))
+    return None
+
+
+class WorkerSets:
+    """One thread that looks at the WorkerSets named in its queue, each in the steps of ``warden.workers``.
+
+    ``slurm``: whether the operator reads Slurm (the Slurm sync runs). Without it nobody drains, and a
+    shrinking set loses its highest ordinals at once; with it, steps 2-4 wait for the sync's first round.
+    """
+
+    def __init__(self, kube: Kube, actions: SlurmActions, slurm: bool, register_timeout: float = 300.0) -> None:
+        self.kube = kube
+        self.actions = actions
+        self.slurm = slurm
+        self.register_timeout = register_timeout
+        self.queue = WorkQueue()
+        self._views: dict[tuple[str, str], SlurmView] = {}  # (namespace, cluster) -> the latest round
+        self._acted: dict[Key, int] = {}  # set -> the round its Slurm steps last ran on
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    # --- who names sets to look at ------------------------------------------------------------
+    def enqueue(self, namespace: str, name: str) -> None:
+        self.queue.add((namespace, name))
+
+    def observed(self, view: SlurmView, sets: list[str]) -> None:
+        """A round of the Slurm sync read this cluster: its sets act on it."""
+        with self._lock:
+            self._views[(view.cluster.namespace, view.cluster.name)] = view
+        for name in sets:
+            self.enqueue(view.cluster.namespace, name)
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="worker-sets", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self.queue.close()
+
+    def _run(self) -> None:
+        while (key := self.queue.get()) is not None:
+            try:
+                self.sync(*key)
+            except ApiException as e:
+                log.warning("WorkerSet %s/%s: %s %s; trying again shortly", key[0], key[1], e.status, e.reason)
+                self._retry(key)
+            except Exception:  # one set's trouble must not stop the others
+                log.exception("WorkerSet %s/%s: sync failed; trying again shortly", *key)
+                self._retry(key)
+
+    def _retry(self, key: Key, delay: float = 5.0) -> None:
+        timer = threading.Timer(delay, self.queue.add, args=(key,))
+        timer.daemon = True
+        timer.start()
+
+    # --- one look at one set: the steps in order --------------------------------------------------
+    def sync(self, namespace: str, name: str) -> None:
+        ws = self.kube.get(f"{API_GROUP}/{API_VERSION}", WORKER_SET_KIND, namespace, name)
+        if ws is None or ws["metadata"].get("deletionTimestamp"):
+            with self._lock:
+                self._acted.pop((namespace, name), None)
+            return  # garbage collection takes its pods
+        view = self._new_view(namespace, name, _owner(ws))
+        pods = self._list_pods(ws)
+        if self._pods(ws, pods, shrink=not self.slurm):  # 1
+            pods = self._list_pods(ws)
+        changed = False
+        if view is not None:
+            live = _live(ws, pods)
+            leaving = self._scale_in(ws, view, live)  # 2
+            changed |= self._roll(ws, view, _live(ws, pods, deleting=True), leaving)  # 3
+            changed |= self._registration(ws, view, live)  # 4
+            changed |= bool(leaving)
+            with self._lock:
+                self._acted[(namespace, name)] = view.round
+        self._status(ws, self._list_pods(ws) if changed else pods)  # 5
+
+    def _new_view(self, namespace: str, name: str, cluster: Ref | None) -> SlurmView | None:
+        """The cluster's latest Slurm round, if this set has not acted on it yet."""
+        if cluster is None:
+            return None
+        with self._lock:
+            view = self._views.get((namespace, cluster.name))
+            if view is None or self._acted.get((namespace, name)) == view.round:
+                return None
+            return view
+
+    def _list_pods(self, ws: Manifest) -> list[Manifest]:
+        return self.kube.list("v1", "Pod", ws["metadata"]["namespace"], ws["spec"]["selector"]["matchLabels"])
+
+    def _pods(self, ws: Manifest, raw: list[Manifest], shrink: bool) -> bool:
+        """Step 1: make missing pods, clear ended ones (and, with ``shrink``, those above the size)."""
+        namespace, name = ws["metadata"]["namespace"], ws["metadata"]["name"]
+        pods = [p for p in (podset.pod_of(name, r) for r in raw) if p is not None]
+        todo = podset.plan(int(ws["spec"].get("replicas", 0)), pods, shrink)
+        for pod, why in todo.delete:
+            log.info("WorkerSet %s/%s: deleting pod %s: %s", namespace, name, pod, why)
+            self.kube.delete("v1", "Pod", namespace, pod, "Background")
+        current = podset.template_hash(ws)
+        for i in todo.create:
+            if self.kube.create(podset.pod_manifest(ws, i, current)):
+                log.info("WorkerSet %s/%s: made pod %s-%d", namespace, name, name, i)
+        return bool(todo.create or todo.delete)
+
+    def _delete_pod(self, namespace: str, pod: str) -> None:
+        self.kube.delete("v1", "Pod", namespace, pod, "Background")
+
+    def _act(self, view: SlurmView, pod: str, action: Callable[[], None], reason: str, message: str) -> bool:
+        return self.actions.act(view.cluster, pod, action, reason, message)
+
+    def _scale_in(self, ws: Manifest, view: SlurmView, live: Live) -> set[str]:
+        """Step 2: pick the pods that leave a shrinking set, drain them, delete each once idle
+        (``scalein``). Returns the pods leaving."""
+        namespace = ws["metadata"]["namespace"]
+        timeout = ws["spec"].get("scaleInTimeoutSeconds")
+        group = scalein.Group(
+            workerset=ws["metadata"]["name"],
+            desired=int(ws["spec"].get("replicas", 0)),
+            pods=tuple(_scalein_pod(raw, p) for raw, p in live),
+            timeout=float(timeout) if timeout is not None else None,
+        )
+        if len(group.pods) <= group.desired and not any(p.leaving_since for p in group.pods):
+            return set()  # nothing shrinks, nothing was picked: no need to ask Slurm for its jobs
+        todo = scalein.plan([group], view.nodes, view.job_ends(), view.read_at.timestamp())
+        stamp = view.read_at.strftime("%Y-%m-%dT%H:%M:%SZ")
+        for pod in todo.pick:
+            self.kube.set_pod_annotation(namespace, pod, naming.LEAVING_ANNOTATION, stamp)
+        for pod in todo.unpick:
+            self.kube.set_pod_annotation(namespace, pod, naming.LEAVING_ANNOTATION, None)
+        for node, why in todo.drains:
+            self._act(view, node, partial(view.rest.drain, node, why), "ScaleInDraining", f"{node}: drained: {why}")
+        for node in todo.resumes:
+            self._act(view, node, partial(view.rest.resume, node), "ScaleInCancelled", f"{node}: resumed, it stays")
+        for pod, why in todo.deletes:
+            self._act(view, pod, partial(self._delete_pod, namespace, pod), "ScaledIn", f"{pod}: deleted: {why}")
+        picked = {p.name for p in group.pods if p.leaving_since is not None}
+        return (picked | set(todo.pick)) - set(todo.unpick)
+
+    def _roll(self, ws: Manifest, view: SlurmView, live: Live, leaving: set[str]) -> bool:
+        """Step 3: move pods to the set's current template without killing a job (``rollout``)."""
+        namespace = ws["metadata"]["namespace"]
+        pods = tuple(
+            rollout.Pod(p.name, p.ordinal, p.template, deleting=p.deleting, leaving=p.name in leaving) for _, p in live
+        )
+        group = rollout.Group(
+            workerset=ws["metadata"]["name"],
+            update_revision=podset.template_hash(ws),
+            max_unavailable=int(ws["spec"].get("maxUnavailable", 1)),
+            pods=pods,
+        )
+        todo = rollout.plan([group], view.nodes)
+        for node, why in todo.drains:
+            self._act(view, node, partial(view.rest.drain, node, why), "UpgradeDraining", f"{node}: drained: {why}")
+        for pod, why in todo.deletes:
+            self._act(view, pod, partial(self._delete_pod, namespace, pod), "UpgradeReplacing", f"{pod}: {why}")
+        return bool(todo.deletes)
+
+    def _registration(self, ws: Manifest, view: SlurmView, live: Live) -> bool:
+        """Step 4: make afresh the pods whose slurmd never registered (``registration``)."""
+        namespace = ws["metadata"]["namespace"]
+        pods = [registration.Pod(p.name, slurmd_running_for(raw, view.read_at), p.deleting) for raw, p in live]
+        todo = registration.overdue(pods, view.nodes.keys(), self.register_timeout)
+        for pod, why in todo:
+            note = f"{pod}: {why}; its WorkerSet makes it afresh"
+            self._act(view, pod, partial(self._delete_pod, namespace, pod), "WorkerRecreated", note)
+        return bool(todo)
+
+    def _status(self, ws: Manifest, raw: list[Manifest]) -> None:
+        """Step 5: the set's status, from its pods as they are after the steps above."""
+        name = ws["metadata"]["name"]
+        pods = [p for p in (podset.pod_of(name, r) for r in raw) if p is not None]
+        status = podset.status(ws, pods)
+        if ws.get("status") != status:
+            self.kube.patch_status(name, ws["metadata"]["namespace"], status, kind=WORKER_SET_KIND)
+
+
+def _live(ws: Manifest, raw: list[Manifest], deleting: bool = False) -> Live:
+    """The set's own pods (``<set>-<i>``) that have not ended, as read and as ``podset`` sees them;
+    with ``deleting``, those going too."""
+    out = []
+    for item in raw:
+        pod = podset.pod_of(ws["metadata"]["name"], item)
+        if pod is not None and not pod.ended and (deleting or not pod.deleting):
+            out.append((item, pod))
+    return out
+
+
+def _scalein_pod(raw: Manifest, pod: podset.Pod) -> scalein.Pod:
+    since = (raw["metadata"].get("annotations") or {}).get(naming.LEAVING_ANNOTATION)
+    return scalein.Pod(
+        name=pod.name,
+        ordinal=pod.ordinal,
+        deleting=pod.deleting,
+        leaving_since=parse_time(since).timestamp() if since else None,
+    )

@@ -1,0 +1,165 @@
+"""The WorkerSet controller's planners and its one look at a set (``warden.workers``): the steps in order,
+each Slurm round acted on once. The API is an in-memory stand-in (the controller against a real
+apiserver is in tests/integration, with a stand-in slurmrestd for Slurm, which cannot run there)."""
+
+from __future__ import annotations
+
+import copy
+import datetime
+from typing import Any, cast
+
+from warden.events import Event, Ref
+from warden.kube import events
+from warden.kube.client import Kube
+from warden.slurm.model import Node
+from warden.slurm.rest import SlurmRest
+from warden.slurmactions import SlurmActions
+from warden.workers import podset, registration
+from warden.workers.controller import SlurmView, WorkerSets
+
+NOW = datetime.datetime(2026, 11, 26, 12, 0, 0, tzinfo=datetime.UTC)
+CLUSTER = Ref("slurm.warden.dev/v1alpha1", "SlurmCluster", "hpc", "demo", "uid-demo")
+
+
+def test_a_pod_that_never_registers_is_made_afresh_after_the_timeout_only() -> None:
+    timeout = 300.0
+    assert registration.overdue([registration.Pod("a", timeout - 1)], set(), timeout) == []
+    assert registration.overdue([registration.Pod("a", None)], set(), timeout) == []
+    [(name, why)] = registration.overdue([registration.Pod("a", timeout + 5)], set(), timeout)
+    assert name == "a" and "without registering" in why
+    assert registration.overdue([registration.Pod("a", timeout + 5)], {"a"}, timeout) == []
+    assert registration.overdue([registration.Pod("a", timeout + 5, deleting=True)], set(), timeout) == []
+
+
+class FakeKube:
+    """WorkerSets and pods in memory: get, list (by labels), create, delete (at once), patches."""
+
+    def __init__(self, workerset: dict[str, Any]) -> None:
+        self.workerset = workerset
+        self.pods: dict[str, dict[str, Any]] = {}
+        self.deleted: list[str] = []
+
+    def get(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        return copy.deepcopy(self.workerset) if name == self.workerset["metadata"]["name"] else None
+
+    def list(self, api_version: str, kind: str, namespace: str, selector: dict[str, str]) -> list[dict[str, Any]]:
+        return [copy.deepcopy(p) for p in self.pods.values()]
+
+    def create(self, obj: dict[str, Any]) -> bool:
+        obj = copy.deepcopy(obj)
+        running = {"running": {"startedAt": "2026-11-26T11:00:00Z"}}  # an hour before NOW
+        obj["status"] = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}],
+                         "containerStatuses": [{"name": "slurmd", "state": running}]}  # fmt: skip
+        self.pods[obj["metadata"]["name"]] = obj
+        return True
+
+    def delete(self, api_version: str, kind: str, namespace: str, name: str, propagation: str) -> bool:
+        self.deleted.append(name)
+        return self.pods.pop(name, None) is not None
+
+    def set_pod_annotation(self, namespace: str, pod: str, key: str, value: str | None) -> bool:
+        annotations = self.pods[pod]["metadata"].setdefault("annotations", {})
+        if value is None:
+            annotations.pop(key, None)
+        else:
+            annotations[key] = value
+        return True
+
+    def patch_status(self, name: str, namespace: str, status: dict[str, Any], kind: str = "") -> None:
+        self.workerset["status"] = status
+
+
+class FakeRest:
+    def __init__(self) -> None:
+        self.drained: list[tuple[str, str]] = []
+
+    def drain(self, node: str, reason: str) -> None:
+        self.drained.append((node, reason))
+
+    def resume(self, node: str) -> None:
+        pass
+
+    def jobs(self) -> list[Any]:
+        return []
+
+
+class Recorded:
+    def __init__(self) -> None:
+        self.events: list[Event] = []
+
+    def post_event(self, event: Event) -> None:
+        self.events.append(event)
+
+
+def _workerset(replicas: int) -> dict[str, Any]:
+    return {
+        "apiVersion": "slurm.warden.dev/v1alpha1", "kind": "WorkerSet",
+        "metadata": {"name": "demo-worker-cpu", "namespace": "hpc", "uid": "ws-uid", "generation": 1,
+                     "ownerReferences": [{"apiVersion": CLUSTER.api_version, "kind": "SlurmCluster",
+                                          "name": CLUSTER.name, "uid": CLUSTER.uid}]},
+        "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": "w"}},
+                 "template": {"metadata": {"labels": {"app": "w"}}, "spec": {"containers": [{"name": "slurmd"}]}}},
+    }  # fmt: skip
+
+
+def _node(name: str, state: str = "IDLE") -> Node:
+    return Node(name=name, state=state, flags=frozenset(), reason="", gres="", features=(), partitions=())
+
+
+def _controller(replicas: int, slurm: bool = True) -> tuple[WorkerSets, FakeKube, Recorded]:
+    kube, recorded = FakeKube(_workerset(replicas)), Recorded()
+    actions = SlurmActions(cast(events.EventRecorder, recorded))
+    return WorkerSets(cast(Kube, kube), actions, slurm=slurm), kube, recorded
+
+
+def _view(controller: WorkerSets, round: int, nodes: list[Node], rest: FakeRest) -> None:
+    view = SlurmView(round, CLUSTER, {n.name: n for n in nodes}, cast(SlurmRest, rest), NOW)
+    controller.observed(view, [])
+
+
+def test_without_slurm_a_set_is_filled_and_shrinks_at_its_highest_ordinals() -> None:
+    controller, kube, _ = _controller(3, slurm=False)
+    controller.sync("hpc", "demo-worker-cpu")
+    assert sorted(kube.pods) == ["demo-worker-cpu-0", "demo-worker-cpu-1", "demo-worker-cpu-2"]
+    assert kube.workerset["status"]["replicas"] == 3 and kube.workerset["status"]["readyReplicas"] == 3
+    kube.workerset["spec"]["replicas"] = 1
+    controller.sync("hpc", "demo-worker-cpu")
+    assert sorted(kube.pods) == ["demo-worker-cpu-0"] and kube.workerset["status"]["replicas"] == 1
+
+
+def test_with_slurm_nothing_shrinks_until_a_round_says_which_node_is_idle_then_once_per_round() -> None:
+    controller, kube, recorded = _controller(2)
+    controller.sync("hpc", "demo-worker-cpu")
+    kube.workerset["spec"]["replicas"] = 1
+    controller.sync("hpc", "demo-worker-cpu")
+    assert sorted(kube.pods) == ["demo-worker-cpu-0", "demo-worker-cpu-1"], "no Slurm word yet: nothing goes"
+    rest = FakeRest()
+    _view(controller, 1, [_node("demo-worker-cpu-0", "ALLOCATED"), _node("demo-worker-cpu-1")], rest)
+    controller.sync("hpc", "demo-worker-cpu")
+    # the idle node is picked and drained (it goes once Slurm says it is drained and idle)
+    assert [n for n, _ in rest.drained] == ["demo-worker-cpu-1"]
+    assert "slurm.warden.dev/leaving-since" in kube.pods["demo-worker-cpu-1"]["metadata"]["annotations"]
+    controller.sync("hpc", "demo-worker-cpu")  # an event, no new round: Slurm is not asked again
+    assert len(rest.drained) == 1
+    drained = Node(name="demo-worker-cpu-1", state="IDLE", flags=frozenset({"DRAIN"}), reason=rest.drained[0][1],
+                   gres="", features=(), partitions=())  # fmt: skip
+    _view(controller, 2, [_node("demo-worker-cpu-0", "ALLOCATED"), drained], rest)
+    controller.sync("hpc", "demo-worker-cpu")
+    assert sorted(kube.pods) == ["demo-worker-cpu-0"] and kube.workerset["status"]["replicas"] == 1
+    assert [e.reason for e in recorded.events] == ["ScaleInDraining", "ScaledIn"]
+
+
+def test_a_pod_whose_slurmd_never_registered_is_made_afresh_by_its_set() -> None:
+    controller, kube, recorded = _controller(1)
+    controller.sync("hpc", "demo-worker-cpu")
+    _view(controller, 1, [], FakeRest())  # slurmd has run an hour (FakeKube), no node of its name
+    controller.sync("hpc", "demo-worker-cpu")
+    assert kube.deleted == ["demo-worker-cpu-0"]
+    assert [e.reason for e in recorded.events] == ["WorkerRecreated"]
+    controller.sync("hpc", "demo-worker-cpu")  # the next look makes it again
+    assert sorted(kube.pods) == ["demo-worker-cpu-0"]
+
+
+def test_pods_are_named_after_their_set_and_ordinal() -> None:
+    assert podset.ordinal("demo-worker-cpu", "demo-worker-cpu-12") == 12
+    assert podset.ordinal("demo-worker-cpu", "demo-worker-cpu-012") is None
