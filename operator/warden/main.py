@@ -8,7 +8,14 @@ import kopf
 from prometheus_client import start_http_server
 
 from warden import handlers, naming, opmetrics  # handlers: registers them
+from warden.naming import Names
 from warden.slurmsync import Settings
+
+
+def _restapi_url(template: str) -> str:
+    if not template.startswith(("http://", "https://")):
+        raise argparse.ArgumentTypeError(f"not an http:// or https:// URL: {template!r}")
+    return template
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -32,8 +39,17 @@ def main(argv: list[str] | None = None) -> int:
         "--register-timeout", type=float, default=300.0, metavar="S",
         help="a worker pod whose slurmd runs this long without registering is recreated (default 300)",
     )  # fmt: skip
+    parser.add_argument(
+        "--slurmrestd-url", type=_restapi_url, default=None, metavar="TEMPLATE",
+        help="where the Slurm sync reaches each cluster's slurmrestd, {namespace} and {name} standing for the"
+        " SlurmCluster's: for an operator outside the cluster, e.g. http://127.0.0.1:6820 with kubectl"
+        " port-forward svc/<cluster>-restapi 6820 (default: the Service's in-cluster URL,"
+        f" {Names(cluster='{name}', namespace='{namespace}').restapi_url})",
+    )  # fmt: skip
     args = parser.parse_args(argv)
-    handlers.STATE.sync_settings = Settings(interval=args.slurm_sync_interval, register_timeout=args.register_timeout)
+    handlers.STATE.sync_settings = Settings(
+        interval=args.slurm_sync_interval, register_timeout=args.register_timeout, restapi_url=args.slurmrestd_url
+    )
     if args.metrics_port:
         start_http_server(args.metrics_port, registry=opmetrics.REGISTRY)
     kopf.configure(verbose=args.verbose, log_format=kopf.LogFormat[args.log_format.upper()])

@@ -7,7 +7,7 @@ import signal
 import socket
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -32,8 +32,20 @@ def free_port() -> int:
 class OperatorProcess:
     """`warden-operator` in a subprocess, watching one namespace, logging to a file."""
 
-    def __init__(self, kubeconfig: Path, namespace: str, log_dir: Path, metrics: bool = True) -> None:
+    def __init__(
+        self,
+        kubeconfig: Path,
+        namespace: str,
+        log_dir: Path,
+        metrics: bool = True,
+        slurm_sync_interval: float = 0,
+        extra_args: Sequence[str] = (),
+    ) -> None:
+        """``slurm_sync_interval``: 0 (no Slurm behind the kwok pods: the sync is off) unless a test gives
+        the operator a stand-in slurmrestd (``extra_args``: ``--slurmrestd-url``, tests/support/fake_slurmrestd.py)."""
         self.kubeconfig = kubeconfig
+        self.slurm_sync_interval = slurm_sync_interval
+        self.extra_args = list(extra_args)
         self.metrics = metrics
         self.namespace = namespace
         self.log_path = log_dir / f"operator-{namespace}.log"
@@ -51,7 +63,8 @@ class OperatorProcess:
         log.write(f"\n--- start #{self.starts + 1} ---\n".encode())
         log.flush()
         self.proc = subprocess.Popen(
-            # no Slurm behind the kwok pods: the operator does not read Slurm's node states here
+            # no Slurm behind the kwok pods: the operator does not read Slurm's node states here, unless
+            # a test serves it a stand-in slurmrestd
             [
                 sys.executable,
                 "-m",
@@ -61,8 +74,9 @@ class OperatorProcess:
                 "--liveness",
                 liveness,
                 "-v",
-                "--slurm-sync-interval=0",
+                f"--slurm-sync-interval={self.slurm_sync_interval:g}",
                 f"--metrics-port={metrics_port}",
+                *self.extra_args,
             ],
             env=env,
             stdout=log,
@@ -87,6 +101,15 @@ class OperatorProcess:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait(timeout=10)
         self.proc = None
+
+    def log_of_this_start(self) -> str:
+        """What the running process (the last start) has logged so far; "" before its first line."""
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+        marker = f"--- start #{self.starts} ---"
+        return text.rpartition(marker)[2] if self.starts and marker in text else ""
 
     def log_tail(self, lines: int = 60) -> str:
         try:

@@ -1,0 +1,301 @@
+"""The Slurm sync (``warden.slurmsync``) against the real kube-apiserver: what a user would notice.
+
+The rest of this tier runs the operator with the sync off, since kwok pods run no Slurm daemons. Here
+the operator runs with it on (every second), pointed by ``--slurmrestd-url`` at a stand-in slurmrestd
+(tests/support/fake_slurmrestd.py, built from slurmrestd answers captured from Slurm 24.11.5) that
+plays slurmctld: the test registers the worker pods' nodes there, sets their states and jobs, and reads
+back what the operator did to them (drains, resumes, deletions). Kubernetes' side is all real: pods,
+their conditions and labels, cordoned nodes, Events, the SlurmCluster's status.
+
+- Slurm's node states show on the worker pods (condition ``slurm.warden.dev/SlurmNode``) and in
+  ``status.slurmNodes``; Ready waits for slurmctld's word that the workers registered; a person's
+  drain is shown, never undone.
+- A cordoned Kubernetes node drains its workers' Slurm nodes (``warden: Kubernetes node ...``,
+  ``SlurmNodeCordoned``); uncordoned, they are resumed (``SlurmNodeUncordoned``).
+- A slurmctld that answers no read turns ``ControllerReady`` False (``SlurmctldUnresponsive``, an
+  Event); answering again, a ``SlurmctldResponsive`` Event and Ready again.
+- A shrinking worker group drains the node whose jobs end soonest (``warden: scale-in``), keeps its pod
+  while the job runs, and deletes it once Slurm says the node is idle.
+"""
+
+from __future__ import annotations
+
+import base64
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from tests.support.controlplane import ControlPlane, wait_for
+from tests.support.fake_slurmrestd import Action, FakeSlurmrestd
+from tests.support.operator import OperatorProcess, apply_cluster, get_cluster, load_example, wait_ready
+from warden.naming import BUSY_LABEL, JWT_KEY, LEAVING_ANNOTATION, Names
+from warden.nodesync import CONDITION
+
+CLUSTER = "cpu"  # docs/examples/cpu-only.yaml: one worker group "cpu" of 2, a login node
+NAMES = Names(cluster=CLUSTER, namespace="")
+WORKERS = [f"{NAMES.worker('cpu')}-{i}" for i in range(2)]
+SYNC_INTERVAL = 1.0
+#: seconds for what the sync does within a few rounds, with room for a slow, busy CI machine
+TIMEOUT = 60
+READY_TIMEOUT = 180
+
+
+@pytest.fixture
+def slurm(cluster_namespace: str) -> Iterator[FakeSlurmrestd]:
+    with FakeSlurmrestd(cluster_namespace, CLUSTER) as fake:
+        yield fake
+
+
+@pytest.fixture
+def synced_operator(
+    controlplane: ControlPlane, cluster_namespace: str, slurm: FakeSlurmrestd, request: pytest.FixtureRequest
+) -> Iterator[OperatorProcess]:
+    """The operator with the Slurm sync on, reaching this test's cluster's slurmrestd at the stand-in."""
+    op = OperatorProcess(
+        controlplane.kubeconfig,
+        cluster_namespace,
+        controlplane.log_dir,
+        slurm_sync_interval=SYNC_INTERVAL,
+        extra_args=[f"--slurmrestd-url={slurm.url_template}"],
+    )
+    op.start()
+    yield op
+    op.stop()
+    report = getattr(request.node, "rep_call", None)
+    if report is not None and report.failed:
+        print(f"\n--- operator log ({op.log_path}) ---\n{op.log_tail(120)}", file=sys.stderr)
+        print(f"--- fake slurmrestd: actions {slurm.actions}, served {dict(slurm.served)}, auth failures "
+              f"{slurm.auth_failures[:5]}, strays {slurm.strays[:5]}", file=sys.stderr)  # fmt: skip
+
+
+def _pod(core: client.CoreV1Api, ns: str, name: str) -> Any:
+    return core.read_namespaced_pod(name, ns)
+
+
+def _slurm_condition(core: client.CoreV1Api, ns: str, pod: str) -> Any:
+    return next((c for c in _pod(core, ns, pod).status.conditions or [] if c.type == CONDITION), None)
+
+
+def _wait_condition(
+    core: client.CoreV1Api, ns: str, pod: str, status: str, reason: str, op: OperatorProcess, words: str = ""
+) -> Any:
+    def shown() -> Any:
+        c = _slurm_condition(core, ns, pod)
+        return c if c is not None and (c.status, c.reason) == (status, reason) and words in c.message else None
+
+    return wait_for(f"{pod}: {CONDITION} {status}/{reason} ({words})", shown, TIMEOUT, on_fail=op.log_tail)
+
+
+def _events(core: client.CoreV1Api, ns: str, reason: str) -> list[Any]:
+    return [e for e in core.list_namespaced_event(ns).items if e.reason == reason]
+
+
+def _wait_event(core: client.CoreV1Api, ns: str, reason: str, words: str, op: OperatorProcess) -> Any:
+    def posted() -> Any:
+        return next((e for e in _events(core, ns, reason) if words in str(e.message)), None)
+
+    return wait_for(f"Event {reason} saying {words!r}", posted, TIMEOUT, on_fail=op.log_tail)
+
+
+def _wait_action(slurm: FakeSlurmrestd, action: Action, op: OperatorProcess) -> None:
+    wait_for(f"the operator to {action}", lambda: action in slurm.actions, TIMEOUT, on_fail=op.log_tail)
+
+
+def _rounds(slurm: FakeSlurmrestd, n: int, op: OperatorProcess) -> None:
+    """Wait until the sync has read Slurm's nodes ``n`` more times: whatever it was going to do about
+    what it read before, it has done."""
+    start = slurm.reads()
+    wait_for(f"{n} more sync rounds", lambda: slurm.reads() >= start + n, TIMEOUT, on_fail=op.log_tail)
+
+
+def _up(
+    api: Any,
+    ns: str,
+    slurm: FakeSlurmrestd,
+    op: OperatorProcess,
+    states: dict[str, tuple[tuple[str, ...], str]] | None = None,
+) -> client.CoreV1Api:
+    """The example cluster, its workers registered with the stand-in slurmctld (IDLE unless ``states``
+    gives a node's state and reason), Ready."""
+    core = client.CoreV1Api(api)
+    apply_cluster(api, load_example("cpu-only", ns))
+
+    def key() -> bytes | None:
+        data = core.read_namespaced_secret(NAMES.jwt_key, ns).data or {}
+        return base64.b64decode(data[JWT_KEY]) if JWT_KEY in data else None
+
+    slurm.jwt_key = wait_for("the cluster's JWT key Secret", key, TIMEOUT, on_fail=op.log_tail)
+
+    def scheduled() -> bool:
+        return all(_pod(core, ns, w).spec.node_name for w in WORKERS)
+
+    wait_for("both worker pods scheduled", scheduled, TIMEOUT, on_fail=op.log_tail)
+    # their slurmd registers (after the pods exist: a node record without a pod is a ghost, deleted)
+    for w in WORKERS:
+        state, reason = (states or {}).get(w, (("IDLE",), ""))
+        slurm.register(w, state, reason, like="dp-worker-cpu-1" if "DRAIN" in state else "dp-worker-cpu-0")
+    wait_ready(api, ns, CLUSTER, op, timeout=READY_TIMEOUT)
+    return core
+
+
+def test_pods_and_status_carry_slurms_node_states(
+    api_client: Any, cluster_namespace: str, slurm: FakeSlurmrestd, synced_operator: OperatorProcess
+) -> None:
+    ns, op = cluster_namespace, synced_operator
+    first, second = WORKERS
+    # as captured: a person drained the second node ("scontrol update state=drain reason='hands off'")
+    core = _up(api_client, ns, slurm, op, {second: (("IDLE", "DRAIN"), "hands off")})
+
+    # Ready (which waits for slurmctld's word that both registered) and what slurmctld said
+    nodes = get_cluster(api_client, ns, CLUSTER)["status"]["slurmNodes"]
+    assert (nodes["registered"], nodes["usable"]) == (2, 1)
+    assert nodes["drained"] == [{"node": second, "reason": "hands off"}]
+    assert nodes["slurmdVersions"] == {"24.11.5": 2}
+    _wait_condition(core, ns, first, "True", "Idle", op)
+    drained = _wait_condition(core, ns, second, "False", "Drained", op, "hands off")
+    assert drained.message.startswith("IDLE+DRAIN")
+    _wait_event(core, ns, "SlurmNodeDrained", f"{second}: IDLE+DRAIN", op)
+
+    # a job runs on the first node: Allocated, and its pod is labelled busy (the PodDisruptionBudget's)
+    job = slurm.run_job(first, 600)
+    _wait_condition(core, ns, first, "True", "Allocated", op)
+    wait_for(
+        f"{first} labelled busy",
+        lambda: (_pod(core, ns, first).metadata.labels or {}).get(BUSY_LABEL) == "true",
+        TIMEOUT,
+        on_fail=op.log_tail,
+    )
+    slurm.end_job(job)
+    _wait_condition(core, ns, first, "True", "Idle", op)
+    wait_for(
+        f"{first}'s busy label gone",
+        lambda: BUSY_LABEL not in (_pod(core, ns, first).metadata.labels or {}),
+        TIMEOUT,
+        on_fail=op.log_tail,
+    )
+
+    # the person resumes their node: usable again, said so
+    slurm.set_state(second, "IDLE")
+    _wait_condition(core, ns, second, "True", "Idle", op)
+    _wait_event(core, ns, "SlurmNodeUsable", f"{second}: IDLE", op)
+    _rounds(slurm, 2, op)
+    # the operator never touched a node: a person's drain is theirs to undo
+    assert slurm.actions == []
+    # every request carried a token signed with the cluster's key, for this cluster's URL
+    assert slurm.verified > 0 and slurm.auth_failures == [] and slurm.strays == []
+
+
+def test_cordon_drains_the_slurm_node_and_uncordon_resumes_it(
+    api_client: Any, cluster_namespace: str, slurm: FakeSlurmrestd, synced_operator: OperatorProcess
+) -> None:
+    ns, op = cluster_namespace, synced_operator
+    core = _up(api_client, ns, slurm, op)
+    k8s_node = _pod(core, ns, WORKERS[0]).spec.node_name
+    on_it = [w for w in WORKERS if _pod(core, ns, w).spec.node_name == k8s_node]
+    elsewhere = [w for w in WORKERS if w not in on_it]
+    reason = f"warden: Kubernetes node {k8s_node} cordoned"
+    try:
+        core.patch_node(k8s_node, {"spec": {"unschedulable": True}})  # kubectl cordon
+        for w in on_it:
+            _wait_action(slurm, Action("drain", w, reason), op)
+            _wait_event(core, ns, "SlurmNodeCordoned", f"{w}: drained: {reason}", op)
+            _wait_condition(core, ns, w, "False", "Drained", op, reason)
+        nodes = get_cluster(api_client, ns, CLUSTER)["status"]["slurmNodes"]
+        assert {d["node"]: d["reason"] for d in nodes["drained"]} == dict.fromkeys(on_it, reason)
+    finally:
+        core.patch_node(k8s_node, {"spec": {"unschedulable": None}})  # kubectl uncordon
+    for w in on_it:
+        _wait_action(slurm, Action("resume", w), op)
+        _wait_event(core, ns, "SlurmNodeUncordoned", f"{w}: resumed", op)
+        _wait_condition(core, ns, w, "True", "Idle", op)
+    _rounds(slurm, 2, op)
+    # one drain and one resume each, for the workers on that node only
+    assert slurm.actions == [Action("drain", w, reason) for w in on_it] + [Action("resume", w) for w in on_it]
+    assert all(slurm.actions_on(w) == [] for w in elsewhere)
+
+
+def test_a_silent_slurmctld_is_told_and_so_is_its_return(
+    api_client: Any, cluster_namespace: str, slurm: FakeSlurmrestd, synced_operator: OperatorProcess
+) -> None:
+    ns, op = cluster_namespace, synced_operator
+    core = _up(api_client, ns, slurm, op)
+
+    def controller() -> Any:
+        status = get_cluster(api_client, ns, CLUSTER).get("status", {})
+        return next(c for c in status.get("conditions", []) if c["type"] == "ControllerReady"), status
+
+    def controller_is(reason: str) -> Any:
+        found = controller()
+        return found if found[0]["reason"] == reason else None
+
+    slurm.silent = True  # slurmctld takes no request: slurmrestd answers with its timeout's words
+    stuck, status = wait_for(
+        "ControllerReady: SlurmctldUnresponsive",
+        lambda: controller_is("SlurmctldUnresponsive"),
+        TIMEOUT,
+        on_fail=op.log_tail,
+    )
+    assert stuck["status"] == "False" and "Socket timed out on send/recv operation" in stuck["message"]
+    assert status["phase"] != "Ready"
+    warning = _wait_event(core, ns, "SlurmctldUnresponsive", "Socket timed out", op)
+    assert warning.type == "Warning" and warning.involved_object.name == CLUSTER
+
+    slurm.silent = False
+    _wait_event(core, ns, "SlurmctldResponsive", "slurmctld answers", op)
+    back, _ = wait_for(
+        "ControllerReady: SlurmctldReady", lambda: controller_is("SlurmctldReady"), TIMEOUT, on_fail=op.log_tail
+    )
+    assert back["status"] == "True"
+    wait_ready(api_client, ns, CLUSTER, op, timeout=TIMEOUT)
+    assert len(_events(core, ns, "SlurmctldUnresponsive")) == 1  # told once, not every round
+    assert slurm.actions == []
+
+
+def test_scale_in_drains_the_node_whose_jobs_end_first_and_deletes_its_pod_once_idle(
+    api_client: Any, cluster_namespace: str, slurm: FakeSlurmrestd, synced_operator: OperatorProcess
+) -> None:
+    ns, op = cluster_namespace, synced_operator
+    core = _up(api_client, ns, slurm, op)
+    first, second = WORKERS
+    # both busy; the first's job ends sooner, so it leaves, not the highest ordinal
+    soon = slurm.run_job(first, 600)
+    slurm.run_job(second, 3600)
+    for w in WORKERS:
+        _wait_condition(core, ns, w, "True", "Allocated", op)
+
+    body = load_example("cpu-only", ns)
+    body["spec"]["workerGroups"][0]["replicas"] = 1
+    apply_cluster(api_client, body)
+    reason = f"warden: scale-in: {NAMES.worker('cpu')} shrinks to 1 nodes"
+    _wait_action(slurm, Action("drain", first, reason), op)
+    _wait_event(core, ns, "ScaleInDraining", f"{first}: drained: {reason}", op)
+    assert LEAVING_ANNOTATION in (_pod(core, ns, first).metadata.annotations or {})
+
+    # its job still runs: the pod stays, round after round
+    _rounds(slurm, 3, op)
+    pod = _pod(core, ns, first)
+    assert pod.metadata.deletion_timestamp is None
+    assert slurm.actions == [Action("drain", first, reason)]
+
+    slurm.end_job(soon)  # idle now: the pod goes
+
+    def gone() -> bool:
+        try:
+            _pod(core, ns, first)
+        except client.ApiException as e:
+            return bool(e.status == 404)
+        return False
+
+    _wait_event(core, ns, "ScaledIn", f"{first}: deleted: drained and idle", op)
+    wait_for(f"pod {first} gone", gone, TIMEOUT, on_fail=op.log_tail)
+    # no slurmd here deletes its own record on the way out: the sync removes the ghost
+    _wait_action(slurm, Action("delete", first), op)
+    _wait_event(core, ns, "GhostNodeRemoved", f"{first}: its pod is gone", op)
+    wait_ready(api_client, ns, CLUSTER, op, timeout=TIMEOUT)
+    nodes = get_cluster(api_client, ns, CLUSTER)["status"]["slurmNodes"]
+    assert (nodes["registered"], nodes["usable"]) == (1, 1)
+    assert _pod(core, ns, second).metadata.deletion_timestamp is None
+    assert slurm.actions_on(second) == []
