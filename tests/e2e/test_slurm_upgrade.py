@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.test_slurmcluster import NAME, RESOURCES, Installed
+from tests.e2e.test_slurmcluster import NAME, RESOURCES, Installed, _eventually
 from tests.support.localcluster import Kube, install_charts, new_ssh_key, uninstall_charts, wait_slurmcluster_ready
 
 OLD, NEW = "24.11", "26.05"
@@ -191,8 +191,21 @@ def test_slurm_upgraded_from_24_11_to_26_05_under_running_and_queued_jobs(instal
     assert all(":0.1.0-slurm" not in image for image in _images(installed).values()), _images(installed)
 
 
+def _template_images(installed: Installed) -> dict[str, str]:
+    """Every container image the release's workloads are told to run (their pod templates): what the
+    operator applies, seen at once, before any pod is replaced."""
+    kinds = "statefulsets,deployments,workersets"
+    items = installed.kube.json("-n", installed.namespace, "get", kinds, "-l", f"app.kubernetes.io/instance={NAME}")
+    return {
+        f"{o['kind']}/{o['metadata']['name']}/{c['name']}": c["image"]
+        for o in items["items"]
+        for c in o["spec"]["template"]["spec"]["containers"]
+    }
+
+
 def test_a_downgrade_is_refused_and_touches_nothing(installed: Installed) -> None:
     before = {k: v for k, v in _images(installed).items()}
+    templates = _template_images(installed)
     workers = _worker_pods(installed)
     installed.values["slurmVersion"] = OLD
     installed.helm_upgrade()
@@ -201,10 +214,16 @@ def test_a_downgrade_is_refused_and_touches_nothing(installed: Installed) -> Non
         assert time.monotonic() < deadline, cond
         time.sleep(2)
     assert cond["status"] == "False" and OLD in cond["message"] and NEW in cond["message"], cond
-    events = installed.kube.json("-n", installed.namespace, "get", "events", "--field-selector",
-                                 f"involvedObject.name={NAME},type=Warning")["items"]  # fmt: skip
-    assert any(NEW in e.get("message", "") and OLD in e.get("message", "") for e in events), events
-    # the refusal is complete once status says so: nothing was applied before it
+
+    def refusal_told() -> bool:  # the Event follows the status of the same reconcile
+        events = installed.kube.json("-n", installed.namespace, "get", "events", "--field-selector",
+                                     f"involvedObject.name={NAME},type=Warning")["items"]  # fmt: skip
+        return any(NEW in e.get("message", "") and OLD in e.get("message", "") for e in events)
+
+    _eventually("a Warning Event saying the downgrade was refused", refusal_told, timeout=30)
+    # the refusal is complete once status says so: nothing was applied before it (the workloads' templates
+    # show an apply at once; the pods only once replaced)
+    assert _template_images(installed) == templates
     assert _images(installed) == before
     assert _worker_pods(installed) == workers
     assert _slurm_status(installed).get("version") == NEW

@@ -439,7 +439,7 @@ def test_worker_upgrade_waits_for_a_two_node_job_and_moves_every_pod(installed: 
     the WorkerSet's current template, registered and usable."""
     kube, ns = installed.kube, installed.namespace
     sts = f"{NAME}-worker-cpu"
-    out = installed.ssh("sbatch --parsable -N2 -o /root/upgrade-%j.out --wrap 'srun sh -c \"sleep 40; echo across\"'")
+    out = installed.ssh("sbatch --parsable -N2 -o /root/upgrade-%j.out --wrap 'srun sh -c \"sleep 60; echo across\"'")
     assert out.returncode == 0, out.stderr
     job = out.stdout.strip().split(";")[0]
     _eventually(f"job {job} running", lambda: _job_states(installed).get(job) == "RUNNING", timeout=60)
@@ -447,11 +447,29 @@ def test_worker_upgrade_waits_for_a_two_node_job_and_moves_every_pod(installed: 
     group = installed.values["workerGroups"][0]
     group["resources"] = {**group["resources"], "limits": {**group["resources"]["limits"], "cpu": "900m"}}
     installed.helm_upgrade()
-    time.sleep(15)
-    assert _job_states(installed).get(job) == "RUNNING", "the job was disturbed"
-    now = {p: kube.json("-n", ns, "get", "pod", p)["metadata"]["uid"] for p in uids}
-    assert now == uids, "a pod was replaced while the job ran"
-    assert _wait_job(installed, job) == "COMPLETED"
+
+    # The operator took the new template and its Slurm sync began the rollout: a worker drained for the
+    # upgrade, which Slurm shows as Draining (its node still runs the job) a sync round after the drain.
+    def drained_for_upgrade() -> bool:
+        return any(
+            (c := _slurm_condition(installed, p)).get("reason") == "Draining" and "warden: upgrade" in c["message"]
+            for p in uids
+        )
+
+    _eventually("a busy worker draining for the upgrade", drained_for_upgrade, timeout=90, interval=2)
+
+    def uid(pod: str) -> str | None:
+        obj = json.loads(kube.kubectl("-n", ns, "get", "pod", pod, "-o", "json", "--ignore-not-found") or "{}")
+        return str(obj["metadata"]["uid"]) if obj else None
+
+    # from then on every sync round may replace an idle drained pod: none goes while the job runs
+    while True:
+        now = {p: uid(p) for p in uids}
+        if _job_states(installed).get(job) != "RUNNING":  # read after the pods: they were read while it ran
+            break
+        assert now == uids, "a pod was replaced while the job ran"
+        time.sleep(3)
+    assert _wait_job(installed, job) == "COMPLETED", "the job was disturbed"
     assert installed.ssh(f"cat /root/upgrade-{job}.out").stdout.split() == ["across", "across"]
 
     def all_moved() -> bool:
@@ -1226,8 +1244,10 @@ def test_kubectl_scale_takes_an_autoscaled_group_to_zero_and_back_and_a_job_queu
     in the queue and runs once the nodes are back; the operator never puts the size back."""
     kube, ns = installed.kube, installed.namespace
     ws = f"{NAME}-worker-cpu"
+    before = kube.json("-n", ns, "get", "slurmcluster", NAME)["metadata"]["generation"]
     installed.values["workerGroups"][0].update(autoscaled=True, replicas=2)
     installed.helm_upgrade()
+    _spec_reconciled(installed, before)  # the WorkerSet applied from the new spec
     assert kube.json("-n", ns, "get", "workerset", ws)["spec"]["replicas"] == 1, "an existing group keeps its size"
     kube.kubectl("-n", ns, "scale", "workerset", ws, "--replicas=2")
     _eventually("two cpu nodes idle", lambda: sorted(_cpu_nodes(installed).values()) == ["idle", "idle"], timeout=180)
@@ -1238,8 +1258,17 @@ def test_kubectl_scale_takes_an_autoscaled_group_to_zero_and_back_and_a_job_queu
     out = installed.ssh(f"sbatch --parsable {part}-N2 -o /root/atzero-%j.out --wrap 'srun hostname'")
     assert out.returncode == 0, f"a job submitted at zero is queued, not refused: {out.stderr}"
     job = out.stdout.strip().split(";")[0]
-    time.sleep(5)
-    assert _job_states(installed).get(job) == "PENDING"
+
+    def held() -> str | None:
+        """slurmctld's reason for keeping the job waiting, once its scheduler has looked at it."""
+        out = installed.ssh(f"squeue -h -j {job} -o '%T %r'")
+        if out.returncode != 0:
+            return None
+        state, _, reason = out.stdout.strip().partition(" ")
+        assert state == "PENDING", f"job {job} {state or 'gone'} with no cpu node: it must wait in the queue"
+        return reason if reason not in ("", "None") else None
+
+    _eventually(f"slurmctld holding job {job} in the queue (a pending reason)", held, timeout=120, interval=2)
     kube.kubectl("-n", ns, "scale", "workerset", ws, "--replicas=2")
     assert _wait_job(installed, job, timeout=300) == "COMPLETED"
     ran = installed.ssh(f"cat /root/atzero-{job}.out").stdout.split()
@@ -1247,6 +1276,20 @@ def test_kubectl_scale_takes_an_autoscaled_group_to_zero_and_back_and_a_job_queu
     assert kube.json("-n", ns, "get", "workerset", ws)["spec"]["replicas"] == 2, "the operator left the size be"
     groups = {g["name"]: g for g in kube.json("-n", ns, "get", "slurmcluster", NAME)["status"]["workerGroups"]}
     assert groups["cpu"]["replicas"] == 2, groups
+
+
+def _spec_reconciled(installed: Installed, before: int, timeout: float = 120) -> dict[str, Any]:
+    """After a `helm upgrade` that changed the spec (its generation was ``before``): the SlurmCluster
+    once the operator has reconciled the new spec (status.observedGeneration at the new generation)."""
+
+    def caught_up() -> dict[str, Any] | None:
+        obj: dict[str, Any] = installed.kube.json("-n", installed.namespace, "get", "slurmcluster", NAME)
+        generation = obj["metadata"]["generation"]
+        assert generation > before, "helm upgrade did not change the SlurmCluster's spec"
+        return obj if obj.get("status", {}).get("observedGeneration") == generation else None
+
+    got: dict[str, Any] = _eventually("status.observedGeneration at the new spec's generation", caught_up, timeout)
+    return got
 
 
 def _jail_claim(installed: Installed) -> dict[str, Any] | None:

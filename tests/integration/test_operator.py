@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import time
 from typing import Any
 
 from kubernetes import client
@@ -384,9 +383,17 @@ def test_autoscaled_group_is_sized_by_its_scale_subresource_and_the_operator_nev
     wait_ready(api_client, ns, "cpu", operator)
     operator.stop()
     operator.start()
-    time.sleep(3)  # the restarted operator's resume reconcile
-    wait_ready(api_client, ns, "cpu", operator)
+
+    # The cluster is Ready at its generation already: status cannot tell whether the new process did
+    # anything. Its own log can: its resume reconcile (every object applied) succeeded. (It watches
+    # this namespace only, whose one SlurmCluster is this one.)
+    def resumed() -> bool:
+        log = operator.log_of_this_start()
+        return "Handler 'reconcile_cluster' succeeded." in log and "Resuming is processed: 1 succeeded" in log
+
+    wait_for("the restarted operator's resume reconcile", resumed, 60, on_fail=operator.log_tail)
     assert worker_set(api_client, ns, sts)["spec"]["replicas"] == 0, "the operator scaled it back"
+    assert sized(0)(), "after the restarted operator's reconcile: status 0/0, no pod, scale 0"
 
     custom.patch_namespaced_custom_object_scale(GROUP, VERSION, ns, WORKER_SET_PLURAL, sts, {"spec": {"replicas": 3}})
     wait_for("scaled to three, status 3/3", sized(3), 60, on_fail=operator.log_tail)

@@ -93,7 +93,9 @@ def test_edited_children_are_put_back(api_client: Any, cluster_namespace: str, o
     config = core.read_namespaced_config_map(names.slurm_config, ns).data
     image = apps.read_namespaced_stateful_set(names.controller, ns).spec.template.spec.containers[0].image
 
-    # a person edits what the operator owns: slurm.conf by hand, the controller's image
+    # a person labels the ConfigMap (theirs: the operator owns no such label), then edits what the
+    # operator owns: slurm.conf by hand, the controller's image
+    core.patch_namespaced_config_map(names.slurm_config, ns, {"metadata": {"labels": {"team": "hpc"}}})
     assert config is not None
     edited = {**config, "slurm.conf": config["slurm.conf"] + "SchedulerType=sched/builtin\n"}
     core.patch_namespaced_config_map(names.slurm_config, ns, {"data": edited})
@@ -103,6 +105,8 @@ def test_edited_children_are_put_back(api_client: Any, cluster_namespace: str, o
         HEAL_TIMEOUT,
         on_fail=operator.log_tail,
     )
+    # that put-back was the operator applying the ConfigMap over the person's label: the label stays
+    assert core.read_namespaced_config_map(names.slurm_config, ns).metadata.labels.get("team") == "hpc"
     patch = {"spec": {"template": {"spec": {"containers": [{"name": "slurmctld", "image": "example.invalid/x:1"}]}}}}
     apps.patch_namespaced_stateful_set(names.controller, ns, patch)
 
@@ -111,9 +115,7 @@ def test_edited_children_are_put_back(api_client: Any, cluster_namespace: str, o
         return bool(sts.spec.template.spec.containers[0].image == image)
 
     wait_for("the controller's image to be put back", image_back, HEAL_TIMEOUT, on_fail=operator.log_tail)
-    # what the operator does not own stays: a person's own label on the ConfigMap
-    core.patch_namespaced_config_map(names.slurm_config, ns, {"metadata": {"labels": {"team": "hpc"}}})
-    time.sleep(3)
+    # and after that reconcile too (it applied every object): what the operator does not own stays
     live = core.read_namespaced_config_map(names.slurm_config, ns)
     assert live.metadata.labels.get("team") == "hpc" and live.data == config
 
@@ -147,3 +149,52 @@ def test_config_change_marks_pods_and_leaves_the_controller_template(
     assert "MessageTimeout=17" in core.read_namespaced_config_map(names.slurm_config, ns).data["slurm.conf"]
     # the controller's pod template is unchanged: its pod is not replaced for a Slurm config change
     assert apps.read_namespaced_stateful_set(names.controller, ns).spec.template.to_dict() == template
+
+
+def test_a_child_that_cannot_be_put_back_yet_is_tried_again_and_said_restored_once_back(
+    api_client: Any, cluster_namespace: str, operator: OperatorProcess
+) -> None:
+    """A person's ResourceQuota, set too low, refuses the re-creation of a deleted ConfigMap: the operator
+    says ApplyFailed, not ObjectRestored. Once the quota is raised (an event on none of the cluster's
+    children), the ConfigMap is back with no spec edit and no restart, and only then ObjectRestored."""
+    ns = cluster_namespace
+    _, names = _ready(api_client, ns, operator)
+    core = client.CoreV1Api(api_client)
+    config = core.read_namespaced_config_map(names.slurm_config, ns).data
+    used = len(core.list_namespaced_config_map(ns).items)
+    quota: Any = {
+        "apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "configmaps"},
+        "spec": {"hard": {"count/configmaps": str(used - 1)}},
+    }  # fmt: skip
+    core.create_namespaced_resource_quota(ns, quota)
+    wait_for(
+        "the quota's usage counted by the controller-manager",
+        lambda: (core.read_namespaced_resource_quota("configmaps", ns).status.used or {}).get("count/configmaps"),
+        60,
+    )
+    core.delete_namespaced_config_map(names.slurm_config, ns)
+    what = f"ConfigMap/{names.slurm_config}"
+
+    def refused() -> list[str]:
+        return [m for m in _events(core, ns, "ApplyFailed") if what in m]
+
+    wait_for("the re-creation refused by the quota, and said", refused, HEAL_TIMEOUT, on_fail=operator.log_tail)
+    assert not [m for m in _events(core, ns, "ObjectRestored") if m.startswith(what)]
+
+    core.patch_namespaced_resource_quota("configmaps", ns, {"spec": {"hard": {"count/configmaps": str(used + 5)}}})
+
+    def back() -> bool:
+        try:
+            return bool(core.read_namespaced_config_map(names.slurm_config, ns).data == config)
+        except client.ApiException as e:
+            if e.status == 404:
+                return False
+            raise
+
+    wait_for("the ConfigMap back once the quota allows it", back, 2 * HEAL_TIMEOUT, on_fail=operator.log_tail)
+    wait_for(
+        "ObjectRestored, now that it is back",
+        lambda: [m for m in _events(core, ns, "ObjectRestored") if m.startswith(f"{what} deleted")],
+        15,
+        on_fail=lambda: str(_events(core, ns, "ObjectRestored")),
+    )

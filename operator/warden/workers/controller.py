@@ -278,7 +278,8 @@ class WorkerSets:
         """Step 4: make afresh the pods whose slurmd never registered (``registration``)."""
         namespace = ws["metadata"]["namespace"]
         pods = [registration.Pod(p.name, slurmd_running_for(raw, view.read_at), p.deleting) for raw, p in live]
-        todo = registration.overdue(pods, view.nodes.keys(), self.register_timeout)
+        registered = {n.name for n in view.nodes.values() if n.state != "FUTURE"}  # FUTURE: slurm.conf's, unseen
+        todo = registration.overdue(pods, registered, self.register_timeout)
         for pod, why in todo:
             note = f"{pod}: {why}; its WorkerSet makes it afresh"
             self._act(view, pod, partial(self._delete_pod, namespace, pod), "WorkerRecreated", note)
