@@ -51,11 +51,11 @@ import threading
 import time
 from collections import Counter
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
+from tests.support.jsonserver import JsonServer
 from warden.naming import RESTAPI_VERSION
 from warden.slurm.rest import CONTROLLER_SILENT
 
@@ -111,40 +111,16 @@ class FakeSlurmrestd:
         self.silent = False
         #: the cluster's JWT key (the Secret ``<cluster>-jwt-key``); None: tokens are checked for shape only
         self.jwt_key: bytes | None = None
-        self._server: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
+        self._server: JsonServer | None = None
 
     # --- the server ----------------------------------------------------------------------------
     def start(self) -> FakeSlurmrestd:
-        fake = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def _handle(self) -> None:
-                length = int(self.headers.get("Content-Length") or 0)
-                raw = self.rfile.read(length) if length else b""
-                status, doc = fake._answer(self.command, self.path, dict(self.headers), raw)
-                data = json.dumps(doc).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            do_GET = do_POST = do_DELETE = _handle
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, name="fake-slurmrestd", daemon=True)
-        self._thread.start()
+        self._server = JsonServer(self._answer, name="fake-slurmrestd").start()
         return self
 
     def stop(self) -> None:
         if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
+            self._server.stop()
             self._server = None
 
     def __enter__(self) -> FakeSlurmrestd:
@@ -156,7 +132,7 @@ class FakeSlurmrestd:
     @property
     def port(self) -> int:
         assert self._server is not None, "not started"
-        return int(self._server.server_address[1])
+        return self._server.port
 
     @property
     def url_template(self) -> str:

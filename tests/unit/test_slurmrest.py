@@ -10,13 +10,12 @@ import base64
 import hashlib
 import hmac
 import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
 
+from tests.support.jsonserver import JsonServer
 from warden.slurm.model import Job, SlurmNodeUnknown, SlurmParseError
 from warden.slurm.rest import SlurmRest, SlurmRestError, SlurmUnreachable, mint_token
 
@@ -50,32 +49,15 @@ class FakeSlurmrestd:
 def server() -> Iterator[tuple[FakeSlurmrestd, str]]:
     fake = FakeSlurmrestd()
 
-    class Handler(BaseHTTPRequestHandler):
-        def _reply(self) -> None:
-            length = int(self.headers.get("Content-Length") or 0)
-            body = json.loads(self.rfile.read(length)) if length else None
-            fake.requests.append((self.command, self.path, dict(self.headers), body))
-            status, doc = fake.replies.get((self.command, self.path), (404, {"errors": [{"description": "no route"}]}))
-            data = json.dumps(doc).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+    def answer(method: str, path: str, headers: dict[str, str], raw: bytes) -> tuple[int, Any]:
+        fake.requests.append((method, path, headers, json.loads(raw) if raw else None))
+        return fake.replies.get((method, path), (404, {"errors": [{"description": "no route"}]}))
 
-        do_GET = do_POST = do_DELETE = _reply
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
+    httpd = JsonServer(answer).start()
     try:
-        yield fake, f"http://127.0.0.1:{httpd.server_address[1]}"
+        yield fake, httpd.url
     finally:
-        httpd.shutdown()
-        httpd.server_close()
+        httpd.stop()
 
 
 NODE = {"name": "demo-worker-cpu-0", "state": ["IDLE", "DRAIN"], "reason": "maintenance", "gres": "", "features": []}
