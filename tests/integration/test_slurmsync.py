@@ -203,8 +203,12 @@ def test_cordon_drains_the_slurm_node_and_uncordon_resumes_it(
             _wait_action(slurm, Action("drain", w, reason), op)
             _wait_event(core, ns, "SlurmNodeCordoned", f"{w}: drained: {reason}", op)
             _wait_condition(core, ns, w, "False", "Drained", op, reason)
-        nodes = get_cluster(api_client, ns, CLUSTER)["status"]["slurmNodes"]
-        assert {d["node"]: d["reason"] for d in nodes["drained"]} == dict.fromkeys(on_it, reason)
+
+        def listed() -> bool:  # the round that sets the conditions writes status just after
+            nodes = get_cluster(api_client, ns, CLUSTER)["status"]["slurmNodes"]
+            return {d["node"]: d["reason"] for d in nodes["drained"]} == dict.fromkeys(on_it, reason)
+
+        wait_for("status.slurmNodes.drained to list the cordon's drains", listed, TIMEOUT, on_fail=op.log_tail)
     finally:
         core.patch_node(k8s_node, {"spec": {"unschedulable": None}})  # kubectl uncordon
     for w in on_it:
