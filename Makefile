@@ -14,21 +14,22 @@ help: ## this list
 	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk -F':.*?## ' '{printf "  make %-16s %s\n", $$1, $$2}'
 
 # --- Python environment ------------------------------------------------------------------------
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml dev/pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q -e '.[dev]' -e ./dev
 	touch $@
 
 .PHONY: venv
-venv: $(VENV)/.installed ## Python virtualenv with the operator and test tools
+venv: $(VENV)/.installed ## Python virtualenv with the operator, the dev clusters (dev/warden_dev) and test tools
 
 # --- quick loop --------------------------------------------------------------------------------
 .PHONY: lint
-lint: venv ## ruff + mypy --strict (operator, tests, bench)
-	$(VENV)/bin/ruff check operator tests bench hack
-	$(VENV)/bin/ruff format --check operator tests bench hack
+lint: venv ## ruff + mypy --strict (operator, dev, tests, bench) + shellcheck (every shell script; installs it when missing)
+	$(VENV)/bin/ruff check operator dev tests bench hack
+	$(VENV)/bin/ruff format --check operator dev tests bench hack
 	$(VENV)/bin/mypy
+	hack/shellcheck.sh
 
 .PHONY: crd
 crd: venv ## regenerate the CRD (charts/slurm-operator-crds) and docs/reference.md from the spec model
@@ -85,7 +86,7 @@ e2e: venv ## e2e tier: helm install on a real single-node Kubernetes (local clus
 	@$(STAGE) images hack/images.sh
 	@$(STAGE) images-24.11 env WARDEN_SLURM_SERIES=24.11 hack/images.sh
 	@$(STAGE) k8s-bins-cluster hack/build-k8s-bins.sh cluster
-	@$(STAGE) fake-gpu-plugin hack/localcluster.sh fake-gpu-plugin
+	@$(STAGE) fake-gpu-plugin $(PY) -m warden_dev fake-gpu-plugin
 	@$(STAGE) e2e hack/pytest-tier.sh e2e -q
 
 test: ## every tier, each installing what it needs
@@ -115,10 +116,10 @@ images-gpu: base-image ## the GPU jail: warden/jail-gpu, warden/populate-jail-gp
 # --- local cluster -----------------------------------------------------------------------------
 .PHONY: up down
 up: venv ## local Kubernetes + images + charts + a SlurmCluster you can SSH into (docs/local-cluster.md)
-	hack/localcluster.sh all
+	$(PY) -m warden_dev up
 
-down: controlplane-down ## tear down what `make up` started (idempotent)
-	hack/localcluster.sh down
+down: venv ## tear down what `make up` (or `make controlplane-up`) started, and only that (idempotent)
+	$(PY) -m warden_dev down
 
 # --- Helm charts -------------------------------------------------------------------------------
 .PHONY: charts-lint

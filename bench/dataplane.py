@@ -1,6 +1,6 @@
 """Dataplane benchmark: the cost of the SPANK jail plugin per job step, and populate-jail's copy speed.
 
-1. srun step latency: one cluster from the operator's renderers (tests/support/dockercluster.py) with
+1. srun step latency: one cluster from the operator's renderers (dev/warden_dev/dockercluster.py) with
    two one-node worker groups, `jail` (the rendered plugstack.conf) and `nojail` (its plugstack file
    replaced by an empty one, so slurmd loads no plugin). From the controller container, N sequential
    `srun -N1 true` per partition, alternating between them (A B A B ...) so drift hits both alike,
@@ -9,19 +9,15 @@
    (rsync -aHAX, as the Job does), against `tar -c | tar -x` of the same tree into another fresh
    volume, alternating, each timed inside its container including a final `sync -f`.
 
-Never asserted: figures for the record. Usage: python bench/dataplane.py [SRUNS] [COPIES]
+Never asserted: figures for the record. Usage (from the repository root): python -m bench.dataplane [SRUNS] [COPIES]
 """
 
 from __future__ import annotations
 
 import statistics
 import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from tests.support.dockercluster import DockerCluster, docker, sweep_stale  # noqa: E402
+from warden_dev.dockercluster import DockerCluster, docker, sweep_stale
 
 SPEC = {
     "login": {"replicas": 0},

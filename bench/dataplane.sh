@@ -5,4 +5,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 hack/docker.sh ensure >/dev/null
-"${PY:-python3}" bench/dataplane.py "${WARDEN_BENCH_SRUNS:-30}" "${WARDEN_BENCH_COPIES:-5}"
+"${PY:-python3}" -m bench.dataplane "${WARDEN_BENCH_SRUNS:-30}" "${WARDEN_BENCH_COPIES:-5}"

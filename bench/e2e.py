@@ -12,7 +12,7 @@ with, with the number of slurmctld restarts and pod replacements it caused; and 
 (the slurm-config ConfigMap) to its return; and the Slurm exporter's RSS and scrape latency, beside the
 slurmrestd reads one scrape makes, done directly from the exporter's pod (alternated, 30 each).
 
-Never asserted: figures for the record. Usage: python bench/e2e.py
+Never asserted: figures for the record. Usage (from the repository root): python -m bench.e2e
 """
 
 from __future__ import annotations
@@ -27,10 +27,8 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from tests.support.localcluster import (  # noqa: E402
+from warden_dev.controlplane import REPO_ROOT
+from warden_dev.localcluster import (
     Kube,
     LocalCluster,
     LocalClusterError,
@@ -221,7 +219,8 @@ def measure(
                        cluster=False)  # fmt: skip
         (tmp / "values.json").write_text(json.dumps(values, indent=2) + "\n")
         t0 = time.monotonic()
-        kube.helm("install", NAME, str(ROOT / "charts" / "slurm-cluster"), "-n", ns, "-f", str(tmp / "values.json"))
+        chart = REPO_ROOT / "charts" / "slurm-cluster"
+        kube.helm("install", NAME, str(chart), "-n", ns, "-f", str(tmp / "values.json"))
         wait_slurmcluster_ready(kube, ns, NAME, timeout=600)
         t1 = time.monotonic()
         first_job(kube, ns, key)
@@ -239,7 +238,7 @@ def main() -> int:
     started = False
     try:
         if not cluster.running():
-            up = subprocess.run(["bash", str(ROOT / "hack" / "localcluster.sh"), "up"])
+            up = subprocess.run([sys.executable, "-m", "warden_dev", "cluster"])
             if up.returncode != 0:
                 print("bench/e2e: the local cluster did not come up", file=sys.stderr)
                 return 1

@@ -5,4 +5,4 @@
 # used as it is, next to whatever runs there (its own namespace and releases).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-"${PY:-python3}" bench/e2e.py
+"${PY:-python3}" -m bench.e2e

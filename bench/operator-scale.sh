@@ -3,4 +3,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 hack/build-k8s-bins.sh >/dev/null
-"${PY:-python3}" bench/operator_scale.py "${WARDEN_BENCH_WORKERS:-1000}"
+"${PY:-python3}" -m bench.operator_scale "${WARDEN_BENCH_WORKERS:-1000}"

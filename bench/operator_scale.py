@@ -1,6 +1,6 @@
 """Operator scale benchmark: one SlurmCluster with 1,000 worker nodes on kwok.
 
-Starts a throwaway control plane (tests/support/controlplane.py), adds enough kwok nodes for the pods,
+Starts a throwaway control plane (dev/warden_dev/controlplane.py), adds enough kwok nodes for the pods,
 runs the real operator process, applies the cluster and prints:
 - time from `create SlurmCluster` to status Ready (1,000 worker pods Ready, all conditions True),
 - the operator's resident memory (idle after start, peak while converging, after converging),
@@ -11,7 +11,8 @@ runs the real operator process, applies the cluster and prints:
 The operator runs twice, side by side in one run: with its /metrics on and scraped every 5 s (as a
 Prometheus would), then with it off; the RSS figures are printed for both with their ratio, and the
 scrapes' latency and the number of series served.
-Never asserted anywhere: figures for the record. Usage: python bench/operator_scale.py [WORKERS]
+Never asserted anywhere: figures for the record.
+Usage (from the repository root): python -m bench.operator_scale [WORKERS]
 """
 
 from __future__ import annotations
@@ -26,13 +27,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from kubernetes import client
 
-from kubernetes import client  # noqa: E402
-
-from tests.support.controlplane import ControlPlane, ensure_binaries  # noqa: E402
-from tests.support.operator import OperatorProcess, crd_bodies, get_cluster  # noqa: E402
+from tests.support.operator import OperatorProcess, crd_bodies, get_cluster
+from warden_dev.controlplane import ControlPlane, ensure_binaries
 
 
 def rss_mib(pid: int) -> float:

@@ -107,13 +107,13 @@ if [ -z "${WARDEN_GPU_CHECK_WORK:-}" ]; then
     work="$(mktemp -d "${TMPDIR:-/tmp}/warden-gpu-check.XXXXXX")"
     # The namespace's mounts are private to it: here $work is an empty directory again.
     trap 'rm -rf "$work"' EXIT
-    devices_before="$(ls -1 /dev 2>/dev/null | grep -c '^nvidia' || true)"
+    devices_before="$(find /dev -mindepth 1 -maxdepth 1 -name 'nvidia*' 2>/dev/null | wc -l)"
     rc=0
     WARDEN_GPU_CHECK_WORK="$work" WARDEN_GPU_CHECK_MODE="$MODE" WARDEN_GPU_CHECK_HOST_NS="$(readlink /proc/self/ns/mnt)" \
         unshare -m --propagation private -- \
         bash "${BASH_SOURCE[0]}" "$@" || rc=$?
     left="$(findmnt -rn -o TARGET | grep -c "^$work" || true)"
-    devices_after="$(ls -1 /dev 2>/dev/null | grep -c '^nvidia' || true)"
+    devices_after="$(find /dev -mindepth 1 -maxdepth 1 -name 'nvidia*' 2>/dev/null | wc -l)"
     if [ "$left" != 0 ] || [ "$devices_after" != "$devices_before" ]; then
         echo "gpu-check: FAIL: the run left $left mount(s) under $work and /dev nvidia* entries went from $devices_before to $devices_after" >&2
         exit 1
@@ -227,7 +227,7 @@ find_nccl() {
 # with NCCL_SKIP set to why when a prerequisite is missing.
 NCCL_SKIP="" ALL_REDUCE_PERF="" NCCL_LIB_DIR="" CUDA_LIB_DIR=""
 build_nccl_tests() {
-    local archive cuda nccl inc gencode caps cap key bdir cudart t
+    local archive cuda inc gencode caps cap key bdir cudart t
     archive="$(find_archive)" || {
         NCCL_SKIP="no $NCCL_TESTS_ARCHIVE_NAME (set WARDEN_NCCL_TESTS_ARCHIVE or copy it into $REPO/.cache/thirdparty/)"
         return 1

@@ -7,6 +7,7 @@
 #   WARDEN_SLURMDBD_ARGS                 extra slurmdbd flags
 set -euo pipefail
 WARDEN_COMPONENT=accounting
+# shellcheck source=../slurm-base/warden-lib.sh
 . /usr/lib/warden/warden-lib.sh
 case "${1:-}" in
     -V | -h | --help)

@@ -13,6 +13,7 @@
 #                        dataplane tier does, to show the defect is still in the shipped Slurm.
 set -euo pipefail
 WARDEN_COMPONENT=controller
+# shellcheck source=../slurm-base/warden-lib.sh
 . /usr/lib/warden/warden-lib.sh
 warden_passthrough slurmctld "$@"
 

@@ -4,6 +4,7 @@
 # with this container's arguments. An argument that is not an option runs as a command (e.g. bash).
 set -euo pipefail
 WARDEN_COMPONENT=health-check
+# shellcheck source=../slurm-base/warden-lib.sh
 . /usr/lib/warden/warden-lib.sh
 case "${1:-}" in
     -h | --help) exec python3 -m "${WARDEN_HEALTH_MODULE:-warden.health.main}" --help ;;

@@ -9,6 +9,7 @@
 #                                      (default 2); changes are copied in and sshd is HUPed
 set -euo pipefail
 WARDEN_COMPONENT=login
+# shellcheck source=../slurm-base/warden-lib.sh
 . /usr/lib/warden/warden-lib.sh
 warden_passthrough /usr/sbin/sshd "$@"
 

@@ -199,6 +199,7 @@ warden_follow() {
             if "$hook"; then last="$now"; else warden_log "config: reload failed; retrying"; fi
         done
     ) &
+    # shellcheck disable=SC2034 # for the entrypoint that sourced this file
     follow_pid=$!
 }
 

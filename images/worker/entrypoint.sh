@@ -1,5 +1,7 @@
 #!/bin/bash
-# slurmd as a dynamic node: `slurmd -D -Z --conf "$WARDEN_SLURMD_CONF"`, logs on stderr.
+# The worker container: mounts, cgroups and devices for slurmd and the jail, then `exec`s the node's
+# supervisor (warden.node, Python, PID 1 of the container), which starts slurmd as a dynamic node
+# (`slurmd -D -Z --conf "$WARDEN_SLURMD_CONF"`, logs on stderr) and keeps the node's life in Slurm.
 # Extra arguments go to slurmd; `-V`/`--help` print and exit without any configuration.
 #   WARDEN_SLURMD_CONF   node line (CPUs=.. RealMemory=.. Gres=.. Feature=warden-group-<g>), required
 #   WARDEN_NODE_NAME     Slurm node name (default: the pod's hostname)
@@ -9,53 +11,36 @@
 #   WARDEN_JAIL_SHARED   jail directories also shown at the same path in this container (default
 #                        "/home /root": users' and root's homes, where sbatch writes slurm-<id>.out)
 #   WARDEN_WORKER_GROUP  worker group: plugstack.<group>.conf (its node-local mounts) becomes plugstack.conf
-#   WARDEN_LEAVE_TIMEOUT seconds a terminating pod waits for its jobs after draining (default 40; keep it
-#                        under the pod's terminationGracePeriodSeconds)
+#   WARDEN_LEAVE_TIMEOUT seconds a terminating pod waits for its jobs after draining (default 40; the
+#                        pod's terminationGracePeriodSeconds holds it: tests/unit/test_node_lifecycle.py)
 #   WARDEN_CONFIG_POLL   seconds between looks at the mounted config (default 2): when the operator
 #                        changed it, the files are copied again and slurmd reloads them (SIGHUP)
 #   WARDEN_GPUS          GPUs of this worker group (0: a CPU worker). On a GPU worker, the driver files
 #                        the GPU runtime gave this container are shown to every job step (see
 #                        warden-driver.sh); without a complete driver the node is drained with the reason.
+#   WARDEN_DRIVER_PROBLEM (set here, for the supervisor) why job steps cannot get the driver ("" if they can)
 #
-# On SIGTERM (pod deleted, StatefulSet scaled in) the node leaves Slurm cleanly: it is drained (no new
-# jobs), its running jobs get up to WARDEN_LEAVE_TIMEOUT seconds, the dynamic node is deleted from
-# slurmctld (so `sinfo` keeps no DOWN ghost of every removed pod), then slurmd stops.
+# The supervisor (operator/warden/node/supervisor.py) does the node's life in Slurm:
+# - on SIGTERM (pod deleted, WorkerSet scaled in) the node leaves Slurm cleanly: it is drained (no new
+#   jobs, reason "warden: pod terminating"), its running jobs get up to WARDEN_LEAVE_TIMEOUT seconds,
+#   the dynamic node is deleted from slurmctld (so `sinfo` keeps no DOWN ghost of every removed pod),
+#   then slurmd stops;
+# - a node registered without its gres (slurmctld lacked the type) is deleted and registers again;
+# - a GPU worker without a complete driver is drained ("warden-worker: <problem>") once registered;
+# - a changed ConfigMap is installed again (warden.node.files) and slurmd gets SIGHUP.
+# Here: the mounts it relies on, and a loop that keeps them (jail binds, the driver's loader cache).
 set -euo pipefail
 WARDEN_COMPONENT=worker
+# shellcheck source=../slurm-base/warden-lib.sh
 . /usr/lib/warden/warden-lib.sh
+# shellcheck source=warden-driver.sh
 . /usr/lib/warden/warden-driver.sh
 warden_passthrough slurmd "$@"
 
-[ -n "${WARDEN_SLURMD_CONF:-}" ] || warden_die "WARDEN_SLURMD_CONF is empty (the node line for slurmd -Z --conf)"
-config_hash="$(warden_dirs_hash "$WARDEN_CONFIG_DIR")"
-group_plugstack() {
-    if [ -n "${WARDEN_WORKER_GROUP:-}" ] && [ -f "$SLURM_ETC/plugstack.$WARDEN_WORKER_GROUP.conf" ]; then
-        install -m 0644 "$SLURM_ETC/plugstack.$WARDEN_WORKER_GROUP.conf" "$SLURM_ETC/plugstack.conf"
-        warden_log "plugstack: worker group $WARDEN_WORKER_GROUP"
-    fi
-}
-node="${WARDEN_NODE_NAME:-$(hostname -s)}"
-gres_spec="$(sed -n 's/.*Gres=\([^ ]*\).*/\1/p' <<<"$WARDEN_SLURMD_CONF")" # gpu:h100:8, or empty
-# slurmctld knows this node: a dynamic node exists there only once slurmd has registered it
-registered() {
-    local out
-    out="$(scontrol show node -o "$node" 2>/dev/null)" && [ -n "$out" ]
-}
-# This node's line of gres.conf (the ConfigMap's has none): the GPU device files its pod was given.
-# Device plugins keep the host's numbers, so a 4-GPU pod may hold /dev/nvidia4-7.
-node_gres() {
-    local gres="$gres_spec" files fields
-    [ -n "$gres" ] && [ "$gres" != "(null)" ] || return 0
-    files="$(find /dev -maxdepth 1 -regex '/dev/nvidia[0-9]+' -printf '%f\n' | sort -V | sed 's|^|/dev/|' | paste -sd,)"
-    if [ -z "$files" ]; then
-        warden_log "gres: warning: no /dev/nvidia<N> device files for $gres (no GPU given to this pod?)"
-        return 0
-    fi
-    IFS=: read -ra fields <<<"${gres%%,*}" # gpu:h100:8 or gpu:8
-    printf 'NodeName=%s Name=%s%s File=%s\n' "$node" "${fields[0]}" \
-        "$([ ${#fields[@]} -gt 2 ] && printf ' Type=%s' "${fields[1]}")" "$files" >>"$SLURM_ETC/gres.conf"
-    warden_log "gres: $node has ${fields[0]} $files"
-}
+node_py=(/opt/warden/bin/python -I -m warden.node)
+# slurm.conf and friends, the key, the group's plugstack.conf, this node's gres.conf line; prints the
+# hash of the mounted config taken before copying it (a change meanwhile is reloaded at once)
+config_hash="$("${node_py[@]}" files)"
 # Node-local directories (the group's localMounts: emptyDir volumes, which the kubelet makes 0777) are
 # shared by every user's job steps: make them sticky, as /tmp always is, so nobody can remove or
 # replace another user's files.
@@ -68,10 +53,7 @@ local_mount_modes() {
         fi
     done
 }
-warden_slurm_config
-group_plugstack
 local_mount_modes || warden_log "local mounts: could not make them 1777"
-node_gres
 warden_jail_users
 spool="${WARDEN_SPOOL_DIR:-/var/spool/slurmd}"
 install -d -o root -g root -m 0755 "$spool"
@@ -151,79 +133,17 @@ if [ "${WARDEN_GPUS:-0}" -gt 0 ]; then
     fi
 fi
 
-node_args=()
-[ -n "${WARDEN_NODE_NAME:-}" ] && node_args=(-N "$WARDEN_NODE_NAME")
-warden_log "starting slurmd $(slurmd -V | awk '{print $2}') as dynamic node $node: $WARDEN_SLURMD_CONF"
-# shellcheck disable=SC2086
-slurmd -D -Z "${node_args[@]}" --conf "$WARDEN_SLURMD_CONF" ${WARDEN_SLURMD_ARGS:-} "$@" &
-slurmd_pid=$!
-
-# A changed ConfigMap (new partition, gres, extraLines): new files here and in the jail, then SIGHUP,
-# on which slurmd re-reads them in place (as `scontrol reconfigure` makes it); running jobs go on.
-reload() {
-    warden_slurm_config && group_plugstack && node_gres && warden_client_config && kill -HUP "$slurmd_pid"
-}
-warden_follow "$config_hash" reload "$WARDEN_CONFIG_DIR"
-
-# A GPU worker whose job steps cannot get the driver takes no jobs: drained, with the reason, as soon as
-# it has registered (a dynamic node exists in slurmctld only from then on).
-if [ -n "$WARDEN_DRIVER_PROBLEM" ]; then
-    (
-        trap - TERM INT
-        set +e
-        until registered; do sleep 1; done
-        scontrol update nodename="$node" state=drain reason="warden-worker: $WARDEN_DRIVER_PROBLEM" &&
-            warden_log "driver: drained $node: $WARDEN_DRIVER_PROBLEM"
-    ) &
-fi
-
-# A dynamic node's gres are fixed when it first registers, and a slurmctld whose slurm.conf lacks the
-# gres type drops them: the node would stay Gres=(null) for good. That happens when a GPU group is
-# added to a running cluster: its pods start while slurmctld still restarts with the new GresTypes.
-# So, until the registered node carries every gres type of its node line, and once slurmctld knows
-# those types: delete the node, then SIGHUP slurmd, which registers it afresh. Sets gres_pid.
-gres_names() { tr ',' '\n' | cut -d: -f1 | { grep -v -e '^$' -e '^(null)$' || true; } | sort -u; }
-want_gres="$(gres_names <<<"$gres_spec")"
-gres_pid=""
-if [ -n "$want_gres" ]; then
-    (
-        trap - TERM INT
-        set +e
-        while sleep 5; do
-            registered || continue
-            have="$(scontrol show node -o "$node" 2>/dev/null | grep -o 'Gres=[^ ]*' | cut -d= -f2 | gres_names)"
-            [ -z "$(comm -23 <(echo "$want_gres") <(echo "$have"))" ] && exit 0
-            types="$(scontrol show config 2>/dev/null | sed -n 's/^GresTypes *= *//p' | gres_names)"
-            [ -z "$(comm -23 <(echo "$want_gres") <(echo "$types"))" ] || continue  # slurmctld not there yet
-            warden_log "registered without its gres ($(echo "$want_gres" | paste -sd,)): registering again"
-            scontrol delete nodename="$node" && kill -HUP "$slurmd_pid"
-        done
-    ) &
-    gres_pid=$!
-fi
-
-leave() {
-    local deadline
-    warden_log "leaving: draining $node"
-    scontrol update nodename="$node" state=drain reason="warden: pod terminating" ||
-        warden_log "leaving: drain of $node failed"
-    deadline=$(( $(date +%s) + ${WARDEN_LEAVE_TIMEOUT:-40} ))
-    while [ -n "$(squeue -h -w "$node" -t running,completing -o %i 2>/dev/null)" ] && [ "$(date +%s)" -lt "$deadline" ]; do
-        sleep 1
+# The jail binds a replaced jail file took away, and the driver's loader cache when the jail's own
+# changed (warden-driver.sh), every WARDEN_CONFIG_POLL seconds; the supervisor stops this when leaving.
+(
+    trap - TERM INT
+    set +e
+    while sleep "${WARDEN_CONFIG_POLL:-2}"; do
+        warden_jail_rebind
+        for h in ${WARDEN_POLL_HOOKS:-}; do "$h"; done
     done
-    # Delete while slurmd still runs: user-side Slurm commands authenticate through its socket.
-    if scontrol delete nodename="$node"; then
-        warden_log "leaving: $node deleted from Slurm"
-    else
-        warden_log "leaving: could not delete $node from Slurm; it stays listed as DOWN"
-    fi
-    kill -TERM "$slurmd_pid" "$follow_pid" $gres_pid 2>/dev/null
-    wait "$slurmd_pid"
-    exit 0
-}
-trap leave TERM INT
-set +e
-wait "$slurmd_pid"
-rc=$?
-warden_log "slurmd exited (status $rc)"
-exit "$rc"
+) &
+keeper_pid=$!
+
+export WARDEN_DRIVER_PROBLEM
+exec "${node_py[@]}" run --config-hash "$config_hash" --also-stop "$keeper_pid" -- "$@"

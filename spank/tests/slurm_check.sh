@@ -40,6 +40,7 @@ echo "required /usr/lib/warden/spank_jail.so root=/mnt/jail bind=/var/spool/slur
 # The jail: a copy of this root, a marker only there, alice's home only there.
 for d in bin sbin lib lib64 usr etc var; do [ -e /$d ] && cp -a /$d /mnt/jail/; done
 mkdir -p /mnt/jail/proc /mnt/jail/dev /mnt/jail/sys /mnt/jail/home/alice
+# shellcheck disable=SC2174 # /mnt/jail exists: tmp is the one directory made, and gets the mode
 mkdir -m 1777 -p /mnt/jail/tmp
 echo inside > /mnt/jail/JAIL_MARKER
 useradd -M -d /home/alice alice

@@ -24,8 +24,9 @@ import pytest
 from tests.conformance import suite
 from tests.dataplane.spec import SPEC
 from tests.support import failures
-from tests.support.dockercluster import DockerCluster, DockerError, running_for_tests, sweep_stale
+from tests.support.dockerfixture import running_for_tests
 from tests.support.jailuser import JailUser
+from warden_dev.dockercluster import DockerCluster, DockerError, sweep_stale
 
 #: the suite's test user (SchedMD's own runs call it atf too)
 USER = "atf"

@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.support.controlplane import cache_dir
-from tests.support.dockercluster import REPO, DockerCluster, DockerError, docker
+from warden_dev.controlplane import cache_dir
+from warden_dev.dockercluster import REPO, DockerCluster, DockerError, docker
 
 HERE = Path(__file__).resolve().parent
 EXCLUDED = HERE / "excluded.txt"

@@ -1,5 +1,5 @@
 """Fixtures for the dataplane tier: the project's own images in plain Docker, wired by the operator's
-own renderers (tests/support/dockercluster.py), one cluster per test session.
+own renderers (dev/warden_dev/dockercluster.py), one cluster per test session.
 
 Needs Docker and the images (`make dataplane` builds both). WARDEN_DATAPLANE_KEEP=1 leaves the
 containers, network, volumes and rendered files after the run, for poking at.
@@ -14,8 +14,9 @@ import pytest
 
 from tests.dataplane.spec import SPEC
 from tests.support import failures
-from tests.support.dockercluster import DockerCluster, running_for_tests, sweep_stale
+from tests.support.dockerfixture import running_for_tests
 from tests.support.jailuser import JailUser
+from warden_dev.dockercluster import DockerCluster, sweep_stale
 
 
 @pytest.fixture(scope="session")

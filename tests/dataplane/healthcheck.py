@@ -6,7 +6,7 @@ import json
 import uuid
 from typing import Any
 
-from tests.support.dockercluster import DockerCluster
+from warden_dev.dockercluster import DockerCluster
 
 
 def run_check(hc: DockerCluster, *extra: str) -> dict[str, Any]:

@@ -7,8 +7,8 @@ import re
 import time
 import uuid
 
-from tests.support.dockercluster import DockerCluster
 from tests.support.jailuser import JailUser
+from warden_dev.dockercluster import DockerCluster
 
 
 def test_sacct_lists_finished_jobs(cluster: DockerCluster, alice: JailUser) -> None:

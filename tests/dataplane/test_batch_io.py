@@ -17,8 +17,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.support.dockercluster import DockerCluster
 from tests.support.jailuser import JailUser
+from warden_dev.dockercluster import DockerCluster
 
 q = shlex.quote
 

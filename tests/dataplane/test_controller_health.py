@@ -27,11 +27,11 @@ from collections.abc import Iterator
 import pytest
 
 from tests.dataplane.test_metrics import scrape, value
-from tests.support.dockercluster import DockerCluster, running, wait_for
 from tests.support.jailuser import JailUser
 from warden import naming
 from warden.slurm.rest import SlurmRest, SlurmUnreachable, mint_token
 from warden.slurmsync import REST_TIMEOUT_S
+from warden_dev.dockercluster import DockerCluster, running, wait_for
 
 #: One CPU worker, a login node, no accounting (the default): the smallest cluster with the defect.
 SPEC = {

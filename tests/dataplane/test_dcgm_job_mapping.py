@@ -17,10 +17,10 @@ from contextlib import contextmanager
 import pytest
 
 from tests.dataplane.spec import SPEC
-from tests.support.dockercluster import DockerCluster, wait_for
 from tests.support.jailuser import JailUser
 from warden import naming
 from warden.model import parse_spec
+from warden_dev.dockercluster import DockerCluster, wait_for
 
 q = shlex.quote
 HOST_PATH = parse_spec(SPEC).metrics.dcgm_job_mapping.host_path

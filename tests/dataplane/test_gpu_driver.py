@@ -19,8 +19,9 @@ from typing import Any
 
 import pytest
 
-from tests.support.dockercluster import DockerCluster, docker, running_for_tests, wait_for
-from tests.support.fakedriver import FakeDriver, build_all
+from tests.support.dockerfixture import running_for_tests
+from warden_dev.dockercluster import DockerCluster, docker, wait_for
+from warden_dev.fakedriver import FakeDriver, build_all
 
 #: What a CUDA program does first, through ctypes in the jail's own python3: load libcuda.so.1 by
 #: soname (no LD_LIBRARY_PATH), ask it, and say which file the loader mapped.

@@ -14,7 +14,7 @@ import shlex
 
 import pytest
 
-from tests.support.dockercluster import docker, docker_available, missing_images, version
+from warden_dev.dockercluster import docker, docker_available, missing_images, version
 
 JAIL = f"warden/jail-gpu:{version()}"
 POPULATE = f"warden/populate-jail-gpu:{version()}"

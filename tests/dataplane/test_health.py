@@ -4,7 +4,7 @@ A cluster of its own (module scope): two GPU workers with two GPUs each and the 
 Two things here are stand-ins for hardware this machine lacks, and nothing else is:
 
 - GPUs: each worker's /dev/nvidia0 and /dev/nvidia1 are /dev/null (char 1:3), passed with
-  `docker run --device` where the device plugin would hand out real ones (tests/support/dockercluster.py);
+  `docker run --device` where the device plugin would hand out real ones (dev/warden_dev/dockercluster.py);
   Slurm's gres needs only the files, and sets CUDA_VISIBLE_DEVICES from them.
 - `all_reduce_perf`: tests/support/nccl_standin.py, copied into the jail as
   /usr/local/bin/all_reduce_perf. It prints nccl-tests' real output format with the bus bandwidth
@@ -31,7 +31,8 @@ from typing import Any
 import pytest
 
 from tests.dataplane.healthcheck import by_node, run_check
-from tests.support.dockercluster import DockerCluster, docker, running_for_tests, wait_for
+from tests.support.dockerfixture import running_for_tests
+from warden_dev.dockercluster import DockerCluster, docker, wait_for
 
 STANDIN = Path(__file__).resolve().parents[1] / "support" / "nccl_standin.py"
 STANDIN_DIR = "/var/lib/warden-nccl-standin"

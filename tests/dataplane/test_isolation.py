@@ -2,7 +2,7 @@
 only its GPUs, its cores and its memory, and a job's processes all die with it.
 
 GPUs: no GPU exists here. The GPU worker's /dev/nvidia0 and /dev/nvidia1 are STAND-IN character
-devices with NVIDIA's major number and distinct minors (tests.support.fakedriver.gpu_device): no driver
+devices with NVIDIA's major number and distinct minors (warden_dev.fakedriver.gpu_device): no driver
 owns them, so opening one fails with ENXIO where the job's devices cgroup allows it and with EPERM
 where it does not, which is exactly what a real driver's device does in a job not given it.
 """
@@ -16,8 +16,8 @@ import uuid
 
 import pytest
 
-from tests.support.dockercluster import DockerCluster
 from tests.support.jailuser import JailUser
+from warden_dev.dockercluster import DockerCluster
 
 q = shlex.quote
 

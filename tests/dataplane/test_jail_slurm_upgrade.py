@@ -9,7 +9,7 @@ import uuid
 
 import pytest
 
-from tests.support.dockercluster import DockerCluster, docker
+from warden_dev.dockercluster import DockerCluster, docker
 
 SLURM_CLIENT = "chroot /v dpkg-query -W -f '${Version}' slurm-client"
 

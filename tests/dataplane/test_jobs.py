@@ -15,8 +15,8 @@ from collections.abc import Callable
 
 import pytest
 
-from tests.support.dockercluster import DockerCluster
 from tests.support.jailuser import JailUser
+from warden_dev.dockercluster import DockerCluster
 
 PROBE = 'echo "host=$(hostname) user=$(id -un) jail=$(test -f /etc/warden-jail-release && echo yes || echo no)"'
 q = shlex.quote

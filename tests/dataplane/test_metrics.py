@@ -18,10 +18,10 @@ from collections.abc import Callable, Iterator
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.support.dockercluster import DockerCluster, wait_for
 from tests.support.jailuser import JailUser
 from warden import naming
 from warden.slurm.reasons import HEALTH_CHECK as REASON_PREFIX
+from warden_dev.dockercluster import DockerCluster, wait_for
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 

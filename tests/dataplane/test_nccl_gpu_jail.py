@@ -2,7 +2,7 @@
 
 A cluster of its own populated from warden/populate-jail-gpu (CUDA runtime, NCCL, nccl-tests'
 all_reduce_perf), two GPU workers with stand-in device files and the STAND-IN driver of
-hack/fakedriver in two versions (550.54.15 and 580.159.04, see tests/support/dockercluster.py). The real
+hack/fakedriver in two versions (550.54.15 and 580.159.04, see dev/warden_dev/dockercluster.py). The real
 binary finds each node's injected libcuda through the jail's per-node loader cache, and the CUDA runtime
 gives up on it the same way on both nodes ("API call is not supported in the installed CUDA driver":
 the stand-in answers only cuInit/cuDriverGetVersion/cuDeviceGetCount). That is what a run looks like
@@ -18,7 +18,8 @@ from typing import Any
 import pytest
 
 from tests.dataplane.healthcheck import by_node, run_check
-from tests.support.dockercluster import DockerCluster, running_for_tests, version
+from tests.support.dockerfixture import running_for_tests
+from warden_dev.dockercluster import DockerCluster, version
 
 SPEC: dict[str, Any] = {
     "images": {"populateJail": f"warden/populate-jail-gpu:{version()}"},

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import uuid
 
-from tests.support.dockercluster import DockerCluster
+from warden_dev.dockercluster import DockerCluster
 
 RELEASE = "etc/warden-jail-release"
 DOC = "etc/debian_version"

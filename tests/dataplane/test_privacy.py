@@ -8,10 +8,10 @@ import uuid
 
 import pytest
 
-from tests.support.dockercluster import DockerCluster, wait_for
 from tests.support.jailuser import JailUser
 from warden import naming
 from warden.slurm.rest import SlurmRest, mint_token
+from warden_dev.dockercluster import DockerCluster, wait_for
 
 
 @pytest.fixture(scope="module")

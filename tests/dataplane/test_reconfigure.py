@@ -8,8 +8,8 @@ from __future__ import annotations
 import re
 import time
 
-from tests.support.dockercluster import DockerCluster, wait_for
 from tests.support.jailuser import JailUser
+from warden_dev.dockercluster import DockerCluster, wait_for
 
 
 def _config_value(cluster: DockerCluster, pod: str, key: str) -> str | None:

@@ -28,11 +28,11 @@ from collections.abc import Callable, Iterator, Mapping
 
 import pytest
 
-from tests.support.dockercluster import DockerCluster, wait_for
 from tests.support.jailuser import JailUser
 from warden import naming
 from warden.slurm.model import SlurmNodeUnknown
 from warden.slurm.rest import SlurmRest, SlurmRestError, mint_token
+from warden_dev.dockercluster import DockerCluster, wait_for
 
 API = f"/slurm/{naming.RESTAPI_VERSION}"
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 import pytest
 
 from tests.support import jailmounts
-from tests.support.dockercluster import DockerCluster
 from tests.support.jailuser import JailUser
 from warden import naming
+from warden_dev.dockercluster import DockerCluster
 
 PROBE = "mountprobe.py"
 

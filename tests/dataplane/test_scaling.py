@@ -4,7 +4,7 @@ of lingering as a DOWN node."""
 
 from __future__ import annotations
 
-from tests.support.dockercluster import DockerCluster, docker, wait_for
+from warden_dev.dockercluster import DockerCluster, docker, wait_for
 
 
 def sinfo_state(cluster: DockerCluster, node: str) -> str:

@@ -9,9 +9,9 @@ import shlex
 
 import pytest
 
-from tests.support.dockercluster import DOCKER_DEFAULT_CAPS, DockerCluster
-from tests.support.fakedriver import gpu_device
 from tests.support.jailuser import JailUser
+from warden_dev.dockercluster import DOCKER_DEFAULT_CAPS, DockerCluster
+from warden_dev.fakedriver import gpu_device
 
 #: docs/images.md ("Images" table, "needs"): capabilities each component adds to Docker's defaults.
 DOCUMENTED_CAPS: dict[str, set[str]] = {

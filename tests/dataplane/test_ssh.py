@@ -7,11 +7,11 @@ import copy
 import shlex
 import uuid
 
-from tests.support.dockercluster import DockerCluster, Exec, wait_for
 from tests.support.jailuser import JailUser
 from warden.model import parse_spec
 from warden.render import configmaps
 from warden.render.context import Cluster
+from warden_dev.dockercluster import DockerCluster, Exec, wait_for
 
 
 def test_root_key_from_the_spec_lands_in_the_jail(cluster: DockerCluster) -> None:

@@ -3,7 +3,7 @@ CNI, cluster DNS), where the charts are installed with helm and users SSH in and
 
 With ``KUBECONFIG`` set, the tests use that cluster (kind, the local cluster, a real one): the project's
 images must be there already and no other Warden operator may watch the tests' namespace. Without it,
-the local single-node cluster of `make up` (tests/support/localcluster.py) is used: brought up when it is
+the local single-node cluster of `make up` (warden_dev.localcluster) is used: brought up when it is
 not running (and torn down at the end, unless WARDEN_E2E_KEEP=1), with the images imported from Docker.
 """
 
@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.controlplane import REPO_ROOT, sigterm_as_interrupt
-from tests.support.localcluster import Kube, LocalCluster, LocalClusterError, chart_images, pinned_bin_dir
+from warden_dev.controlplane import REPO_ROOT, sigterm_as_interrupt
+from warden_dev.localcluster import Kube, LocalCluster, LocalClusterError, chart_images, pinned_bin_dir
 
 
 @pytest.fixture(scope="session")
@@ -35,9 +35,9 @@ def kube() -> Iterator[Kube]:
     cluster = LocalCluster()
     started = False
     if not cluster.running():
-        up = subprocess.run(["bash", str(REPO_ROOT / "hack" / "localcluster.sh"), "up"], stderr=sys.stderr)
+        up = subprocess.run([sys.executable, "-m", "warden_dev", "cluster"], stderr=sys.stderr)
         if up.returncode != 0:
-            pytest.fail("the local cluster did not come up (hack/localcluster.sh up; logs above)", pytrace=False)
+            pytest.fail("the local cluster did not come up (python -m warden_dev cluster; logs above)", pytrace=False)
         started = True
     try:
         with sigterm_as_interrupt():

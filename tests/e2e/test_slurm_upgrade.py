@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 
 from tests.e2e.test_slurmcluster import NAME, RESOURCES, Installed, _eventually
-from tests.support.localcluster import Kube, install_charts, new_ssh_key, uninstall_charts, wait_slurmcluster_ready
+from warden_dev.localcluster import Kube, install_charts, new_ssh_key, uninstall_charts, wait_slurmcluster_ready
 
 OLD, NEW = "24.11", "26.05"
 WORKERS = 2

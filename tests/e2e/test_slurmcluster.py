@@ -40,7 +40,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support import jailmounts
 from tests.support.dashboard import dashboard_expressions, load_dashboard, promql_metric_names
-from tests.support.localcluster import (
+from warden import naming
+from warden.opmetrics import exposed_names
+from warden_dev.localcluster import (
     FAKE_GPU_RESOURCE,
     Kube,
     install_charts,
@@ -48,8 +50,6 @@ from tests.support.localcluster import (
     uninstall_charts,
     wait_slurmcluster_ready,
 )
-from warden import naming
-from warden.opmetrics import exposed_names
 
 NAME = "e2e"
 STANDIN = Path(__file__).resolve().parents[1] / "support" / "nccl_standin.py"

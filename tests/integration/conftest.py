@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.controlplane import ControlPlane, ControlPlaneError, ensure_binaries, sigterm_as_interrupt
+from warden_dev.controlplane import ControlPlane, ControlPlaneError, ensure_binaries, sigterm_as_interrupt
 
 #: fake nodes every session starts with (tests may add their own with controlplane.add_fake_nodes)
 DEFAULT_NODES = 2
@@ -78,8 +78,8 @@ def crd_installed(api_client: Any) -> None:
     """The generated CRDs, applied the way the chart would, and Established."""
     from kubernetes import client
 
-    from tests.support.controlplane import wait_for
     from tests.support.operator import crd_bodies
+    from warden_dev.controlplane import wait_for
 
     ext = client.ApiextensionsV1Api(api_client)
     for body in crd_bodies():

@@ -11,13 +11,13 @@ from typing import Any
 
 from kubernetes import client
 
-from tests.support.controlplane import wait_for
 from tests.support.operator import OperatorProcess, apply_cluster, load_example, owned_objects, wait_ready
 from warden.model import API_GROUP as GROUP
 from warden.model import API_VERSION as VERSION
 from warden.model import WORKER_SET_PLURAL, parse_spec
 from warden.render.cluster import render
 from warden.render.context import Cluster
+from warden_dev.controlplane import wait_for
 
 KILLS = 20
 

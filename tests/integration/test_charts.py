@@ -25,8 +25,8 @@ import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from tests.support.controlplane import ControlPlane, wait_for
 from tests.support.operator import SERVICE_MONITOR_CRD, OperatorProcess, get_cluster, owned_objects, wait_ready
+from warden_dev.controlplane import ControlPlane, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 CHARTS = ROOT / "charts"

@@ -10,7 +10,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from tests.support.controlplane import ControlPlane, pinned_versions, wait_for
+from warden_dev.controlplane import ControlPlane, pinned_versions, wait_for
 
 IMAGE = "example.invalid/warden/smoke:1"  # never pulled: kwok nodes run nothing
 TIMEOUT = 60.0

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from tests.support.controlplane import wait_for
 from tests.support.operator import OperatorProcess, apply_cluster, get_cluster, wait_ready
 from warden.health.report import ApiTarget, ReportError, write_report
+from warden_dev.controlplane import wait_for
 
 SPEC = {
     "workerGroups": [{"name": "gpu", "replicas": 2, "gpus": {"count": 4}}],

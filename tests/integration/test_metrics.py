@@ -21,7 +21,6 @@ import pytest
 from kubernetes import client
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.support.controlplane import wait_for
 from tests.support.operator import (
     SERVICE_MONITOR_CRD,
     OperatorProcess,
@@ -31,6 +30,7 @@ from tests.support.operator import (
     wait_ready,
 )
 from warden.naming import Names
+from warden_dev.controlplane import wait_for
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 

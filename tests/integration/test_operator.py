@@ -7,7 +7,6 @@ from typing import Any
 
 from kubernetes import client
 
-from tests.support.controlplane import wait_for
 from tests.support.operator import (
     CLUSTER_PATH,
     OperatorProcess,
@@ -19,6 +18,7 @@ from tests.support.operator import (
 )
 from warden.model import WORKER_SET_PLURAL
 from warden.naming import Names
+from warden_dev.controlplane import wait_for
 
 GROUP, VERSION, PLURAL = CLUSTER_PATH
 

@@ -17,9 +17,9 @@ from typing import Any
 
 from kubernetes import client
 
-from tests.support.controlplane import wait_for
 from tests.support.operator import OperatorProcess, apply_cluster, load_example, wait_ready
 from warden.naming import POD_CONFIG_ANNOTATION, Names
+from warden_dev.controlplane import wait_for
 
 HEAL_TIMEOUT = 20  # seconds; what "within seconds" means here, with room for a slow CI machine
 

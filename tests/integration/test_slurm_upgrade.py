@@ -12,12 +12,12 @@ from typing import Any
 
 from kubernetes import client
 
-from tests.support.controlplane import wait_for
 from tests.support.operator import OperatorProcess, apply_cluster, get_cluster, load_example, owned_objects, wait_ready
 from warden import __version__
 from warden.model import WORKER_SET_PLURAL
 from warden.naming import Names
 from warden.slurmupgrade import STEP_NAMES
+from warden_dev.controlplane import wait_for
 
 GROUP, VERSION = "slurm.warden.dev", "v1alpha1"
 OLD, NEW = "24.11", "26.05"

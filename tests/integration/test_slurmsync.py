@@ -28,11 +28,11 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from tests.support.controlplane import ControlPlane, wait_for
 from tests.support.fake_slurmrestd import Action, FakeSlurmrestd
 from tests.support.operator import OperatorProcess, apply_cluster, get_cluster, load_example, wait_ready
 from warden.naming import BUSY_LABEL, JWT_KEY, LEAVING_ANNOTATION, Names
 from warden.nodesync import CONDITION
+from warden_dev.controlplane import ControlPlane, wait_for
 
 CLUSTER = "cpu"  # docs/examples/cpu-only.yaml: one worker group "cpu" of 2, a login node
 NAMES = Names(cluster=CLUSTER, namespace="")

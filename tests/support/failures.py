@@ -1,5 +1,5 @@
 """Whether a test of this pytest session has failed yet: the dataplane and conformance tiers print their
-cluster's container logs at the end when one has (tests/support/dockercluster.py, running_for_tests).
+cluster's container logs at the end when one has (tests/support/dockerfixture.py, running_for_tests).
 Loaded for every tier by tests/conftest.py."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A user of the jail in a Docker dataplane cluster (tests/support/dockercluster.py): made by root with
+"""A user of the jail in a Docker dataplane cluster (dev/warden_dev/dockercluster.py): made by root with
 warden-useradd over SSH on the login node, with an SSH key of their own. Used by the dataplane and
 conformance tiers."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import shlex
 
-from tests.support.dockercluster import DockerCluster, wait_for
+from warden_dev.dockercluster import DockerCluster, wait_for
 
 
 class JailUser:

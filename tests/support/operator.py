@@ -15,8 +15,8 @@ from typing import Any
 import yaml
 from kubernetes import client
 
-from tests.support.controlplane import wait_for
 from warden.model import API_GROUP, API_VERSION, PLURAL, WORKER_SET_PLURAL
+from warden_dev.controlplane import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 CRD_FILE = ROOT / "charts/slurm-operator-crds/templates/slurmclusters.yaml"

@@ -3,8 +3,10 @@
 It answers the commands ``warden.slurm.cli`` sends with the behaviour observed on Slurm 24.11.5: node
 JSON in the shape of the captured ``fixtures/slurm/scontrol_show_node_drained.json`` (each node is that
 capture's GPU node with name, state, reason and gres replaced), RESUME refused on a node that is not
-drained or down, ``srun --immediate`` refused on drained, busy or reserved nodes. The dataplane tier
-runs the same code against real Slurm.
+drained or down, ``srun --immediate`` refused on drained, busy or reserved nodes; and for the worker's
+node lifecycle (``warden.node``) ``squeue -w`` of a node's jobs, ``scontrol show config`` and
+``scontrol delete nodename=``, refused for an unknown or busy node (their error texts as Slurm 26.05.5
+gives them). The dataplane tier runs the same code against real Slurm.
 """
 
 from __future__ import annotations
@@ -76,6 +78,9 @@ class FakeSlurm:
         self.in_flight = 0
         self.max_in_flight = 0
         self.fail_with: str | None = None  # every scontrol call fails with this stderr
+        self.jobs: dict[str, list[str]] = {}  # running jobs per node, as squeue lists them
+        self.config: dict[str, str] = {"GresTypes": "gpu"}  # `scontrol show config`
+        self.on_delete: Callable[[str], None] | None = None  # called with a deleted node's name
 
     def __call__(self, argv: Sequence[str], timeout: float) -> CommandResult:
         args = tuple(argv)
@@ -83,6 +88,10 @@ class FakeSlurm:
             self.calls.append(args)
         if args[0] == "srun":
             return self._srun(args)
+        if args[0] == "squeue":
+            with self._lock:
+                rc, out, err = self._squeue(args[1:])
+            return CommandResult(args, rc, out, err)
         with self._lock:
             rc, out, err = self._scontrol(args[1:])
         return CommandResult(args, rc, out, err)
@@ -126,6 +135,22 @@ class FakeSlurm:
                 self.nodes[n].reservation = name
             self.reservations[name] = kv["Nodes"]
             return 0, f"Reservation created: {name}\n", ""
+        if args[:2] == ("show", "config"):
+            lines = ["Configuration data as of 2025-06-02T10:00:00"]
+            lines += [f"{k:<24}= {v}" for k, v in sorted(self.config.items())]
+            return 0, "\n".join(lines) + "\n", ""
+        if args[0] == "delete" and args[1].lower().startswith("nodename="):
+            # as Slurm 26.05 answers: no unknown node, none that runs jobs
+            name = args[1].split("=", 1)[1]
+            failed = f"scontrol: error: failed to delete nodes {name}\ndelete_node nodename={name}: "
+            if name not in self.nodes:
+                return 1, "", failed + "Invalid node name specified\n"
+            if self.jobs.get(name):
+                return 1, "", failed + "Requested nodes are busy\n"
+            del self.nodes[name]
+            if self.on_delete is not None:
+                self.on_delete(name)
+            return 0, "", ""
         if args[0] == "delete":
             name = args[1].split("=", 1)[1]
             for n in self.reservations.pop(name, "").split(","):
@@ -133,6 +158,15 @@ class FakeSlurm:
                     self.nodes[n].reservation = None
             return 0, "", ""
         return 1, "", f"fake scontrol: unexpected {args}\n"
+
+    def _squeue(self, args: tuple[str, ...]) -> tuple[int, str, str]:
+        """``squeue -h -w NODE -t running,completing -o %i``: the IDs of the node's jobs."""
+        if self.fail_with is not None:
+            return 1, "", self.fail_with
+        node = args[args.index("-w") + 1]
+        if node not in self.nodes:
+            return 1, "", f"squeue: error: Invalid node name {node}\n"  # as Slurm 26.05 answers
+        return 0, "".join(f"{j}\n" for j in self.jobs.get(node, [])), ""
 
     def _srun(self, args: tuple[str, ...]) -> CommandResult:
         opts = dict(a[2:].split("=", 1) for a in args if a.startswith("--") and "=" in a)

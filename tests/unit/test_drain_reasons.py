@@ -1,16 +1,15 @@
 """One vocabulary of drain reasons (``warden.slurm.reasons``): every reason a Warden part gives Slurm,
-the operator's, the health checks' and the worker image's shell, is one it knows, so the exporter never
-counts a Warden drain as a person's."""
+the operator's, the health checks', the worker's node lifecycle (``warden.node``) and any shell script's,
+is one it knows, so the exporter never counts a Warden drain as a person's."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
-import pytest
-
 from warden.health.check import CheckConfig, Outcome, drain_reason
 from warden.health.quickcheck import reason_for
+from warden.node import lifecycle
 from warden.slurm import reasons
 from warden.slurm.model import Node
 
@@ -23,25 +22,49 @@ def _drained(reason: str) -> Node:
     return Node(name="n", state="IDLE", flags=frozenset({"DRAIN"}), reason=reason, gres="", features=(), partitions=())
 
 
-def shell_drain_reasons() -> list[tuple[str, str]]:
+def shell_drain_reasons(text: str | None = None) -> list[tuple[str, str]]:
+    """Every drain reason the images' and the repository's shell gives (or, with ``text``, that text's)."""
+    if text is not None:
+        return [("<text>", t) for t in _SHELL_DRAIN.findall(text)]
     found = []
-    for script in sorted([*ROOT.glob("images/**/*.sh"), *ROOT.glob("images/**/warden-*"), *ROOT.glob("jail/**/*.sh")]):
-        for text in _SHELL_DRAIN.findall(script.read_text(errors="replace")):
-            found.append((str(script.relative_to(ROOT)), text))
+    scripts = [*ROOT.glob("images/**/*.sh"), *ROOT.glob("images/**/warden-*"), *ROOT.glob("jail/**/*.sh"),
+               *ROOT.glob("hack/**/*.sh")]  # fmt: skip
+    for script in sorted(scripts):
+        for t in _SHELL_DRAIN.findall(script.read_text(errors="replace")):
+            found.append((str(script.relative_to(ROOT)), t))
     return found
 
 
-def test_the_worker_image_drains_for_two_reasons() -> None:
-    """The scan below finds what it checks (a changed shell idiom would otherwise leave it checking nothing)."""
-    texts = {text for _, text in shell_drain_reasons()}
-    assert {"warden-worker: ", "warden: pod terminating"} <= texts
+def test_the_shell_scan_sees_a_drain() -> None:
+    """The scan below finds what it checks (a changed idiom would otherwise leave it checking nothing)."""
+    line = 'scontrol update nodename="$node" state=drain reason="warden-worker: $WARDEN_DRIVER_PROBLEM"'
+    assert shell_drain_reasons(line) == [("<text>", "warden-worker: ")]
 
 
-@pytest.mark.parametrize(("script", "text"), shell_drain_reasons())
-def test_every_drain_reason_in_the_images_is_a_warden_one(script: str, text: str) -> None:
-    drainer = reasons.drainer_of(text)
-    assert drainer is not None, f"{script}: drain reason {text!r} starts with none of warden.slurm.reasons' prefixes"
-    assert reasons.reason_class(_drained(text + "something")) != "person"
+def test_every_drain_reason_in_shell_is_a_warden_one() -> None:
+    """The worker's drains moved to Python (warden.node); any drain a script still makes, or makes
+    again, gives a reason of the vocabulary."""
+    for script, text in shell_drain_reasons():
+        drainer = reasons.drainer_of(text)
+        assert drainer is not None, (
+            f"{script}: drain reason {text!r} starts with none of warden.slurm.reasons' prefixes"
+        )
+        assert reasons.reason_class(_drained(text + "something")) != "person"
+
+
+def test_the_worker_node_lifecycle_drains_with_the_vocabulary() -> None:
+    """The worker pod's two drains (warden.node): leaving on SIGTERM, and a GPU worker without its driver."""
+    assert lifecycle.LEAVE_REASON == reasons.POD_TERMINATING
+    assert reasons.reason_class(_drained(lifecycle.LEAVE_REASON)) == "kubernetes"
+    driver = lifecycle.driver_drain_reason("no NVIDIA driver (libcuda.so.1 missing)")
+    assert driver == "warden-worker: no NVIDIA driver (libcuda.so.1 missing)"
+    assert reasons.drainer_of(driver) == next(d for d in reasons.DRAINERS if d.prefix == reasons.WORKER)
+    assert reasons.reason_class(_drained(driver)) == "health_check"
+    # and it spells no reason of its own: every one comes from warden.slurm.reasons
+    for source in (ROOT / "operator" / "warden" / "node").glob("*.py"):
+        text = source.read_text()
+        for drainer in reasons.DRAINERS:
+            assert drainer.prefix.strip() not in text, f"{source.name} spells {drainer.prefix!r}"
 
 
 def test_the_python_parts_build_their_reasons_from_the_vocabulary() -> None:

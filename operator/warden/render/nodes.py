@@ -124,8 +124,9 @@ def worker_set(cluster: Cluster, group: WorkerGroup) -> Manifest:
     pod_spec: Manifest = {
         "subdomain": names.nodes_service,  # with the pod's own `hostname`: <pod>.<cluster>-nodes resolves
         "dnsConfig": dns_config(cluster),
-        # On SIGTERM the entrypoint drains the node, gives running jobs WARDEN_LEAVE_TIMEOUT (40 s),
-        # deletes the node from slurmctld, then stops slurmd: all within this grace period.
+        # On SIGTERM warden.node (the container's PID 1) drains the node, gives running jobs
+        # WARDEN_LEAVE_TIMEOUT (40 s), deletes the node from slurmctld, then stops slurmd: all within this
+        # grace period (tests/unit/test_node_lifecycle.py holds it to that).
         "terminationGracePeriodSeconds": 60,
         "initContainers": [wait_for_jail_init(cluster, cluster.image("worker"))],
         "containers": [container],

@@ -1,5 +1,6 @@
-"""Slurm's command-line client (``scontrol``, ``srun``), for the programs that run beside Slurm: the
-health checks in their pods. The operator and the exporter talk to slurmrestd (``warden.slurm.rest``).
+"""Slurm's command-line client (``scontrol``, ``srun``, ``squeue``), for the programs that run beside
+Slurm: the health checks in their pods, the worker's node lifecycle (``warden.node``). The operator and
+the exporter talk to slurmrestd (``warden.slurm.rest``).
 
 Everything goes through a ``CommandRunner`` so that callers can be unit-tested without Slurm; the
 default runner starts the program with a timeout and, when the time is up, stops it with SIGTERM
@@ -33,6 +34,8 @@ _STEP_REACHED_NODE = re.compile(r"\btask \d+|\blaunch failed\b|slurmstepd|StepId
 # slurmctld busy or restarting: the same command may well work a moment later.
 _TRANSIENT = ("Socket timed out on send/recv operation", "Unable to contact slurm controller",
               "Zero Bytes were transmitted or received", "Connection refused")  # fmt: skip
+# one ``Key = value`` line of ``scontrol show config``
+_CONFIG_LINE = re.compile(r"^(\w+)\s*=[ \t]*(.*)$", re.M)
 #: waits between attempts of a command that is safe to repeat (reads, drains)
 RETRY_DELAYS_S = (2.0, 5.0)
 
@@ -107,10 +110,12 @@ class Slurm:
         srun: str = "srun",
         timeout: float = 30.0,
         sleep: Callable[[float], None] = time.sleep,
+        squeue: str = "squeue",
     ) -> None:
         self.runner = runner
         self.scontrol = scontrol
         self.srun_path = srun
+        self.squeue = squeue
         self.timeout = timeout
         self.sleep = sleep
 
@@ -148,6 +153,20 @@ class Slurm:
 
     def resume(self, node: str) -> None:
         self._run([self.scontrol, "update", f"NodeName={node}", "State=RESUME"])
+
+    def delete_node(self, node: str) -> None:
+        """Remove a dynamic node (``slurmd -Z``) from slurmctld; not repeated (a second delete fails)."""
+        self._run([self.scontrol, "delete", f"NodeName={node}"])
+
+    def show_config(self) -> dict[str, str]:
+        """slurmctld's running configuration (``scontrol show config``): ``{"GresTypes": "gpu", ...}``."""
+        out = self._run([self.scontrol, "show", "config"], repeatable=True).stdout
+        return {m.group(1): m.group(2).strip() for m in _CONFIG_LINE.finditer(out)}
+
+    def node_jobs(self, node: str, states: Sequence[str] = ("running", "completing")) -> list[str]:
+        """IDs of the jobs on ``node`` in ``states`` (``squeue -h -w NODE -t STATES -o %i``)."""
+        argv = [self.squeue, "-h", "-w", node, "-t", ",".join(states), "-o", "%i"]
+        return [line.strip() for line in self._run(argv, repeatable=True).stdout.splitlines() if line.strip()]
 
     def create_reservation(self, name: str, nodes: Iterable[str], user: str, minutes: int) -> None:
         """A maintenance reservation starting now, which keeps every other job off ``nodes``."""

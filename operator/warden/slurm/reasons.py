@@ -4,8 +4,8 @@ Slurm keeps one free-text reason per drained or down node (``sinfo -R``). Warden
 with a prefix of their own, so that each part undoes only its own drains (the operator resumes a node
 it drained for a cordon, the health checks resume what they drained) and the exporter can say who
 took a node out of service (its ``reason_class`` label, docs/observability.md). This module is the one
-list of those prefixes; the shell of the worker image writes two of them, and a unit test holds its
-text to this list.
+list of those prefixes; the worker's node lifecycle (``warden.node``) gives two of them, and a unit test
+holds it, and any drain in the repository's shell, to this list.
 """
 
 from __future__ import annotations

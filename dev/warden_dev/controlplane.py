@@ -1,4 +1,4 @@
-"""A real, throwaway Kubernetes control plane for the integration tests.
+"""A real, throwaway Kubernetes control plane: the integration tier's, the benches', and by hand.
 
 etcd + kube-apiserver + kube-controller-manager + kube-scheduler + kwok, built from upstream Go modules by
 ``hack/build-k8s-bins.sh`` and started here on loopback with random free ports, certificates made with
@@ -10,9 +10,9 @@ validation, RBAC, ServiceAccount tokens) is the real upstream code.
 
 Use it from pytest (``tests/integration/conftest.py``) or from the shell::
 
-    hack/controlplane.sh up      # prints `export KUBECONFIG=...`
-    hack/controlplane.sh env
-    hack/controlplane.sh down
+    python -m warden_dev controlplane up [--nodes N] [--gpu-nodes N]   # prints `export KUBECONFIG=...`
+    eval "$(python -m warden_dev controlplane env)"
+    python -m warden_dev controlplane down                              # also part of `make down`
 """
 
 from __future__ import annotations
@@ -791,7 +791,7 @@ def _group_gone(pgid: int) -> bool:
 
 
 # ---------------------------------------------------------------------------------------------------
-# CLI: hack/controlplane.sh up|down|env
+# CLI: python -m warden_dev controlplane up|down|env
 
 
 def cache_dir() -> Path:
@@ -826,7 +826,7 @@ def _cli_down(state_dir: Path) -> int:
 def _cli_env(state_dir: Path) -> int:
     state_file = state_dir / "state.json"
     if not state_file.is_file():
-        print(f"no control plane running (no {state_file}); run: hack/controlplane.sh up", file=sys.stderr)
+        print(f"no control plane running (no {state_file}); run: python -m warden_dev controlplane up", file=sys.stderr)
         return 1
     state = json.loads(state_file.read_text())
     print(f"export KUBECONFIG={state['kubeconfig']}")
@@ -834,8 +834,8 @@ def _cli_env(state_dir: Path) -> int:
     return 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="hack/controlplane.sh", description=__doc__.split("\n\n")[0])
+def main(argv: Sequence[str] | None = None, prog: str = "python -m warden_dev.controlplane") -> int:
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
     parser.add_argument("command", choices=["up", "down", "env"])
     parser.add_argument("--dir", type=Path, default=None, help="state dir (default: $WARDEN_CACHE/controlplane)")
     parser.add_argument("--nodes", type=int, default=2, help="fake kwok nodes to create on `up`")
@@ -849,7 +849,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _cli_env(state_dir)
 
     if (state_dir / "state.json").is_file():
-        print(f"a control plane is already up ({state_dir}); run: hack/controlplane.sh down", file=sys.stderr)
+        print(
+            f"a control plane is already up ({state_dir}); run: python -m warden_dev controlplane down", file=sys.stderr
+        )
         return 1
     bins = ensure_binaries(build=True)
     cp = ControlPlane(bins, work_dir=state_dir, detach=True)

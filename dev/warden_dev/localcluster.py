@@ -1,7 +1,8 @@
-"""A real single-node Kubernetes on this machine, from upstream binaries: `make up` / `make down`.
+"""A real single-node Kubernetes on this machine, from upstream binaries: `make up` / `make down`
+(``python -m warden_dev up|down``, warden_dev.__main__).
 
 etcd, kube-apiserver, kube-controller-manager and kube-scheduler come from ``ControlPlane``
-(tests/support/controlplane.py, the integration tier's control plane), started with a few changes so
+(warden_dev.controlplane, the integration tier's control plane), started with a few changes so
 pods can reach the API server; this module adds the node:
 
 * containerd (Debian's package) with its own config, socket and state (not Docker's), cgroupfs,
@@ -10,26 +11,29 @@ pods can reach the API server; this module adds the node:
 * kubelet (cgroup v1 host, no systemd, no swap: see docs/local-cluster.md for every setting and why);
 * kube-proxy in iptables mode (ClusterIP and NodePort Services);
 * CoreDNS, built from its Go module, as a host process behind the Service ``kube-system/kube-dns``;
-* a StorageClass ``warden-local`` (the default) served by tests/support/localvolumes.py (hostPath
+* a StorageClass ``warden-local`` (the default) served by warden_dev.localvolumes (hostPath
   directories; ReadWriteMany works because there is one node);
 * STAND-IN GPUs: hack/fakegpu (a kubelet device plugin built from its Go module) advertises
   ``FAKE_GPUS`` ``nvidia.com/gpu`` devices, each a stand-in character device (195, N) at /dev/nvidiaN (no
   GPU exists here; ``WARDEN_LOCAL_FAKE_GPUS=0`` turns it off), and gives every GPU container a STAND-IN
-  driver (tests/support/fakedriver.py), two versions in turn;
+  driver (warden_dev.fakedriver), two versions in turn;
 * the project's images, imported from Docker into containerd's ``k8s.io`` namespace (no registry).
 
 The node is ``warden-node`` with the address ``NODE_IP`` (put on ``lo``), pods get ``POD_SUBNET`` on the
-bridge ``warden-cni0``. Shell entry point: ``hack/localcluster.sh`` (up, down, env, status, demo).
+bridge ``warden-cni0``.
+
+The host is shared: ``up`` refuses to start where another cluster owns parts of it (warden_dev.hostcheck:
+another kubelet, its ports, ``KUBE-*``/``CNI-*`` iptables chains, ...), records every change it makes
+before making it (warden_dev.hostrecord, ``<state dir>/host-record.json``), and ``down`` undoes those
+changes and nothing else.
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import functools
 import json
 import os
-import shlex
 import shutil
 import signal
 import subprocess
@@ -40,12 +44,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.support import fakedriver
-from tests.support.controlplane import (
+from warden_dev import fakedriver
+from warden_dev.controlplane import (
     REPO_ROOT,
     SERVICE_CIDR,
     ControlPlane,
-    ControlPlaneError,
     Pki,
     _kill_group,
     cache_dir,
@@ -53,7 +56,25 @@ from tests.support.controlplane import (
     wait_for,
     write_kubeconfig,
 )
-from tests.support.localvolumes import storage_class_manifest
+from warden_dev.hostcheck import (
+    HostInUse,
+    HostLayout,
+    HostSnapshot,
+    check,
+    dir_state,
+    mountpoints,
+    read_sysctl,
+    read_sysctls,
+)
+from warden_dev.hostrecord import (
+    RECORD_NAME,
+    Change,
+    HostRecord,
+    mounts_to_undo,
+    remove_cgroup_tree,
+    undo_plan,
+)
+from warden_dev.localvolumes import storage_class_manifest
 
 NODE_NAME = "warden-node"
 NODE_IP = "10.239.0.1"  # on lo: a stable address for the node, the API server's endpoint and NodePorts
@@ -68,6 +89,8 @@ KUBELET_ROOT = Path("/var/lib/kubelet")  # the default: Localhost seccomp profil
 DATA_DIR = Path("/var/lib/warden-local")  # containerd root, CNI IPAM state, volumes
 RUN_DIR = Path("/run/warden-local")  # containerd state + socket, runc state
 POD_LOG_DIRS = (Path("/var/log/pods"), Path("/var/log/containers"))
+CNI_CACHE = Path("/var/lib/cni")  # libcni's results/<network>-<container>-<interface>
+NETNS_DIR = Path("/var/run/netns")  # the pods' network namespaces (cni-<uuid>), made by containerd
 SECCOMP_PROFILE = "warden/worker.json"
 PAUSE_TAG = "3.10.2"  # build/pause/Makefile's TAG in the pinned Kubernetes module
 PAUSE_IMAGE = f"warden/pause:{PAUSE_TAG}"
@@ -79,6 +102,17 @@ DEMO_NODE_PORT = 30022
 #: stand-in GPUs the node advertises (hack/fakegpu); WARDEN_LOCAL_FAKE_GPUS overrides, 0 turns them off
 FAKE_GPUS = 8
 FAKE_GPU_RESOURCE = "nvidia.com/gpu"
+#: what the host check looks at and `down` may undo
+LAYOUT = HostLayout(
+    kubelet_root=KUBELET_ROOT,
+    data_dir=DATA_DIR,
+    run_dir=RUN_DIR,
+    pod_log_dirs=POD_LOG_DIRS,
+    cni_cache=CNI_CACHE,
+    netns_dir=NETNS_DIR,
+    bridge=BRIDGE,
+    node_cidr=f"{NODE_IP}/32",
+)
 CHART_IMAGES = ("operator", "controller", "worker", "login", "populate-jail", "accounting", "mariadb", "health-check")
 
 
@@ -413,12 +447,12 @@ def build_fake_gpu_plugin() -> Path:
 def preflight() -> None:
     if os.geteuid() != 0:
         raise LocalClusterError("the local cluster needs root (kubelet, containerd, iptables, mounts)")
-    missing = [b for b in ("containerd", "containerd-shim-runc-v2", "runc", "ctr", "iptables", "ip", "docker")
-               if shutil.which(b) is None]  # fmt: skip
+    missing = [b for b in ("containerd", "containerd-shim-runc-v2", "runc", "ctr", "iptables", "iptables-save", "ip",
+                           "docker") if shutil.which(b) is None]  # fmt: skip
     missing += [f"{CNI_BIN_DIR}/{p}" for p in ("bridge", "host-local", "portmap", "firewall", "loopback")
                 if not (CNI_BIN_DIR / p).is_file()]  # fmt: skip
     if missing:
-        raise LocalClusterError(f"missing: {', '.join(missing)} (hack/localcluster.sh deps installs them)")
+        raise LocalClusterError(f"missing: {', '.join(missing)} (python -m warden_dev deps installs them)")
 
 
 def write_sysctl(name: str, value: str) -> None:
@@ -430,37 +464,40 @@ def write_sysctl(name: str, value: str) -> None:
         raise LocalClusterError(f"cannot set {name}={value}: {e}") from e
 
 
-def prepare_host() -> None:
-    write_sysctl("net.ipv4.ip_forward", "1")
+def set_sysctl(record: HostRecord, name: str, value: str) -> None:
+    """Set a sysctl, recording the value it had (``down`` puts it back)."""
+    before = read_sysctl(name)
+    if before is not None and before != value:
+        record.add(Change("sysctl", name, before=before, after=value))
+    write_sysctl(name, value)
+
+
+def lo_addresses() -> set[str]:
+    out = run(["ip", "-4", "-o", "addr", "show", "dev", "lo"]).stdout.decode()
+    return {line.split()[3] for line in out.splitlines() if len(line.split()) > 3}
+
+
+def prepare_host(record: HostRecord) -> None:
+    """Every change to the host that ``up`` makes itself or has its components make, each recorded before
+    it is made."""
+    set_sysctl(record, "net.ipv4.ip_forward", "1")
     # bridged pod-to-pod traffic must pass iptables, or Service DNAT replies bypass conntrack
-    write_sysctl("net.bridge.bridge-nf-call-iptables", "1")
-    addrs = run(["ip", "-4", "-o", "addr", "show", "dev", "lo"]).stdout.decode()
-    if f" {NODE_IP}/" not in addrs:
-        run(["ip", "addr", "add", f"{NODE_IP}/32", "dev", "lo"])
+    set_sysctl(record, "net.bridge.bridge-nf-call-iptables", "1")
+    if LAYOUT.node_cidr not in lo_addresses():
+        record.add(Change("address", LAYOUT.node_cidr, after="lo"))
+        run(["ip", "addr", "add", LAYOUT.node_cidr, "dev", "lo"])
+    record.add(Change("link", BRIDGE, by="CNI bridge plugin"))
+    for d in (KUBELET_ROOT, DATA_DIR, RUN_DIR, *POD_LOG_DIRS):
+        record.add(Change("dir", str(d), before=dir_state(d)))
+    # libcni caches each pod's network setup here; where the directory holds others', only ours go
+    record.add(Change("dir", str(CNI_CACHE), before=dir_state(CNI_CACHE),
+                      pattern=f"results/{CNI_NETWORK}-* results/cni-loopback-{{container}}-*"))  # fmt: skip
+    record.add(Change("mkdir", str(NETNS_DIR), before=dir_state(NETNS_DIR), by="containerd"))
     seccomp = KUBELET_ROOT / "seccomp" / SECCOMP_PROFILE
     seccomp.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(REPO_ROOT / "images" / "worker" / "seccomp.json", seccomp)
     for d in (DATA_DIR, RUN_DIR / "containerd", DATA_DIR / "volumes"):
         d.mkdir(parents=True, exist_ok=True)
-
-
-def _mounts_under(prefixes: Sequence[Path]) -> list[str]:
-    out = []
-    for line in Path("/proc/self/mountinfo").read_text().splitlines():
-        mnt = line.split()[4].replace("\\040", " ")
-        if any(mnt == str(p) or mnt.startswith(f"{p}/") for p in prefixes):
-            out.append(mnt)
-    return sorted(set(out), key=lambda m: m.count("/"), reverse=True)  # deepest first
-
-
-def unmount_all(prefixes: Sequence[Path]) -> None:
-    for _ in range(3):
-        mounts = _mounts_under(prefixes)
-        if not mounts:
-            return
-        for m in mounts:
-            if run(["umount", m], check=False, quiet=True).returncode != 0:
-                run(["umount", "-l", m], check=False, quiet=True)
 
 
 def _pids_with_cmdline(fragment: bytes) -> list[int]:
@@ -476,10 +513,20 @@ def _pids_with_cmdline(fragment: bytes) -> list[int]:
     return pids
 
 
-def kill_containers() -> None:
+def start_time(pid: int) -> str | None:
+    """The process's start time (clock ticks since boot, /proc/<pid>/stat field 22): with the pid, it
+    names one process; a pid reused later has another. None when there is no such process."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def kill_containers() -> list[str]:
     """Kill every container this cluster's containerd started (runc state under our own root), then
-    the shims serving our containerd socket."""
+    the shims serving our containerd socket. Returns the containers' ids."""
     root = RUN_DIR / "runc" / "k8s.io"
+    listed: list[str] = []
     if root.is_dir() and shutil.which("runc"):
         listed = run(["runc", "--root", str(root), "list", "-q"], check=False, quiet=True).stdout.decode().split()
         for cid in listed:
@@ -489,56 +536,50 @@ def kill_containers() -> None:
     for pid in _pids_with_cmdline(f"-address\x00{containerd_socket()}\x00".encode()):
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
+    return listed
 
 
-def cleanup_iptables(bin_dir: Path | None) -> None:
-    """Remove kube-proxy's rules (``kube-proxy --cleanup``), then every chain left whose name starts with
-    KUBE- (the kubelet's KUBE-FIREWALL, KUBE-KUBELET-CANARY) or CNI- (bridge masquerade, portmap), and
-    the jumps to them. Docker's chains (DOCKER*) are never touched."""
-    if bin_dir is not None and (bin_dir / "kube-proxy").is_file():
-        run([str(bin_dir / "kube-proxy"), "--cleanup"], check=False, quiet=True, timeout=60)
-    ours = ("KUBE-", "CNI-")
-    for tool in ("iptables", "ip6tables"):
-        if shutil.which(tool) is None:
-            continue
-        for table in ("nat", "filter", "mangle"):
-            rules = run([tool, "-w", "-t", table, "-S"], check=False, quiet=True).stdout.decode().splitlines()
-            chains = [r.split()[1] for r in rules if r.startswith("-N ") and r.split()[1].startswith(ours)]
-            for rule in rules:
-                parts = shlex.split(rule)  # comments are quoted: "name: \"warden-pods\" id: ..."
-                if parts[:1] != ["-A"] or parts[1].startswith(ours) or "-j" not in parts:
-                    continue
-                if parts[parts.index("-j") + 1].startswith(ours):
-                    run([tool, "-w", "-t", table, "-D", *parts[1:]], check=False, quiet=True)
-            for chain in chains:
-                run([tool, "-w", "-t", table, "-F", chain], check=False, quiet=True)
-            for chain in chains:
-                run([tool, "-w", "-t", table, "-X", chain], check=False, quiet=True)
-
-
-def cleanup_network() -> None:
-    netns_dir = Path("/var/run/netns")
-    if netns_dir.is_dir():
-        for ns in netns_dir.glob("cni-*"):  # containerd's pod network namespaces
-            run(["umount", str(ns)], check=False, quiet=True)
-            ns.unlink(missing_ok=True)
-    if Path(f"/sys/class/net/{BRIDGE}").exists():
-        run(["ip", "link", "delete", BRIDGE], check=False)
-    addrs = run(["ip", "-4", "-o", "addr", "show", "dev", "lo"], check=False).stdout.decode()
-    if f" {NODE_IP}/" in addrs:
-        run(["ip", "addr", "del", f"{NODE_IP}/32", "dev", "lo"], check=False)
-
-
-def cleanup_cgroups() -> None:
-    """Remove the kubelet's (now empty) cgroups: kubepods/... under every v1 controller."""
-    for ctrl in Path("/sys/fs/cgroup").iterdir():
-        top = ctrl / "kubepods"
-        if not top.is_dir():
-            continue
-        dirs = sorted((p for p in top.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True)
-        for d in [*dirs, top]:
-            with contextlib.suppress(OSError):
-                d.rmdir()
+def undo_host(record: HostRecord, container_ids: Sequence[str] = ()) -> None:
+    """Undo what ``record`` says the cluster changed (warden_dev.hostrecord.undo_plan), nothing else."""
+    plan = undo_plan(record, HostSnapshot.take(LAYOUT), LAYOUT, container_ids)
+    for _ in range(3):
+        mounts = mounts_to_undo(mountpoints(Path("/proc/self/mountinfo").read_text()), plan.unmount_under)
+        if not mounts:
+            break
+        for m in mounts:
+            if run(["umount", m], check=False, quiet=True).returncode != 0:
+                run(["umount", "-l", m], check=False, quiet=True)
+    for ns in plan.netns:
+        run(["umount", ns], check=False, quiet=True)
+        Path(ns).unlink(missing_ok=True)
+    for argv in plan.commands:
+        run(argv, check=False, quiet=argv[0] != "ip", timeout=60)
+    for cg in plan.cgroups:
+        remove_cgroup_tree(Path(cg))
+    for d in plan.remove:
+        shutil.rmtree(d, ignore_errors=True)
+    for d in plan.empty:
+        for child in Path(d).iterdir() if Path(d).is_dir() else ():
+            if child.is_dir() and not child.is_symlink():
+                shutil.rmtree(child, ignore_errors=True)
+            else:
+                child.unlink(missing_ok=True)
+    for pattern in plan.remove_matching:
+        for match in Path("/").glob(pattern.lstrip("/")):
+            if match.is_dir() and not match.is_symlink():
+                shutil.rmtree(match, ignore_errors=True)
+            else:
+                match.unlink(missing_ok=True)
+    for d in plan.rmdir:
+        with contextlib.suppress(OSError):
+            Path(d).rmdir()
+    for name, value in plan.sysctls.items():
+        try:
+            write_sysctl(name, value)
+        except LocalClusterError as e:
+            log(f"(ignored) {e}")
+    if plan.commands or plan.sysctls:
+        log(f"host: {len(plan.commands)} network/iptables change(s) and {len(plan.sysctls)} sysctl(s) undone")
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -557,23 +598,48 @@ class LocalCluster:
     def state_file(self) -> Path:
         return self.state / "state.json"
 
+    @property
+    def record_file(self) -> Path:
+        return self.state / RECORD_NAME
+
     def saved(self) -> dict[str, Any] | None:
         if not self.state_file.is_file():
             return None
         data: dict[str, Any] = json.loads(self.state_file.read_text())
         return data
 
+    def foreign(self) -> bool:
+        """The state dir holds a cluster that warden_dev did not start (no host record): an older
+        checkout's, whose changes to the host nobody recorded. It is left alone."""
+        return self.state_file.is_file() and not self.record_file.is_file()
+
+    def own_pids(self) -> dict[str, int]:
+        """The cluster's processes that still run (a pid whose start time differs is another process)."""
+        st = self.saved() or {}
+        starts = st.get("starts", {})
+        out = {}
+        for name, pid in st.get("pids", {}).items():
+            now = start_time(int(pid))
+            if now is not None and starts.get(name, now) == now:
+                out[name] = int(pid)
+        return out
+
     def running(self) -> bool:
         st = self.saved()
-        if st is None:
+        if st is None or self.foreign():
             return False
+        alive = self.own_pids()
         for name, pid in st["pids"].items():
-            try:
-                os.kill(int(pid), 0)
-            except ProcessLookupError:
+            if name not in alive:
                 log(f"{name} (pid {pid}) is gone")
                 return False
         return True
+
+    def check_host(self) -> None:
+        """Raise HostInUse when another cluster owns parts of this host (warden_dev.hostcheck)."""
+        findings = check(HostSnapshot.take(LAYOUT), LAYOUT, own_pids=self.own_pids().values())
+        if findings:
+            raise HostInUse(findings)
 
     def bin_dir(self) -> Path:
         return pinned_bin_dir()
@@ -592,7 +658,13 @@ class LocalCluster:
         if self.running():
             log(f"already up ({self.state}); KUBECONFIG={self.kubeconfig}")
             return
-        if self.state_file.is_file():
+        if self.foreign():
+            raise LocalClusterError(
+                f"{self.state} holds a local cluster that warden_dev did not start (no {RECORD_NAME}: an older "
+                "checkout's?); it is left alone: take it down with the code that started it, or set "
+                "WARDEN_LOCALCLUSTER_DIR to another directory"
+            )
+        if self.state_file.is_file() or self.record_file.is_file():
             log("a previous cluster is half gone: cleaning it up first")
             self.down()
         t0 = time.monotonic()
@@ -601,8 +673,13 @@ class LocalCluster:
         for b in ("kubelet", "kube-proxy", "coredns", "kubectl"):
             if not (bins / b).is_file():
                 raise LocalClusterError(f"{bins / b} missing: run hack/build-k8s-bins.sh cluster")
-        prepare_host()
+        snapshot = HostSnapshot.take(LAYOUT)
+        findings = check(snapshot, LAYOUT)
+        if findings:
+            raise HostInUse(findings)
         self.state.mkdir(parents=True, exist_ok=True)
+        record = HostRecord.start(self.record_file, snapshot)
+        prepare_host(record)
         for d in ("cni", "kubelet", "kube-proxy", "coredns"):
             (self.state / d).mkdir(exist_ok=True)
         (self.state / "cni" / "10-warden.conflist").write_text(cni_conflist())
@@ -641,7 +718,7 @@ class LocalCluster:
             (self.state / "coredns" / "Corefile").write_text(corefile(self.state / "coredns" / "kubeconfig"))
             cp.spawn("coredns", [str(bins / "coredns"), "-conf", str(self.state / "coredns" / "Corefile")])
             cp.spawn("local-volumes", [
-                sys.executable, "-m", "tests.support.localvolumes",
+                sys.executable, "-m", "warden_dev.localvolumes",
                 f"--kubeconfig={self.state / 'local-volumes.kubeconfig'}",
                 f"--root={DATA_DIR / 'volumes'}",
             ])  # fmt: skip
@@ -666,7 +743,10 @@ class LocalCluster:
             wait_for("CoreDNS ready", self._coredns_ready, deadline - time.monotonic(), interval=1,
                      on_fail=cp.failure_report)  # fmt: skip
             cp.check_alive()
+            for change in record.observe(HostSnapshot(sysctls=read_sysctls())):
+                log(f"recorded: {change.by} set {change.target} from {change.before} to {change.after}")
         except BaseException:
+            record.observe(HostSnapshot(sysctls=read_sysctls()))
             log("start failed: stopping what was started (logs stay in " + str(cp.log_dir) + ")")
             for comp in reversed(cp.components):
                 if comp.proc is not None:
@@ -696,6 +776,7 @@ class LocalCluster:
             "log_dir": str(cp.log_dir),
             "node_ip": NODE_IP,
             "pids": {c.name: c.proc.pid for c in cp.components if c.proc is not None},
+            "starts": {c.name: start_time(c.proc.pid) for c in cp.components if c.proc is not None},
         }
         self.state_file.write_text(json.dumps(state, indent=2) + "\n")
 
@@ -781,27 +862,26 @@ class LocalCluster:
 
     # -- down ---------------------------------------------------------------------------------------
     def down(self, keep_logs: bool = False) -> None:
-        st = self.saved() or {}
-        bins = Path(st["bin_dir"]) if "bin_dir" in st else None
-        for name, pid in reversed(list(st.get("pids", {}).items())):
-            try:
-                os.kill(int(pid), 0)
-            except ProcessLookupError:
-                continue
-            _kill_group(int(pid), functools.partial(_gone, int(pid)))
+        """Stop the cluster's processes and containers and undo what its host record says it changed;
+        nothing else. A cluster that warden_dev did not start (no record) is left alone."""
+        if self.foreign():
+            log(f"{self.state} holds a local cluster that warden_dev did not start (no {RECORD_NAME}): left alone; "
+                "take it down with the code that started it")  # fmt: skip
+            return
+        record = HostRecord.load(self.record_file)
+        if record is None:
+            log(f"no local cluster of warden_dev's in {self.state}")
+            return
+        for name, pid in reversed(list(self.own_pids().items())):
+            _kill_group(pid, functools.partial(_gone, pid))
             log(f"stopped {name} (pid {pid})")
-        # a containerd that outlived its state file (crash during up) is found by its socket
+        # a containerd that outlived its state file (crash during up) is found by its config
         for pid in _pids_with_cmdline(f"--config={self.state / 'containerd.toml'}".encode()):
             _kill_group(pid, functools.partial(_gone, pid))
-        kill_containers()
-        unmount_all([KUBELET_ROOT, RUN_DIR, DATA_DIR])
-        cleanup_network()
-        cleanup_iptables(bins or (self.bin_dir() if (REPO_ROOT / "hack").is_dir() else None))
-        cleanup_cgroups()
-        for d in (KUBELET_ROOT, RUN_DIR, DATA_DIR, *POD_LOG_DIRS):
-            shutil.rmtree(d, ignore_errors=True)
+        undo_host(record, kill_containers())
         if keep_logs:
             self.state_file.unlink(missing_ok=True)
+            self.record_file.unlink(missing_ok=True)
         else:
             shutil.rmtree(self.state, ignore_errors=True)
         log("down")
@@ -1026,44 +1106,6 @@ def demo(cluster: LocalCluster) -> None:
         f"  export KUBECONFIG={cluster.kubeconfig}\n"
         f"  export PATH={cluster.bin_dir()}:$PATH\n"
     )
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="hack/localcluster.sh", description=__doc__.split("\n\n")[0])
-    parser.add_argument("command", choices=["up", "down", "env", "status", "demo", "pause-image", "fake-gpu-plugin"])
-    args = parser.parse_args(argv)
-    cluster = LocalCluster()
-    try:
-        if args.command == "pause-image":
-            cluster.ensure_pause_image()
-        elif args.command == "fake-gpu-plugin":
-            print(build_fake_gpu_plugin())
-        elif args.command == "up":
-            cluster.ensure_pause_image()
-            cluster.up()
-        elif args.command == "demo":
-            if not cluster.running():
-                raise LocalClusterError("no local cluster is up: hack/localcluster.sh up")
-            demo(cluster)
-        elif args.command == "down":
-            cluster.down()
-        elif args.command == "env":
-            if not cluster.running():
-                raise LocalClusterError("no local cluster is up: hack/localcluster.sh up")
-            print(f"export KUBECONFIG={cluster.kubeconfig}")
-            print(f"export PATH={cluster.bin_dir()}:$PATH")
-        elif args.command == "status":
-            up = cluster.running()
-            print("up" if up else "down")
-            return 0 if up else 1
-    except (LocalClusterError, ControlPlaneError) as e:
-        log(f"ERROR: {e}")
-        return 1
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
 
 
 __all__ = ["SERVICE_CIDR", "LocalCluster", "LocalClusterError"]

@@ -7,7 +7,7 @@ so ReadWriteMany (the jail) is honoured. When such a volume is Released and its 
 the directory and the PV are removed; with Retain both stay.
 
 It polls every ``--interval`` seconds (a handful of objects: cheaper and simpler than watches), and is
-started and stopped by tests/support/localcluster.py (``hack/localcluster.sh``).
+started and stopped by warden_dev.localcluster (``python -m warden_dev up|down``).
 """
 
 from __future__ import annotations

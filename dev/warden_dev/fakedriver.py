@@ -17,7 +17,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.support.controlplane import cache_dir
+from warden_dev.controlplane import cache_dir
 
 REPO = Path(__file__).resolve().parents[2]
 SOURCE = REPO / "hack" / "fakedriver"

@@ -1,0 +1,3 @@
+from warden.node.main import main
+
+raise SystemExit(main())

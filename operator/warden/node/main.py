@@ -1,0 +1,62 @@
+"""``warden-node``: the worker container's node lifecycle (see ``warden.node``).
+
+warden-node files    install the Slurm files (the entrypoint, before its mounts); prints the hash of
+                     the mounted config taken before copying it, for ``run --config-hash``
+warden-node run [--config-hash H] [--also-stop PID]... [-- SLURMD_ARGS...]
+                     start slurmd and stay its supervisor (``exec``'d by the entrypoint: PID 1)
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+from collections.abc import Callable, Sequence
+
+from warden.node import lifecycle
+from warden.node.files import FilesError, NodeFiles
+from warden.node.lifecycle import Settings, SettingsError
+from warden.node.supervisor import Children, Supervisor, log_line
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    slurmd_args: list[str] = []
+    if "--" in args:
+        cut = args.index("--")
+        args, slurmd_args = args[:cut], args[cut + 1 :]
+    parser = argparse.ArgumentParser(prog="warden-node", description=__doc__.split("\n\n")[0] if __doc__ else None)
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("files", help="install the Slurm files; print the config hash taken before")
+    run = sub.add_parser("run", help="start slurmd and supervise it (arguments after -- go to slurmd)")
+    run.add_argument("--config-hash", default=None, help="hash of the mounted config the files came from")
+    run.add_argument("--also-stop", type=int, action="append", default=[], help="a PID to stop when leaving")
+    opts = parser.parse_args(args)
+
+    log = log_line(os.environ.get("WARDEN_COMPONENT") or "worker")
+    try:
+        settings = Settings.from_env()
+        if opts.command == "files":
+            before = lifecycle.dirs_hash([settings.config_dir])
+            NodeFiles(settings, log).install()
+            print(before)
+            return 0
+        sup = Supervisor(settings, Children(), log=log, config_hash=opts.config_hash, also_stop=opts.also_stop)
+    except (SettingsError, FilesError) as e:
+        log(f"error: {e}")
+        return 1
+    install_signal_handlers(sup)
+    return sup.run(slurmd_args)
+
+
+def install_signal_handlers(sup: Supervisor) -> Callable[[], None]:
+    """SIGTERM and SIGINT make the node leave Slurm; returns what puts the previous handlers back."""
+    sigs = (signal.SIGTERM, signal.SIGINT)
+    previous = {sig: signal.signal(sig, lambda *_: sup.terminate()) for sig in sigs}
+
+    def restore() -> None:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+    return restore
