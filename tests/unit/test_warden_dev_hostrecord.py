@@ -5,11 +5,12 @@ were there before stay as they were."""
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 
 import pytest
 
-from tests.unit.test_warden_dev_hostcheck import DOCKER_ONLY
+from tests.unit.test_warden_dev_hostcheck import DOCKER_ONLY, IPTABLES
 from warden_dev.hostcheck import HostLayout, HostSnapshot, parse_iptables_save
 from warden_dev.hostrecord import (
     Change,
@@ -25,44 +26,7 @@ LAYOUT = HostLayout()
 
 #: DOCKER_ONLY once the local cluster ran: kube-proxy's, the kubelet's and the CNI plugins' chains and
 #: the jumps into them, beside Docker's (and one rule Docker added meanwhile, which stays)
-AFTER_UP = """*mangle
-:PREROUTING ACCEPT [0:0]
-:KUBE-IPTABLES-HINT - [0:0]
-:KUBE-KUBELET-CANARY - [0:0]
-COMMIT
-*nat
-:PREROUTING ACCEPT [0:0]
-:INPUT ACCEPT [0:0]
-:OUTPUT ACCEPT [0:0]
-:POSTROUTING ACCEPT [0:0]
-:DOCKER - [0:0]
-:KUBE-SERVICES - [0:0]
-:KUBE-SVC-ABCDEF - [0:0]
-:CNI-4f1b2c3d4e5f - [0:0]
--A PREROUTING -m comment --comment "kubernetes service portals" -j KUBE-SERVICES
--A PREROUTING -m addrtype --dst-type LOCAL -j DOCKER
--A OUTPUT -m comment --comment "kubernetes service portals" -j KUBE-SERVICES
--A POSTROUTING -s 172.17.0.0/16 ! -o docker0 -j MASQUERADE
--A POSTROUTING -s 10.244.0.7/32 -m comment --comment "name: \\"warden-pods\\" id: \\"abc\\"" -j CNI-4f1b2c3d4e5f
--A DOCKER -i docker0 -j RETURN
--A DOCKER ! -i docker0 -p tcp -m tcp --dport 8080 -j DNAT --to-destination 172.17.0.2:80
--A KUBE-SERVICES -d 10.96.0.10/32 -p udp -m udp --dport 53 -j KUBE-SVC-ABCDEF
--A CNI-4f1b2c3d4e5f -d 10.244.0.0/24 -j ACCEPT
-COMMIT
-*filter
-:INPUT ACCEPT [0:0]
-:FORWARD DROP [0:0]
-:OUTPUT ACCEPT [0:0]
-:DOCKER - [0:0]
-:DOCKER-USER - [0:0]
-:CNI-FORWARD - [0:0]
-:CNI-ADMIN - [0:0]
--A FORWARD -m comment --comment "CNI firewall plugin rules" -j CNI-FORWARD
--A FORWARD -j DOCKER-USER
--A DOCKER-USER -j RETURN
--A CNI-FORWARD -m comment --comment "CNI firewall plugin admin overrides" -j CNI-ADMIN
-COMMIT
-"""
+AFTER_UP = (IPTABLES / "after-up.txt").read_text()
 
 
 def snap(iptables: str = DOCKER_ONLY, **kw: object) -> HostSnapshot:
@@ -114,76 +78,35 @@ def test_rule_targets() -> None:
     assert rule_target(["-A", "X", "-p", "tcp"]) == ""
 
 
+def _iptables(*commands: str) -> list[list[str]]:
+    """``iptables -w -t <table> ...`` for each command, written as a shell would split it."""
+    return [["iptables", "-w", "-t", *shlex.split(c)] for c in commands]
+
+
 def test_iptables_undo_removes_only_the_chains_and_jumps_that_appeared() -> None:
     cmds = iptables_undo("iptables", parse_iptables_save(DOCKER_ONLY), parse_iptables_save(AFTER_UP))
-    ipt = ["iptables", "-w", "-t"]
-    assert cmds == [
+    assert cmds == _iptables(
         # filter: the jump from FORWARD, then the chains (a rule inside one of ours goes with it)
-        [
-            *ipt,
-            "filter",
-            "-D",
-            "FORWARD",
-            "-m",
-            "comment",
-            "--comment",
-            "CNI firewall plugin rules",
-            "-j",
-            "CNI-FORWARD",
-        ],
-        [*ipt, "filter", "-F", "CNI-FORWARD"],
-        [*ipt, "filter", "-F", "CNI-ADMIN"],
-        [*ipt, "filter", "-X", "CNI-FORWARD"],
-        [*ipt, "filter", "-X", "CNI-ADMIN"],
-        [*ipt, "mangle", "-F", "KUBE-IPTABLES-HINT"],
-        [*ipt, "mangle", "-F", "KUBE-KUBELET-CANARY"],
-        [*ipt, "mangle", "-X", "KUBE-IPTABLES-HINT"],
-        [*ipt, "mangle", "-X", "KUBE-KUBELET-CANARY"],
-        [
-            *ipt,
-            "nat",
-            "-D",
-            "PREROUTING",
-            "-m",
-            "comment",
-            "--comment",
-            "kubernetes service portals",
-            "-j",
-            "KUBE-SERVICES",
-        ],
-        [
-            *ipt,
-            "nat",
-            "-D",
-            "OUTPUT",
-            "-m",
-            "comment",
-            "--comment",
-            "kubernetes service portals",
-            "-j",
-            "KUBE-SERVICES",
-        ],
-        [
-            *ipt,
-            "nat",
-            "-D",
-            "POSTROUTING",
-            "-s",
-            "10.244.0.7/32",
-            "-m",
-            "comment",
-            "--comment",
-            'name: "warden-pods" id: "abc"',
-            "-j",
-            "CNI-4f1b2c3d4e5f",
-        ],
-        [*ipt, "nat", "-F", "KUBE-SERVICES"],
-        [*ipt, "nat", "-F", "KUBE-SVC-ABCDEF"],
-        [*ipt, "nat", "-F", "CNI-4f1b2c3d4e5f"],
-        [*ipt, "nat", "-X", "KUBE-SERVICES"],
-        [*ipt, "nat", "-X", "KUBE-SVC-ABCDEF"],
-        [*ipt, "nat", "-X", "CNI-4f1b2c3d4e5f"],
-    ]
+        "filter -D FORWARD -m comment --comment 'CNI firewall plugin rules' -j CNI-FORWARD",
+        "filter -F CNI-FORWARD",
+        "filter -F CNI-ADMIN",
+        "filter -X CNI-FORWARD",
+        "filter -X CNI-ADMIN",
+        "mangle -F KUBE-IPTABLES-HINT",
+        "mangle -F KUBE-KUBELET-CANARY",
+        "mangle -X KUBE-IPTABLES-HINT",
+        "mangle -X KUBE-KUBELET-CANARY",
+        "nat -D PREROUTING -m comment --comment 'kubernetes service portals' -j KUBE-SERVICES",
+        "nat -D OUTPUT -m comment --comment 'kubernetes service portals' -j KUBE-SERVICES",
+        'nat -D POSTROUTING -s 10.244.0.7/32 -m comment --comment \'name: "warden-pods" id: "abc"\''
+        " -j CNI-4f1b2c3d4e5f",
+        "nat -F KUBE-SERVICES",
+        "nat -F KUBE-SVC-ABCDEF",
+        "nat -F CNI-4f1b2c3d4e5f",
+        "nat -X KUBE-SERVICES",
+        "nat -X KUBE-SVC-ABCDEF",
+        "nat -X CNI-4f1b2c3d4e5f",
+    )
     assert not any("DOCKER" in " ".join(c) for c in cmds)  # Docker's chains and rules, old and new, stay
 
 

@@ -17,6 +17,7 @@ from warden.render.pods import (
     resources,
     secret_volume,
     service,
+    slurm_container,
     slurm_mounts,
     slurm_volumes,
     statefulset,
@@ -49,11 +50,7 @@ def slurmdbd_statefulset(cluster: Cluster) -> Manifest:
     names = cluster.names
     spec = cluster.spec
     container: Manifest = {
-        "name": "slurmdbd",
-        "image": cluster.image("accounting"),
-        "imagePullPolicy": spec.images.pull_policy,
-        "env": [cluster.series_env("accounting")],
-        "ports": [{"name": "slurmdbd", "containerPort": naming.SLURMDBD_PORT}],
+        **slurm_container(cluster, "slurmdbd", "accounting", ("slurmdbd", naming.SLURMDBD_PORT)),
         "volumeMounts": [
             *slurm_mounts(),
             mount("slurmdbd-config", naming.SLURMDBD_CONFIG_DIR, read_only=True),

@@ -14,6 +14,7 @@ from warden.render.pods import (
     resources,
     secret_volume,
     service,
+    slurm_container,
     slurm_mounts,
     slurm_volumes,
     slurmctld_probes,
@@ -34,11 +35,7 @@ def controller_statefulset(cluster: Cluster) -> Manifest:
     spec = cluster.spec
     state = spec.controller.state_volume
     container: Manifest = {
-        "name": "slurmctld",
-        "image": cluster.image("controller"),
-        "imagePullPolicy": spec.images.pull_policy,
-        "env": [cluster.series_env("controller")],
-        "ports": [{"name": "slurmctld", "containerPort": naming.SLURMCTLD_PORT}],
+        **slurm_container(cluster, "slurmctld", "controller", ("slurmctld", naming.SLURMCTLD_PORT)),
         # The jail, read-only: slurmctld looks up each job's user and groups (send_gids), and users
         # live in the jail's /etc/passwd (the entrypoint points NSS extrausers at it, by path: users
         # made at any time resolve). slurmctld does not wait for the populate Job: it needs no jail

@@ -9,7 +9,15 @@ from __future__ import annotations
 import math
 
 from warden.render.context import Cluster
-from warden.render.pods import Manifest, dns_config, meta, runtime_files_outside_jail, slurm_mounts, slurm_volumes
+from warden.render.pods import (
+    Manifest,
+    dns_config,
+    meta,
+    runtime_files_outside_jail,
+    slurm_container,
+    slurm_mounts,
+    slurm_volumes,
+)
 
 COMPONENT = "health-check"
 REPORT_KEY = "report.json"
@@ -87,10 +95,7 @@ def cronjob(cluster: Cluster) -> Manifest:
     spec = cluster.spec
     nccl = spec.health_checks.nccl
     container: Manifest = {
-        "name": "nccl-check",
-        "image": cluster.image("healthCheck"),
-        "imagePullPolicy": spec.images.pull_policy,
-        "env": [cluster.series_env("healthCheck")],
+        **slurm_container(cluster, "nccl-check", "healthCheck"),
         "command": ["warden-health-check"],
         "args": args(cluster),
         "volumeMounts": slurm_mounts(),

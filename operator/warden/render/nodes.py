@@ -22,6 +22,7 @@ from warden.render.pods import (
     runtime_files_outside_jail,
     secret_volume,
     service,
+    slurm_container,
     slurm_mounts,
     slurm_volumes,
     statefulset,
@@ -184,11 +185,7 @@ def login_statefulset(cluster: Cluster) -> Manifest:
     spec = cluster.spec
     labels = {**names.labels(LOGIN), naming.SLURM_NODE_LABEL: "true"}
     container: Manifest = {
-        "name": "sshd",
-        "image": cluster.image("login"),
-        "imagePullPolicy": spec.images.pull_policy,
-        "env": [cluster.series_env("login")],
-        "ports": [{"name": "ssh", "containerPort": naming.SSH_PORT}],
+        **slurm_container(cluster, "sshd", "login", ("ssh", naming.SSH_PORT)),
         "volumeMounts": [
             *slurm_mounts(),
             mount("jail", naming.JAIL_MOUNT),

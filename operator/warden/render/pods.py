@@ -65,6 +65,21 @@ def empty_dir(name: str, medium: str | None = None, size_limit: str | None = Non
     return {"name": name, "emptyDir": spec}
 
 
+def slurm_container(cluster: Cluster, name: str, component: str, port: tuple[str, int] | None = None) -> Manifest:
+    """A Slurm container as every Slurm pod starts one: the image of ``component`` for the cluster's
+    series, the pull policy, ``WARDEN_SLURM_SERIES`` (its entrypoint refuses an image of another
+    series) and its port, if it has one."""
+    out: Manifest = {
+        "name": name,
+        "image": cluster.image(component),
+        "imagePullPolicy": cluster.spec.images.pull_policy,
+        "env": [cluster.series_env(component)],
+    }
+    if port is not None:
+        out["ports"] = [{"name": port[0], "containerPort": port[1]}]
+    return out
+
+
 def mount(name: str, path: str, read_only: bool = False) -> Manifest:
     out: Manifest = {"name": name, "mountPath": path}
     if read_only:
