@@ -327,7 +327,7 @@ def _heal(namespace: str, name: str, what: str) -> None:
     _post_events(body, outcome.result)
     if outcome.result.complete:
         _say(body, "ObjectRestored", what)
-    else:
+    elif not outcome.result.namespace_going:  # a namespace being deleted takes the cluster with it
         _heal_later(namespace, name, what)
 
 

@@ -78,6 +78,8 @@ class ApplyResult:
     pruned: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     waiting: list[str] = field(default_factory=list)
+    #: the API refused to make objects because the namespace is being deleted (the cluster goes with it)
+    namespace_going: bool = False
 
     @property
     def complete(self) -> bool:
@@ -261,6 +263,7 @@ def run_steps(steps: Iterable[tuple[str, Callable[[], None]]], result: ApplyResu
             reason = _api_error_message(e)
             log.warning("%s failed: %s", label, reason)
             result.errors.append(f"{label}: {reason}")
+            result.namespace_going |= e.status == 403 and "because it is being terminated" in reason
             opmetrics.STEP_ERRORS.labels(cluster, label.split("/")[0]).inc()
 
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import logging
 
+from kubernetes.client.exceptions import ApiException
+
 from warden import retention
 from warden.kube.apply import Applier, ApplyResult, Owner, not_terminating, with_owner
 from warden.kube.client import Kube
@@ -27,14 +29,29 @@ def apply_jail_claim(applier: Applier, obj: Manifest, owner: Owner, retain: bool
             selector = {retention.JAIL_NAMESPACE_LABEL: namespace, retention.JAIL_CLAIM_LABEL: name}
             kept = retention.retained_volume(kube.list("v1", "PersistentVolume", "", selector), namespace, name)
             if kept is not None:
-                obj, reserve = retention.rebind(obj, kept)
-                kube.merge_patch("v1", "PersistentVolume", "", kept["metadata"]["name"], reserve)
-                log.info("jail %s/%s: binding the kept volume %s", namespace, name, kept["metadata"]["name"])
-                result.applied.append(f"PersistentVolume/{kept['metadata']['name']} (the kept jail, bound again)")
+                _rebind(applier, kept, obj, result)
+                return
         applier.create_if_absent(with_owner(obj, None if retain else owner), result)
         return
     not_terminating(current)
     set_jail_retention(kube, current, owner, retain)
+
+
+def _rebind(applier: Applier, kept: Manifest, claim: Manifest, result: ApplyResult) -> None:
+    """Reserve the kept volume for a new claim of its old name, then make the claim. When the claim
+    cannot be made (its namespace being deleted, a quota), the volume gets its old claimRef back: it
+    stays Released, kept for a later claim, not reserved for one that never came."""
+    kube, volume = applier.kube, kept["metadata"]["name"]
+    claim, reserve = retention.rebind(claim, kept)
+    kube.merge_patch("v1", "PersistentVolume", "", volume, reserve)
+    try:
+        applier.create_if_absent(claim, result)
+    except ApiException:
+        kube.merge_patch("v1", "PersistentVolume", "", volume, {"spec": {"claimRef": kept["spec"].get("claimRef")}})
+        raise
+    meta = claim["metadata"]
+    log.info("jail %s/%s: binding the kept volume %s", meta["namespace"], meta["name"], volume)
+    result.applied.append(f"PersistentVolume/{volume} (the kept jail, bound again)")
 
 
 def set_jail_retention(kube: Kube, claim: Manifest, owner: Owner, retain: bool) -> None:
