@@ -360,18 +360,10 @@ class DockerCluster:
                 self._host_volumes.add(name)
         return plan.pod
 
-    def _pod(
-        self,
-        pod: str,
-        template: Manifest,
-        service_name: str | None,
-        claims: set[str],
-        container_name: str | None = None,
-        command: bool = False,
-        resolvable: bool = True,
-    ) -> Pod:
-        """A pod template as a container ready to run (`podargs.Translator.pod`, then what it needs made)."""
-        return self._make(self.translator.pod(pod, template, service_name, claims, container_name, command, resolvable))
+    def pod_of(self, pod: str, template: Manifest, service_name: str | None, claims: set[str], **how: Any) -> Pod:
+        """A pod template as a container ready to run: ``podargs.Translator.pod`` (``how``: its
+        ``container_name``, ``command``, ``resolvable``), then what the plan needs made."""
+        return self._make(self.translator.pod(pod, template, service_name, claims, **how))
 
     def _plan(self) -> None:
         for name, plan in self.translator.workloads(self.rendered.objects).items():
@@ -447,7 +439,7 @@ class DockerCluster:
 
         job = render_jail.populate_job(cluster)
         cname = f"{self.prefix}-populate-{uuid.uuid4().hex[:4]}"
-        pod = self._pod(self.names.populate_jail, job["spec"]["template"], None, set(), container_name=cname)
+        pod = self.pod_of(self.names.populate_jail, job["spec"]["template"], None, set(), container_name=cname)
         # the same pod against another volume (populate tests and the bench use fresh ones)
         args = [
             a.replace(f"source={self.jail_volume},", f"source={volume},") if a.startswith("type=volume") else a
@@ -468,7 +460,7 @@ class DockerCluster:
         """A Job's (or CronJob's) pod template as a container named like the pod, with its command
         and args; not resolvable by name, like a Job's pod. Run it with `run_to_completion`."""
         cname = f"{self.prefix}-{pod}"
-        return self._pod(pod, template, None, set(), container_name=cname, command=True, resolvable=False)
+        return self.pod_of(pod, template, None, set(), container_name=cname, command=True, resolvable=False)
 
     def run_to_completion(self, pod: Pod, timeout: float = 600) -> Exec:
         """`docker run` a pod from `job_pod` (Pod.args/argv may be edited first), wait for it to exit,

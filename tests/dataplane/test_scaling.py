@@ -16,7 +16,7 @@ def test_new_worker_pod_joins_and_terminated_one_leaves(cluster: DockerCluster) 
     sts = cluster.manifest("WorkerSet", cluster.names.worker("cpu"))
     ordinal = sts["spec"]["replicas"]  # the pod a scale-up by one would create
     node = f"{sts['metadata']['name']}-{ordinal}"
-    pod = cluster._pod(node, sts["spec"]["template"], sts["spec"]["template"]["spec"]["subdomain"], set())
+    pod = cluster.pod_of(node, sts["spec"]["template"], sts["spec"]["template"]["spec"]["subdomain"], set())
     docker("run", "-d", *pod.args, pod.image, timeout=120)
     try:
         wait_for(f"{node} to register idle", lambda: sinfo_state(cluster, node) == "idle", 90)
