@@ -238,7 +238,7 @@ def test_the_leave_waits_for_running_jobs(settings: Settings, supervise: Start) 
     started = time.monotonic()
     w.sup.terminate()
     wait_until("the node to be drained", lambda: "DRAIN" in w.fake.nodes[NODE].state)
-    time.sleep(0.3)
+    wait_until("three looks at the node's jobs", lambda: _count(w.fake.calls, "squeue") >= 3)
     assert not any(c[1] == "delete" for c in w.fake.calls), "deleted while jobs ran"
     assert w.procs.sent(signal.SIGTERM) == 0, "slurmd stopped while jobs ran"
     w.fake.jobs[NODE] = []  # the jobs end
@@ -293,6 +293,11 @@ def test_slurmd_exiting_ends_the_supervisor_with_its_status(settings: Settings, 
     assert not any(c[1] in ("update", "delete") for c in w.fake.calls if c[0] == "scontrol")
 
 
+def _count(calls: Sequence[Sequence[str]], *argv: str) -> int:
+    """How many commands the fake Slurm ran that start with ``argv``."""
+    return sum(1 for c in calls if tuple(c[: len(argv)]) == argv)
+
+
 # --- gres: registering again -------------------------------------------------------------------------
 
 
@@ -304,17 +309,16 @@ def test_a_node_registered_without_its_gres_registers_again_once_slurmctld_knows
     w = supervise(settings, fake)
     wait_until("slurmd to register", lambda: NODE in w.fake.nodes)
     assert w.fake.nodes[NODE].gres == ""
-    time.sleep(0.2)  # many rounds: nothing to do while slurmctld lacks the type
+    wait_until("ten looks at slurmctld's GresTypes", lambda: _count(w.fake.calls, "scontrol", "show", "config") >= 10)
     assert not any(c[1] == "delete" for c in w.fake.calls) and w.procs.sent(signal.SIGHUP) == 0
 
     w.fake.config["GresTypes"] = "gpu"
     wait_until("the node to carry its GPUs", lambda: NODE in w.fake.nodes and w.fake.nodes[NODE].gres != "")
-    time.sleep(0.1)
+    gres_thread = watcher(w, "gres")
+    wait_until("the gres watcher to end, its work done", lambda: not gres_thread.is_alive())
     assert sum(1 for c in w.fake.calls if c[:2] == ("scontrol", "delete")) == 1
     assert w.procs.sent(signal.SIGHUP) == 1
     assert "registered without its gres (gpu): registering again" in w.logs
-    gres_thread = watcher(w, "gres")
-    wait_until("the gres watcher to end", lambda: not gres_thread.is_alive())
 
 
 def test_a_node_with_its_gres_or_without_any_is_left_alone(settings: Settings, supervise: Start) -> None:
@@ -325,7 +329,6 @@ def test_a_node_with_its_gres_or_without_any_is_left_alone(settings: Settings, s
     w2 = supervise(cpu, FakeSlurm([]))
     wait_until("slurmd to register", lambda: NODE in w2.fake.nodes)
     watcher(w2, "config")
-    time.sleep(0.05)
     assert [t.name for t in w2.sup.threads] == ["warden-node-config"]
     calls = w.fake.calls + w2.fake.calls
     assert not any(c[1] == "delete" for c in calls) and ("scontrol", "show", "config") not in calls
@@ -362,7 +365,8 @@ def test_a_gpu_worker_without_its_driver_is_drained_once_registered(settings: Se
     fake = FakeSlurm([])
     procs = FakeProcesses(fake, register_at_start=False)
     w = supervise(replace(settings, driver_problem=NO_DRIVER, gpus=2), fake, procs)
-    time.sleep(0.2)  # not registered: nothing to drain (a dynamic node exists only once registered)
+    # not registered: nothing to drain (a dynamic node exists only once registered)
+    wait_until("ten looks for the node in slurmctld", lambda: _count(w.fake.calls, "scontrol", "show", "node") >= 10)
     assert not any(c[1] == "update" for c in w.fake.calls)
     w.procs.register()
     wait_until("the drain", lambda: "DRAIN" in w.fake.nodes[NODE].state)
@@ -376,17 +380,29 @@ def test_a_gpu_worker_without_its_driver_is_drained_once_registered(settings: Se
 def test_a_gpu_worker_with_its_driver_is_not_drained(settings: Settings, supervise: Start) -> None:
     w = supervise(replace(settings, gpus=2))
     wait_until("slurmd to register", lambda: NODE in w.fake.nodes)
-    time.sleep(0.1)
+    gres_thread = watcher(w, "gres")  # a GPU worker's watcher: it ends once the node has its GPUs
+    wait_until("the gres watcher to end", lambda: not gres_thread.is_alive())
+    assert [t.name for t in w.sup.threads if t.name == "warden-node-driver"] == [], "nothing watches to drain"
     assert w.fake.updates(NODE) == [] and "DRAIN" not in w.fake.nodes[NODE].state
 
 
 # --- following the config ----------------------------------------------------------------------------
 
 
-def test_the_config_is_reloaded_only_when_it_changed(settings: Settings, supervise: Start) -> None:
+def test_the_config_is_reloaded_only_when_it_changed(
+    settings: Settings, supervise: Start, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    looks: list[Path] = []  # a spy on the real hash: each call is one look at the ConfigMap
+    real_hash = lifecycle.dirs_hash
+
+    def counted(dirs: Sequence[Path]) -> str:
+        looks.extend(dirs)
+        return real_hash(dirs)
+
+    monkeypatch.setattr(lifecycle, "dirs_hash", counted)
     w = supervise(settings)
     wait_until("slurmd to register", lambda: NODE in w.fake.nodes)
-    time.sleep(0.2)  # ten polls of an unchanged ConfigMap
+    wait_until("ten looks at an unchanged ConfigMap", lambda: len(looks) >= 10)
     assert w.procs.sent(signal.SIGHUP) == 0 and not any("reloading" in m for m in w.logs)
 
     conf = settings.config_dir / "slurm.conf"
@@ -399,7 +415,8 @@ def test_the_config_is_reloaded_only_when_it_changed(settings: Settings, supervi
     gres = (settings.slurm_etc / "gres.conf").read_text()
     assert gres.count(f"NodeName={NODE} ") == 1, gres
     assert "bind=/scratch" in (settings.slurm_etc / "plugstack.conf").read_text()
-    time.sleep(0.2)
+    seen = len(looks)
+    wait_until("ten more looks", lambda: len(looks) >= seen + 10)
     assert w.procs.sent(signal.SIGHUP) == 1, "reloaded again without a change"
 
 
