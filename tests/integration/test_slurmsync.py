@@ -299,7 +299,11 @@ def test_scale_in_drains_the_node_whose_jobs_end_first_and_deletes_its_pod_once_
     _wait_action(slurm, Action("delete", first), op)
     _wait_event(core, ns, "GhostNodeRemoved", f"{first}: its pod is gone", op)
     wait_ready(api_client, ns, CLUSTER, op, timeout=TIMEOUT)
-    nodes = get_cluster(api_client, ns, CLUSTER)["status"]["slurmNodes"]
-    assert (nodes["registered"], nodes["usable"]) == (1, 1)
+
+    def counted() -> tuple[int, int]:  # the round after the ghost's removal writes the new count
+        nodes = get_cluster(api_client, ns, CLUSTER)["status"]["slurmNodes"]
+        return nodes["registered"], nodes["usable"]
+
+    wait_for("status.slurmNodes to count one node", lambda: counted() == (1, 1), TIMEOUT, on_fail=op.log_tail)
     assert _pod(core, ns, second).metadata.deletion_timestamp is None
     assert slurm.actions_on(second) == []
