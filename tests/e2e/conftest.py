@@ -12,8 +12,9 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -48,3 +49,14 @@ def kube() -> Iterator[Kube]:
     finally:
         if started and os.environ.get("WARDEN_E2E_KEEP") != "1":
             cluster.down()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, None]:
+    """A failed test's report carries the cluster's state at that moment (``Installed.diagnostics``):
+    pods, Slurm's nodes and jobs, events, slurmctld's and the operator's logs; the CI log then says why."""
+    outcome = yield
+    report = outcome.get_result()
+    installed: Any = getattr(item, "funcargs", {}).get("installed")
+    if report.when == "call" and report.failed and hasattr(installed, "diagnostics"):
+        report.sections.append(("warden diagnostics", installed.diagnostics()))

@@ -121,6 +121,30 @@ class Installed:
             capture_output=True, text=True, timeout=timeout, input=input,
         )  # fmt: skip
 
+    def diagnostics(self) -> str:
+        """What a person would look at first when a test failed: pods, Slurm's nodes and jobs, recent
+        events and the tails of slurmctld's and the operator's logs (each part best effort, bounded)."""
+        ns = self.namespace
+        parts: list[tuple[str, Callable[[], str]]] = [
+            ("pods", lambda: self.kube.kubectl("-n", ns, "get", "pods", "-o", "wide", check=False, timeout=30)),
+            ("slurm nodes and jobs", lambda: (lambda r: r.stdout + r.stderr)(self.ssh(
+                "sinfo -N -h -o '%N %T %E'; squeue -h -t all -o '%i %u %T %r %N'", timeout=30))),
+            ("events", lambda: "\n".join(self.kube.kubectl("-n", ns, "get", "events", "--sort-by=.lastTimestamp",
+                                                           check=False, timeout=30).splitlines()[-30:])),
+            ("slurmctld", lambda: self.kube.kubectl("-n", ns, "logs", f"{NAME}-controller-0", "--all-containers",
+                                                   "--tail=40", check=False, timeout=30)),
+            ("operator", lambda: self.kube.kubectl("-n", ns, "logs", "-l", "app.kubernetes.io/name=slurm-operator",
+                                                  "--tail=60", check=False, timeout=30)),
+        ]  # fmt: skip
+        out = []
+        for title, read in parts:
+            try:
+                text = read()
+            except Exception as e:  # a diagnostic that fails says why and the others still run
+                text = f"({type(e).__name__}: {e})"
+            out.append(f"--- {title}\n{text.rstrip()}")
+        return "\n".join(out)
+
     def helm_upgrade(self, install: bool = False) -> None:
         self.values_file.write_text(json.dumps(self.values, indent=2) + "\n")
         self.kube.helm("upgrade", *(["--install"] if install else []), NAME,
