@@ -66,12 +66,13 @@ dataplane: venv ## dataplane tier: real Slurm daemons from the project's images 
 	@$(STAGE) images hack/images.sh
 	@$(STAGE) images-24.11 env WARDEN_SLURM_SERIES=24.11 hack/images.sh
 	@$(STAGE) images-gpu hack/images.sh gpu
+	@$(STAGE) images-test hack/images.sh test
 	@$(STAGE) dataplane env WARDEN_REQUIRE_GPU_JAIL=1 hack/pytest-tier.sh dataplane -q
 
 gpu-jail: venv ## just the GPU jail: build warden/jail-gpu + populate-jail-gpu, check them (also part of `make dataplane`)
 	@$(STAGE) docker hack/docker.sh ensure
 	@$(STAGE) base-image hack/base-image.sh
-	@$(STAGE) images-gpu hack/images.sh spank jail gpu
+	@$(STAGE) images-gpu hack/images.sh spank container-runtime jail gpu
 	@$(STAGE) gpu-jail env WARDEN_REQUIRE_GPU_JAIL=1 $(PY) -m pytest tests/dataplane/test_gpu_jail.py -q
 
 conformance: venv ## SchedMD's own test suite (its 24.11.5 release, on the default Slurm) as an ordinary user on a dataplane cluster (docs/conformance.md)
@@ -85,6 +86,7 @@ e2e: venv ## e2e tier: helm install on a real single-node Kubernetes (local clus
 	@$(STAGE) base-image hack/base-image.sh
 	@$(STAGE) images hack/images.sh
 	@$(STAGE) images-24.11 env WARDEN_SLURM_SERIES=24.11 hack/images.sh
+	@$(STAGE) images-test hack/images.sh test
 	@$(STAGE) k8s-bins-cluster hack/build-k8s-bins.sh cluster
 	@$(STAGE) fake-gpu-plugin $(PY) -m warden_dev fake-gpu-plugin
 	@$(STAGE) e2e hack/pytest-tier.sh e2e -q
@@ -97,7 +99,7 @@ test: ## every tier, each installing what it needs
 	@$(STAGE) e2e-tier $(MAKE) --no-print-directory e2e
 
 # --- images ------------------------------------------------------------------------------------
-.PHONY: docker base-image images images-24.11 images-gpu
+.PHONY: docker base-image images images-24.11 images-gpu images-test
 docker: ## start Docker Engine (installs Debian's docker.io when missing)
 	hack/docker.sh ensure
 
@@ -111,7 +113,10 @@ images-24.11: base-image ## the Slurm images again on Slurm 24.11 (warden/<name>
 	WARDEN_SLURM_SERIES=24.11 hack/images.sh
 
 images-gpu: base-image ## the GPU jail: warden/jail-gpu, warden/populate-jail-gpu (CUDA, NCCL, all_reduce_perf)
-	hack/images.sh spank jail gpu
+	hack/images.sh spank container-runtime jail gpu
+
+images-test: base-image ## what the test tiers run beside a cluster: warden/test-registry (Debian's docker-registry), warden/test-image
+	hack/images.sh test
 
 # --- local cluster -----------------------------------------------------------------------------
 .PHONY: up down

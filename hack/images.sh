@@ -4,6 +4,7 @@
 #
 #   hack/images.sh [NAME...]      default: all images of ALL below
 #   hack/images.sh gpu            the GPU jail: jail-gpu populate-jail-gpu (not in ALL: big; after jail)
+#   hack/images.sh test           the test tiers' registry and image: test-registry test-image (not in ALL)
 #
 # Needs Docker (hack/docker.sh ensure) and the base image (hack/base-image.sh); the Makefile target
 # `images` runs both first. Build context: the repository root (.dockerignore keeps it small), except
@@ -14,6 +15,8 @@
 # of another series without names builds only the images that carry Slurm.
 #
 # Environment: WARDEN_VERSION (default: pyproject's), WARDEN_BUILD_ARGS (extra docker build flags),
+#              WARDEN_THIRDPARTY_DIR (container-runtime: where the pyxis and enroot release archives are;
+#              default ../shared/thirdparty from the repository root),
 #              WARDEN_EXTRA_CA_DIR (PEM certificates trusted for pip; default /usr/local/share/ca-certificates),
 #              WARDEN_NCCL_TESTS_ARCHIVE (jail-gpu: the pristine nccl-tests release archive; default
 #              ../shared/thirdparty/nccl-tests-2.19.6.tar.gz from the repository root; its sha256 must
@@ -31,21 +34,41 @@ case "$SERIES" in
     *) echo "images.sh: WARDEN_SLURM_SERIES='$SERIES' (want 26.05 or 24.11)" >&2; exit 2 ;;
 esac
 # images without Slurm in them: built once, with the default series
-SERIES_NEUTRAL=" mariadb operator "
+SERIES_NEUTRAL=" mariadb operator test-registry test-image "
 TAG="$VERSION"
 [ "$SERIES" = "$DEFAULT_SERIES" ] || TAG="$VERSION-slurm$SERIES"
 
 # name -> Dockerfile; order matters (an image builds after the images it starts FROM)
-ALL=(spank slurm-base controller worker login accounting health-check jail populate-jail mariadb operator)
+ALL=(spank container-runtime slurm-base controller worker login accounting health-check jail populate-jail mariadb operator)
 # Built on request only (after jail): the GPU jail and its populate image.
 GPU=(jail-gpu populate-jail-gpu)
+# Built on request only: what the test tiers run beside a cluster (a registry, an image to push to it).
+TEST=(test-registry test-image)
 dockerfile() {
     case "$1" in
         jail) echo jail/Dockerfile ;;
         jail-gpu) echo jail/gpu/Dockerfile ;;
+        test-*) echo "tests/images/$1/Dockerfile" ;;
         populate-jail-gpu) echo images/populate-jail/Dockerfile ;;
         *) echo "images/$1/Dockerfile" ;;
     esac
+}
+
+# container-runtime's build context: its Dockerfile plus the pyxis and enroot release archives
+# (sha256 checked in the Dockerfile), staged in a temporary directory like jail-gpu's.
+THIRDPARTY="${WARDEN_THIRDPARTY_DIR:-$ROOT/../shared/thirdparty}"
+runtime_context() {  # sets $context
+    local archive
+    context="$(mktemp -d "${TMPDIR:-/tmp}/warden-container-runtime.XXXXXX")"
+    tmp_contexts+=("$context")
+    cp -p images/container-runtime/Dockerfile "$context/"
+    for archive in pyxis-0.24.0 enroot-4.1.2; do
+        [ -f "$THIRDPARTY/$archive.tar.gz" ] || {
+            echo "images.sh: no $archive.tar.gz in $THIRDPARTY (set WARDEN_THIRDPARTY_DIR)" >&2
+            return 1
+        }
+        cp "$THIRDPARTY/$archive.tar.gz" "$context/${archive%%-*}.tar.gz"
+    done
 }
 
 # jail-gpu's build context: jail/gpu/ plus the nccl-tests archive (sha256 checked here and in the
@@ -89,6 +112,7 @@ names=()
 for arg in "$@"; do
     case "$arg" in
         gpu) names+=("${GPU[@]}") ;;
+        test) names+=("${TEST[@]}") ;;
         *) names+=("$arg") ;;
     esac
 done
@@ -108,6 +132,10 @@ for name in "${names[@]}"; do
     build_file="$file"
     case "$name" in
         operator) args+=(--build-arg "WARDEN_EXTRA_CA=$extra_ca") ;;
+        container-runtime)
+            runtime_context || exit 1
+            build_file="$context/Dockerfile"
+            ;;
         jail-gpu)
             gpu_context || exit 1
             build_file="$context/Dockerfile"

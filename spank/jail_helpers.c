@@ -224,10 +224,34 @@ out:
 	return rc;
 }
 
+/* `NAME=on` or `NAME=off`, at most once. */
+static int parse_switch(const char *arg, const char *name, bool *seen,
+			bool *on, char *err, size_t errlen)
+{
+	const char *value = arg + strlen(name) + 1;
+
+	if (*seen)
+		return jail_fail(err, errlen,
+				 "argument '%.200s': %s= given more than once",
+				 arg, name);
+	*seen = true;
+	if (strcmp(value, "on") == 0)
+		*on = true;
+	else if (strcmp(value, "off") == 0)
+		*on = false;
+	else
+		return jail_fail(err, errlen,
+				 "argument '%.200s': expected %s=on or %s=off",
+				 arg, name, name);
+	return 0;
+}
+
 int jail_config_parse(struct jail_config *cfg, int argc, char *const argv[],
 		      char *err, size_t errlen)
 {
 	bool seccomp_seen = false;
+	bool containers_seen = false;
+	bool on;
 	int i;
 
 	if (!cfg || argc < 0 || (argc > 0 && !argv))
@@ -245,24 +269,20 @@ int jail_config_parse(struct jail_config *cfg, int argc, char *const argv[],
 			if (parse_bind(cfg, arg, arg + 5, err, errlen))
 				return -1;
 		} else if (strncmp(arg, "seccomp=", 8) == 0) {
-			if (seccomp_seen)
-				return jail_fail(err, errlen,
-					    "argument '%.200s': seccomp= given more than once",
-					    arg);
-			seccomp_seen = true;
-			if (strcmp(arg + 8, "on") == 0)
-				cfg->seccomp_off = false;
-			else if (strcmp(arg + 8, "off") == 0)
-				cfg->seccomp_off = true;
-			else
-				return jail_fail(err, errlen,
-					    "argument '%.200s': expected seccomp=on or seccomp=off",
-					    arg);
+			if (parse_switch(arg, "seccomp", &seccomp_seen, &on,
+					 err, errlen))
+				return -1;
+			cfg->seccomp_off = !on;
+		} else if (strncmp(arg, "containers=", 11) == 0) {
+			if (parse_switch(arg, "containers", &containers_seen,
+					 &on, err, errlen))
+				return -1;
+			cfg->containers = on;
 		} else if (strcmp(arg, "disabled") == 0) {
 			cfg->disabled = true;
 		} else {
 			return jail_fail(err, errlen,
-				    "unknown argument '%.200s' (expected root=, bind=, seccomp= or disabled)",
+				    "unknown argument '%.200s' (expected root=, bind=, seccomp=, containers= or disabled)",
 				    arg);
 		}
 	}

@@ -33,6 +33,7 @@ struct jail_bind {
 struct jail_config {
 	bool disabled;            /* `disabled`: load, validate, do nothing */
 	bool seccomp_off;         /* `seccomp=off`: no filter for users' steps */
+	bool containers;          /* `containers=on`: pyxis runs before the filter */
 	char *root;               /* `root=`: normalised absolute path, never "/" */
 	size_t nbinds;
 	struct jail_bind binds[JAIL_MAX_BINDS];
@@ -60,8 +61,9 @@ struct jail_mount {
 /*
  * Parse plugstack.conf arguments into *cfg (which must be zeroed or fresh
  * from jail_config_new). Accepted: `root=/abs/path` (required unless
- * `disabled`), `bind=SRC[:DST[:ro]]` (repeatable), `seccomp=on|off` (at most
- * once; default on), `disabled`. Anything else fails. On failure *cfg is left freeable with jail_config_clear.
+ * `disabled`), `bind=SRC[:DST[:ro]]` (repeatable), `seccomp=on|off` and
+ * `containers=on|off` (each at most once; default seccomp on, containers
+ * off), `disabled`. Anything else fails. On failure *cfg is left freeable with jail_config_clear.
  */
 int jail_config_parse(struct jail_config *cfg, int argc, char *const argv[],
 		      char *err, size_t errlen);

@@ -20,7 +20,9 @@
  *   forked child, still root, before slurmstepd drops to the user and execs.
  *   Then, unless the job is root's (or `seccomp=off`), the task gets the
  *   seccomp filter of job_filter.h: no new namespaces, mounts, bpf or
- *   perf_event_open for ordinary users.
+ *   perf_event_open for ordinary users. With `containers=on` the filter comes
+ *   later, in slurm_spank_task_init, once pyxis has set up the step's
+ *   container (see there).
  *
  * See README.md ("Which process sees which root") for why, and for the
  * arguments and messages.
@@ -74,6 +76,39 @@ static struct jail_config *load_config(int ac, char **av)
 	return cfg;
 }
 
+/*
+ * containers=on: a step started in the user's home (or below it) starts its
+ * container there too, as it would in the jail. pyxis starts a container in
+ * the image's own working directory unless --container-workdir (or
+ * PYXIS_CONTAINER_WORKDIR in the job's environment) says otherwise; it reads
+ * that variable after every plugin's slurm_spank_init, and enroot mounts the
+ * user's home into the container. A value the user set wins (no overwrite),
+ * and so does the option. Directories outside the home are not in the
+ * container, so they are left alone.
+ */
+static void default_container_workdir(spank_t sp)
+{
+	char home[JAIL_PATH_MAX];
+	char pwd[JAIL_PATH_MAX];
+	spank_err_t rc;
+	size_t n;
+
+	if (spank_getenv(sp, "HOME", home, sizeof(home)) != ESPANK_SUCCESS ||
+	    spank_getenv(sp, "PWD", pwd, sizeof(pwd)) != ESPANK_SUCCESS ||
+	    home[0] != '/' || pwd[0] != '/')
+		return;
+	n = strlen(home);
+	while (n > 1 && home[n - 1] == '/')
+		n--;
+	if (n <= 1 || strncmp(pwd, home, n) != 0 ||
+	    (pwd[n] != '\0' && pwd[n] != '/'))
+		return;
+	rc = spank_setenv(sp, "PYXIS_CONTAINER_WORKDIR", pwd, 0);
+	if (rc != ESPANK_SUCCESS && rc != ESPANK_ENV_EXISTS)
+		slurm_error(LOG_PREFIX "cannot set PYXIS_CONTAINER_WORKDIR: %s",
+			    spank_strerror(rc));
+}
+
 int slurm_spank_init(spank_t sp, int ac, char **av)
 {
 	spank_context_t ctx = spank_context();
@@ -107,6 +142,8 @@ int slurm_spank_init(spank_t sp, int ac, char **av)
 
 	jail_config_free(state.cfg);
 	state.cfg = cfg;
+	if (cfg->containers && !cfg->disabled)
+		default_container_workdir(sp);
 	return 0;
 }
 
@@ -332,9 +369,33 @@ int slurm_spank_task_init_privileged(spank_t sp, int ac, char **av)
 	}
 	if (note[0])
 		slurm_info(LOG_PREFIX "%s", note);
-	if (!state.cfg->seccomp_off && filter_task(sp) < 0)
+	/* with containers=on the filter comes in slurm_spank_task_init */
+	if (!state.cfg->seccomp_off && !state.cfg->containers &&
+	    filter_task(sp) < 0)
 		return -1;
 	return 0;
+}
+
+/*
+ * containers=on (pyxis listed before this plugin in plugstack.conf): each
+ * task, as the user, just before it execs (after pyxis' slurm_spank_task_init
+ * started the step's container with enroot, a child of the task, and moved
+ * the task into the container's namespaces). enroot needs a user and a mount
+ * namespace to set the container up, so the filter can only come now; no
+ * code of the user's runs before it: Slurm runs the task prologs and execs
+ * the task after the last plugin's task_init. In a container the task holds
+ * CAP_SYS_ADMIN in the container's user namespace and the filter goes on as
+ * at task_init_privileged; a step without a container (the task is the
+ * user's, no capabilities) gets it with no_new_privs.
+ */
+int slurm_spank_task_init(spank_t sp, int ac, char **av)
+{
+	(void)ac;
+	(void)av;
+	if (!spank_remote(sp) || !state.cfg || state.cfg->disabled ||
+	    state.cfg->seccomp_off || !state.cfg->containers)
+		return 0;
+	return filter_task(sp);
 }
 
 /*

@@ -97,12 +97,16 @@ upgrade_slurm() {
         exit 1
     }
     # Warden's SPANK plugin in the jail is built against Slurm too (clients load it through
-    # plugstack.conf and refuse one of another release): the image's, put in place by rename
-    local plugin=usr/lib/warden/spank_jail.so
-    if [ -f "$src/$plugin" ]; then
-        install -m 0755 "$src/$plugin" "$dst/$plugin.new" && mv -f "$dst/$plugin.new" "$dst/$plugin"
-    fi
-    log "jail's Slurm is $(slurm_of "$dst") ($n packages installed, and $plugin)"
+    # plugstack.conf and refuse one of another release): the image's, put in place by rename; pyxis'
+    # (containers in jobs) likewise
+    local plugin plugins=()
+    for plugin in usr/lib/warden/spank_jail.so usr/lib/warden/spank_pyxis.so; do
+        if [ -f "$src/$plugin" ]; then
+            install -m 0755 "$src/$plugin" "$dst/$plugin.new" && mv -f "$dst/$plugin.new" "$dst/$plugin"
+            plugins+=("$plugin")
+        fi
+    done
+    log "jail's Slurm is $(slurm_of "$dst") ($n packages installed, and ${plugins[*]})"
 }
 
 if [ -f "$sentinel" ] && [ "$overwrite" = 0 ]; then

@@ -43,17 +43,23 @@ node_py=(/opt/warden/bin/python -I -m warden.node)
 config_hash="$("${node_py[@]}" files)"
 # Node-local directories (the group's localMounts: emptyDir volumes, which the kubelet makes 0777) are
 # shared by every user's job steps: make them sticky, as /tmp always is, so nobody can remove or
-# replace another user's files.
+# replace another user's files. The container store (spec.containers) is the exception: root's, 0755,
+# so that only pyxis (as root) makes a user's directory in it.
+CONTAINER_STORE=/var/lib/warden/containers
 local_mount_modes() {
     local p
     for p in $(grep -o 'bind=[^ ]*' "$SLURM_ETC/plugstack.conf" 2>/dev/null | cut -d= -f2); do
         p="${p%%:*}"
-        if [ -d "$p" ]; then
+        if [ "$p" = "$CONTAINER_STORE" ]; then
+            chown root:root "$p" && chmod 0755 "$p" || return 1
+        elif [ -d "$p" ]; then
             chmod 1777 "$p" || return 1
         fi
     done
 }
-local_mount_modes || warden_log "local mounts: could not make them 1777"
+local_mount_modes || warden_log "local mounts: could not set their modes"
+# pyxis (loaded also where a group has containers off, to refuse them) makes each user's directory here
+install -d -o root -g root -m 0755 "$CONTAINER_STORE"
 warden_jail_users
 spool="${WARDEN_SPOOL_DIR:-/var/spool/slurmd}"
 install -d -o root -g root -m 0755 "$spool"

@@ -1,10 +1,14 @@
 #!/usr/bin/env python3
-"""Write images/worker/seccomp.json: Docker's default seccomp profile plus ``pivot_root``.
+"""Write images/worker/seccomp.json: Docker's default seccomp profile plus ``pivot_root``, and
+``fchmodat2``.
 
 The worker's SPANK plugin enters the jail with mount + pivot_root. Docker's (and containerd's)
 default profile never allows pivot_root; this profile allows it under the same condition as
 ``mount``/``unshare``/``setns``: only when the container holds CAP_SYS_ADMIN. Everything else keeps
 the default's semantics (default action ERRNO, the same allow list and argument filters).
+``fchmodat2`` (Linux 6.6; glibc 2.39 changes a file's mode through it, e.g. tar -p when enroot unpacks
+an image's layers in a job step) is allowed unconditionally, as Docker's own later profiles do; this
+Debian release of the profile predates it, and a kernel that knows the call then answers EPERM.
 
     python3 images/worker/gen-seccomp.py [DEFAULT_JSON]
 
@@ -24,6 +28,8 @@ from typing import Any
 OUT = Path(__file__).resolve().parent / "seccomp.json"
 DEB_PATH = "usr/share/gocode/src/github.com/docker/docker/profiles/seccomp/default.json"
 ADDED = "pivot_root"
+#: newer than this release of the profile, allowed by Docker's later ones without conditions
+NEWER = ("fchmodat2",)
 
 
 def load_default(arg: str | None) -> dict[str, Any]:
@@ -56,8 +62,23 @@ def add_pivot_root(profile: dict[str, Any]) -> dict[str, Any]:
     return profile
 
 
+def add_newer(profile: dict[str, Any]) -> dict[str, Any]:
+    plain = [
+        r
+        for r in profile["syscalls"]
+        if r.get("action") == "SCMP_ACT_ALLOW" and not r.get("args") and not r.get("includes") and not r.get("excludes")
+    ]
+    if not plain:
+        raise SystemExit("expected an unconditional allow rule")
+    names = plain[0]["names"]
+    for name in NEWER:
+        if name not in names:
+            names.append(name)
+    return profile
+
+
 def main() -> int:
-    profile = add_pivot_root(load_default(sys.argv[1] if len(sys.argv) > 1 else None))
+    profile = add_newer(add_pivot_root(load_default(sys.argv[1] if len(sys.argv) > 1 else None)))
     OUT.write_text(json.dumps(profile, indent=1) + "\n")
     print(f"wrote {OUT}")
     return 0

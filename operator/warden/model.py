@@ -517,6 +517,11 @@ class WorkerGroup(Spec):
     )
     resources: ResourceRequirements = Field(default_factory=ResourceRequirements)
     gpus: Gpus = Field(default_factory=Gpus)
+    containers: bool | None = Field(
+        default=None,
+        description="Containers in this group's job steps (pyxis); unset: as spec.containers.enabled says. `false`"
+        " in a cluster where other groups have them: a step here that asks for an image fails, saying so.",
+    )
     features: list[Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]+$", max_length=64)]] = Field(
         default_factory=list, max_length=32, description="Extra Slurm node features."
     )
@@ -811,6 +816,40 @@ class DcgmJobMapping(Spec):
     )
 
 
+class ContainerStore(Spec):
+    """Where each worker keeps container images and the containers made from them (node-local)."""
+
+    size_limit: Size = Field(
+        default="50Gi",
+        description="Size limit of the store (an emptyDir's sizeLimit; with hostPath, not enforced by Kubernetes).",
+    )
+    host_path: str | None = Field(
+        default=None,
+        pattern=ABSOLUTE_PATH,
+        max_length=255,
+        description="A directory on the node (hostPath, made when missing) instead of an emptyDir: images"
+        " imported there stay across worker pod restarts. Give each cluster its own directory.",
+    )
+
+
+class Containers(Spec):
+    """Containers in job steps: NVIDIA pyxis and enroot (`srun --container-image=...`,
+    `#SBATCH --container-image`); docs/containers.md."""
+
+    enabled: bool = Field(
+        default=False,
+        description="Load pyxis on every worker (a group's `containers` overrides it). Job steps without"
+        " --container-image still run in the jail; on those workers they then get the seccomp filter with"
+        " no_new_privs (setuid programs do not gain privileges in job steps): see docs/containers.md.",
+    )
+    store: ContainerStore = Field(default_factory=ContainerStore)
+    allow_http_registries: bool = Field(
+        default=False,
+        description="Let enroot talk plain HTTP to registries (ENROOT_ALLOW_HTTP): only for a registry inside"
+        " a network you trust.",
+    )
+
+
 class Metrics(Spec):
     """Prometheus metrics of Slurm: the exporter Deployment `<cluster>-exporter` (reads Slurm through
     slurmrestd) and its Service, with scrape annotations."""
@@ -873,6 +912,7 @@ class SlurmClusterSpec(Spec):
     security: Security = Field(default_factory=Security)
     network_policy: NetworkPolicy = Field(default_factory=NetworkPolicy)
     metrics: Metrics = Field(default_factory=Metrics)
+    containers: Containers = Field(default_factory=Containers)
 
     @model_validator(mode="after")
     def _cross_field(self) -> SlurmClusterSpec:
@@ -893,6 +933,10 @@ class SlurmClusterSpec(Spec):
         if sum(1 for p in self.partitions if p.default) > 1:
             raise ValueError("partitions: at most one partition may be the default")
         return self
+
+    def containers_on(self, group: WorkerGroup) -> bool:
+        """Whether pyxis runs in ``group``'s job steps: the group's own word, else spec.containers'."""
+        return self.containers.enabled if group.containers is None else group.containers
 
     def image(self, component: str, series: str | None = None) -> str:
         """The image of a Slurm-carrying ``component`` (a key of ``SLURM_IMAGES``) for ``series`` (default:

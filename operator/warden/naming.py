@@ -42,6 +42,16 @@ PROLOG_PROGRAM = "/usr/lib/warden/warden-prolog"
 EPILOG_PROGRAM = "/usr/lib/warden/warden-epilog"
 DCGM_JOB_MAPPING_DIR = "/var/lib/warden/dcgm-job-mapping"
 JAIL_MARKER = "/etc/warden-jail-release"
+#: containers in jobs (spec.containers): pyxis' SPANK plugin (images/container-runtime), listed before
+#: the jail plugin, and the node-local store of images and containers on every worker, at the same path
+#: in the worker container and inside the jail (pyxis makes <store>/<uid> for each user, as root)
+PYXIS_PLUGIN = "/usr/lib/warden/spank_pyxis.so"
+#: pyxis' importer on worker groups with containers off: fails a step that asks for an image, saying so
+CONTAINERS_OFF_IMPORTER = "/usr/lib/warden/containers-off"
+CONTAINER_STORE = "/var/lib/warden/containers"
+#: the cluster's enroot settings (spec.containers) in the slurm-config ConfigMap; the images' enroot reads
+#: them through /etc/enroot/enroot.conf.d/50-cluster.conf, a link to /etc/slurm/enroot.conf
+ENROOT_CONF = "enroot.conf"
 #: env of every container that runs Slurm: the series its image carries (its entrypoint refuses another)
 SLURM_SERIES_ENV = "WARDEN_SLURM_SERIES"
 #: every container's terminationMessagePath: the kubelet binds a world-writable file there. Its default,

@@ -134,7 +134,7 @@ def test_a_user_gets_a_token_on_the_login_node_and_lists_the_nodes(cluster: Dock
     status, text = _curl(cluster, erin.ssh, "/nodes", user=erin.name, token=token)
     assert status == 200, text
     doc = json.loads(text)
-    workers = sorted(cluster.worker_pods("cpu") + cluster.worker_pods("gpu"))
+    workers = sorted(cluster.worker_pods("cpu") + cluster.worker_pods("gpu") + cluster.worker_pods("plain"))
     assert sorted(n["name"] for n in doc["nodes"]) == workers, text
     assert all("IDLE" in n["state"] for n in doc["nodes"]), [(n["name"], n["state"]) for n in doc["nodes"]]
     # root gets one too, and the name header is optional: the token's own user is taken
@@ -201,7 +201,7 @@ def test_client_pings_and_lists_the_worker_nodes(cluster: DockerCluster, rest: S
     wait_for("every worker idle", lambda: all(n.state == "IDLE" and not n.down for n in rest.nodes()), 60)
     nodes = {n.name: n for n in rest.nodes()}
     gpu = cluster.worker_pods("gpu")
-    assert sorted(nodes) == sorted(cluster.worker_pods("cpu") + gpu)
+    assert sorted(nodes) == sorted(cluster.worker_pods("cpu") + gpu + cluster.worker_pods("plain"))
     for node in nodes.values():
         assert node.state == "IDLE" and not node.drained and not node.down, node
     assert [nodes[g].gpus for g in gpu] == [2] * len(gpu)

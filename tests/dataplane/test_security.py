@@ -92,7 +92,7 @@ def test_capabilities_are_exactly_the_documented_ones(cluster: DockerCluster, co
 
 def test_worker_runs_under_the_worker_seccomp_profile(cluster: DockerCluster) -> None:
     """Workers are confined by images/worker/seccomp.json (filter mode), not unconfined."""
-    for pod in cluster.worker_pods("cpu") + cluster.worker_pods("gpu"):
+    for pod in cluster.worker_pods("cpu") + cluster.worker_pods("gpu") + cluster.worker_pods("plain"):
         opts = cluster.inspect(cluster.container(pod))["HostConfig"]["SecurityOpt"] or []
         assert any(o.startswith("seccomp=") and "pivot_root" in o for o in opts), f"{pod}: {opts}"
         assert "seccomp=unconfined" not in opts
@@ -254,22 +254,27 @@ def test_users_steps_cannot_make_namespaces_or_mounts(cluster: DockerCluster, al
     assert "still-in-jail" in out, out
 
 
-def test_the_filter_is_for_ordinary_users_only(cluster: DockerCluster, alice: JailUser) -> None:
+@pytest.mark.parametrize(("group", "no_new_privs"), [("plain", "0"), ("cpu", "1")])
+def test_the_filter_is_for_ordinary_users_only(
+    cluster: DockerCluster, alice: JailUser, group: str, no_new_privs: str
+) -> None:
     """alice's step runs under exactly one filter more than the worker container (the worker's profile,
-    which slurmd and slurmstepd inherit from its PID 1), without no_new_privs (setuid programs in the
-    jail keep working); root's step has the container's filters only, is in the jail all the same,
-    and may still make namespaces."""
-    worker = cluster.worker_pods("cpu")[0]
+    which slurmd and slurmstepd inherit from its PID 1); without containers in jobs (group `plain`)
+    without no_new_privs (setuid programs in the jail keep working), with them (group `cpu`: the filter
+    comes after pyxis' task_init, when the task is the user's) with it. Root's step has the container's
+    filters only, is in the jail all the same, and may still make namespaces."""
+    worker = cluster.worker_pods(group)[0]
     container = _status(cluster.exec(worker, "cat /proc/1/status").out)
     assert container.get("Seccomp") == "2", container
     status = "grep -E '^(Seccomp|Seccomp_filters|NoNewPrivs):' /proc/self/status"
-    users = _status(alice.ssh(f"srun -p cpu -N1 -w {worker} {status}"))
-    assert users == {**container, "Seccomp_filters": str(int(container["Seccomp_filters"]) + 1), "NoNewPrivs": "0"}
+    users = _status(alice.ssh(f"srun -p {group} -N1 -w {worker} {status}"))
+    filters = str(int(container["Seccomp_filters"]) + 1)
+    assert users == {**container, "Seccomp_filters": filters, "NoNewPrivs": no_new_privs}
     root_step = (
         f"{status}; test -f /etc/warden-jail-release && echo in-jail; "
         "unshare -m true && echo mount-ns-ok; unshare -U true && echo user-ns-ok"
     )
-    out = cluster.ssh("root", f"srun -p cpu -N1 -w {worker} bash -c {shlex.quote(root_step)}").out
+    out = cluster.ssh("root", f"srun -p {group} -N1 -w {worker} bash -c {shlex.quote(root_step)}").out
     assert _status(out) == {**container, "NoNewPrivs": "0"}, out
     for word in ("in-jail", "mount-ns-ok", "user-ns-ok"):
         assert word in out.split(), out

@@ -38,13 +38,14 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.support import jailmounts
+from tests.support import jailmounts, registry
 from tests.support.dashboard import dashboard_expressions, load_dashboard, promql_metric_names
 from warden import naming
 from warden.opmetrics import exposed_names
 from warden_dev.localcluster import (
     FAKE_GPU_RESOURCE,
     Kube,
+    LocalCluster,
     install_charts,
     new_ssh_key,
     uninstall_charts,
@@ -161,6 +162,8 @@ def _values(pubkey: str, workers: int) -> dict[str, Any]:
         "jail": {"size": "2Gi", "retainOnDelete": False},  # the last test switches to the default
         "login": {"sshAuthorizedKeys": [pubkey], "service": {"type": "NodePort"}},
         "workerGroups": [{"name": "cpu", "replicas": workers, "resources": RESOURCES}],
+        # containers in jobs, from the test registry the container test runs in the namespace (plain HTTP)
+        "containers": {"enabled": True, "allowHttpRegistries": True, "store": {"sizeLimit": "2Gi"}},
     }
 
 
@@ -544,6 +547,44 @@ def test_sbatch_on_two_nodes_writes_its_output_into_the_jail(installed: Installe
     text = installed.kube.kubectl("-n", installed.namespace, "exec", f"{NAME}-worker-cpu-0", "-c", "slurmd", "--",
                                   "cat", f"/mnt/jail/root/e2e-{job}.out")  # fmt: skip
     assert sorted(text.split()) == [f"{NAME}-worker-cpu-0", f"{NAME}-worker-cpu-1"]
+
+
+def _test_registry(installed: Installed) -> str:
+    """The test registry, seeded with warden/test-image (tests/support/registry.py), as a Deployment and a
+    Service in the cluster's namespace; returns the image reference a user passes to --container-image."""
+    image = registry.seeded_image()
+    if not os.environ.get("KUBECONFIG"):
+        LocalCluster().import_images([image])
+    labels = {"app.kubernetes.io/name": "test-registry"}
+    ready = {"httpGet": {"path": "/v2/", "port": 5000}, "periodSeconds": 1}
+    pod = {"containers": [{"name": "registry", "image": image, "imagePullPolicy": "IfNotPresent",
+                           "ports": [{"containerPort": 5000}], "readinessProbe": ready}]}  # fmt: skip
+    installed.kube.apply([
+        {"apiVersion": "apps/v1", "kind": "Deployment",
+         "metadata": {"name": "test-registry", "namespace": installed.namespace, "labels": labels},
+         "spec": {"selector": {"matchLabels": labels}, "template": {"metadata": {"labels": labels}, "spec": pod}}},
+        {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "test-registry", "namespace": installed.namespace},
+         "spec": {"selector": labels, "ports": [{"port": 5000, "targetPort": 5000}]}},
+    ])  # fmt: skip
+    installed.kube.kubectl("-n", installed.namespace, "rollout", "status", "deployment/test-registry",
+                           "--timeout=120s", timeout=150)  # fmt: skip
+    return f"test-registry.{installed.namespace}:5000#{registry.IMAGE_PATH}:{registry.TAG}"
+
+
+def test_a_user_runs_a_step_on_two_nodes_in_a_container_image(installed: Installed) -> None:
+    """`srun -N2 --container-image=...` from the login node, the image pulled by each worker from a
+    registry in the cluster: both tasks see the image's OS release and the user's home from the jail."""
+    reference = _test_registry(installed)
+    carol = installed.make_user("carol")
+    installed.ssh("echo carols-home > ~/where", user="carol", key=carol)
+    script = "echo $(hostname) $(id -un); grep PRETTY_NAME /etc/os-release; cat ~/where"
+    out = installed.ssh(f"srun -N2 --container-image={reference} bash -c {shlex.quote(script)}",
+                        user="carol", key=carol, timeout=300)  # fmt: skip
+    assert out.returncode == 0, out.stdout + out.stderr
+    lines = out.stdout.splitlines()
+    assert sorted(line for line in lines if line.endswith(" carol")) == [
+        f"{NAME}-worker-cpu-0 carol", f"{NAME}-worker-cpu-1 carol"], out.stdout  # fmt: skip
+    assert lines.count('PRETTY_NAME="Warden test image 1.0"') == 2 and lines.count("carols-home") == 2, out.stdout
 
 
 def _needs_gpus(installed: Installed) -> None:

@@ -26,6 +26,7 @@ struct jail_bind { char *src; char *dst; bool ro; };
 struct jail_config {
     bool disabled;
     bool seccomp_off;
+    bool containers;
     char *root;
     size_t nbinds;
     struct jail_bind binds[64];
@@ -68,6 +69,7 @@ class Config:
     root: str | None
     binds: tuple[Bind, ...]
     seccomp: bool = True
+    containers: bool = False
 
 
 @dataclass(frozen=True)
@@ -105,7 +107,7 @@ def _parse_into(cfg: Any, args: Sequence[str]) -> Config:
     if LIB.jail_config_parse(cfg, len(args), argv, err, ERR_MAX) != 0:
         raise ParseError(FFI.string(err).decode())
     binds = tuple(Bind(str(_text(b.src)), str(_text(b.dst)), bool(b.ro)) for b in cfg.binds[0 : cfg.nbinds])
-    return Config(bool(cfg.disabled), _text(cfg.root), binds, not cfg.seccomp_off)
+    return Config(bool(cfg.disabled), _text(cfg.root), binds, not cfg.seccomp_off, bool(cfg.containers))
 
 
 def parse(args: Sequence[str]) -> Config:
@@ -204,6 +206,13 @@ def test_seccomp_filter_is_on_unless_turned_off() -> None:
     assert parse(["disabled", "seccomp=off"]) == Config(True, None, (), seccomp=False)
 
 
+def test_containers_are_off_unless_turned_on() -> None:
+    assert parse(["root=/j"]).containers is False
+    assert parse(["root=/j", "containers=off"]).containers is False
+    assert parse(["containers=on", "root=/j"]) == Config(False, "/j", (), containers=True)
+    assert parse(["root=/j", "containers=on", "seccomp=off"]) == Config(False, "/j", (), False, True)
+
+
 def test_sixty_four_binds_fit() -> None:
     args = ["root=/j", *(f"bind=/src/{i}:/dst/{i}" for i in range(64))]
     assert len(parse(args).binds) == 64
@@ -212,19 +221,28 @@ def test_sixty_four_binds_fit() -> None:
 # --- argument parsing: refused, each with its message --------------------------------------
 
 
+def _unknown(arg: str) -> str:
+    return f"unknown argument '{arg}' (expected root=, bind=, seccomp=, containers= or disabled)"
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
         ([], "missing required argument root="),
         (["bind=/a"], "missing required argument root="),
-        (["foo"], "unknown argument 'foo' (expected root=, bind=, seccomp= or disabled)"),
-        (["root=/j", "Root=/k"], "unknown argument 'Root=/k' (expected root=, bind=, seccomp= or disabled)"),
-        (["disabled=1"], "unknown argument 'disabled=1' (expected root=, bind=, seccomp= or disabled)"),
-        ([""], "unknown argument '' (expected root=, bind=, seccomp= or disabled)"),
+        (["foo"], _unknown("foo")),
+        (["root=/j", "Root=/k"], _unknown("Root=/k")),
+        (["disabled=1"], _unknown("disabled=1")),
+        ([""], _unknown("")),
         (["root=/j", "seccomp="], "argument 'seccomp=': expected seccomp=on or seccomp=off"),
         (["root=/j", "seccomp=no"], "argument 'seccomp=no': expected seccomp=on or seccomp=off"),
         (["root=/j", "seccomp=OFF"], "argument 'seccomp=OFF': expected seccomp=on or seccomp=off"),
-        (["root=/j", "seccomp"], "unknown argument 'seccomp' (expected root=, bind=, seccomp= or disabled)"),
+        (["root=/j", "seccomp"], _unknown("seccomp")),
+        (["root=/j", "containers=yes"], "argument 'containers=yes': expected containers=on or containers=off"),
+        (
+            ["root=/j", "containers=on", "containers=off"],
+            "argument 'containers=off': containers= given more than once",
+        ),
         (
             ["root=/j", "seccomp=off", "seccomp=off"],
             "argument 'seccomp=off': seccomp= given more than once",

@@ -108,10 +108,18 @@ def plugstack_conf(cluster: Cluster, group: WorkerGroup | None = None) -> str:
     /etc/slurm without the key, resolv.conf and hosts); the plugin's recursive bind of the jail root
     carries those along. Only node-local mounts are the plugin's own arguments.
     """
+    spec = cluster.spec
+    # pyxis everywhere once a group runs it: srun and sbatch know the options, and a group with
+    # containers off refuses a step that asks for one (its importer says why) instead of ignoring it
+    pyxis = any(spec.containers_on(g) for g in spec.worker_groups)
+    containers = spec.containers_on(group) if group is not None else pyxis
     binds: list[str] = []
     if group is not None:
-        # Node-local mounts sit at their jail path in the worker container too (see nodes.py).
+        # Node-local mounts sit at their jail path in the worker container too (see nodes.py), and so
+        # does the container store.
         binds += [m.jail_path for m in group.local_mounts]
+        if containers:
+            binds.append(naming.CONTAINER_STORE)
     return _render(
         "plugstack.conf.j2",
         **_common(cluster),
@@ -119,7 +127,17 @@ def plugstack_conf(cluster: Cluster, group: WorkerGroup | None = None) -> str:
         plugin=naming.SPANK_PLUGIN,
         jail=naming.JAIL_MOUNT,
         binds=binds,
+        pyxis=naming.PYXIS_PLUGIN if pyxis else None,
+        containers=containers,
+        store=naming.CONTAINER_STORE,
+        refuse=naming.CONTAINERS_OFF_IMPORTER,
     )
+
+
+def enroot_conf(cluster: Cluster) -> str:
+    """The cluster's enroot settings (spec.containers), read by enroot on every node through
+    /etc/enroot/enroot.conf.d/50-cluster.conf (a link to /etc/slurm/enroot.conf in the images)."""
+    return _render("enroot.conf.j2", **_common(cluster), allow_http=cluster.spec.containers.allow_http_registries)
 
 
 def plugstack_key(group: str) -> str:
@@ -137,6 +155,8 @@ def slurm_config_files(cluster: Cluster) -> dict[str, str]:
     }
     for g in cluster.spec.worker_groups:
         files[plugstack_key(g.name)] = plugstack_conf(cluster, g)
+    if any(cluster.spec.containers_on(g) for g in cluster.spec.worker_groups):
+        files[naming.ENROOT_CONF] = enroot_conf(cluster)
     return files
 
 

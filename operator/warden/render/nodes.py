@@ -84,6 +84,24 @@ def _job_mapping(cluster: Cluster, group: WorkerGroup) -> tuple[list[Manifest], 
     return [volume], [mount(JOB_MAPPING_VOLUME, naming.DCGM_JOB_MAPPING_DIR)]
 
 
+CONTAINER_STORE_VOLUME = "containers"
+
+
+def _container_store(cluster: Cluster, group: WorkerGroup) -> tuple[list[Manifest], list[Manifest]]:
+    """(volumes, mounts) for containers in jobs (spec.containers): the node-local store of images and
+    containers, at the same path in the worker container and, through the jail plugin's bind, in the
+    jail. An emptyDir with the store's size limit, or the node's directory (hostPath) when one is given."""
+    if not cluster.spec.containers_on(group):
+        return [], []
+    store = cluster.spec.containers.store
+    volume: Manifest
+    if store.host_path:
+        volume = {"name": CONTAINER_STORE_VOLUME, "hostPath": {"path": store.host_path, "type": "DirectoryOrCreate"}}
+    else:
+        volume = empty_dir(CONTAINER_STORE_VOLUME, None, store.size_limit)
+    return [volume], [mount(CONTAINER_STORE_VOLUME, naming.CONTAINER_STORE)]
+
+
 def worker_set(cluster: Cluster, group: WorkerGroup) -> Manifest:
     names = cluster.names
     spec = cluster.spec
@@ -99,6 +117,7 @@ def worker_set(cluster: Cluster, group: WorkerGroup) -> Manifest:
     # runs, and must land where the job sees it.
     local_mounts = [mount(f"local-{m.name}", m.jail_path) for m in group.local_mounts]
     mapping_volumes, mapping_mounts = _job_mapping(cluster, group)
+    store_volumes, store_mounts = _container_store(cluster, group)
     container: Manifest = {
         "name": "slurmd",
         "image": cluster.image("worker"),
@@ -118,6 +137,7 @@ def worker_set(cluster: Cluster, group: WorkerGroup) -> Manifest:
             mount("run-slurm", naming.SLURM_RUN_DIR),
             *local_mounts,
             *mapping_mounts,
+            *store_mounts,
         ],
         "readinessProbe": listening_probe(naming.SLURMD_PORT, period=5),
         "resources": resources(group.resources, gpu_limits),
@@ -138,6 +158,7 @@ def worker_set(cluster: Cluster, group: WorkerGroup) -> Manifest:
             empty_dir("run-slurm"),
             *local_volumes,
             *mapping_volumes,
+            *store_volumes,
         ],
     }
     if group.node_selector:

@@ -1,0 +1,23 @@
+#!/bin/bash
+# enroot hook (/etc/enroot/hooks.d): the worker group's node-local mounts (spec.workerGroups[].localMounts:
+# /tmp, /dev/shm, scratch...) in a job step's container, at the paths the jail shows them, over enroot's
+# own /tmp. They are the jail plugin's bind= arguments in the group's plugstack.conf (the worker's
+# /etc/slurm, which the jail shows), less the container store. Off a worker (a login node) nothing.
+set -euo pipefail
+
+plugstack=/etc/slurm/plugstack.conf
+store=/var/lib/warden/containers
+[ -r "$plugstack" ] || exit 0
+line="$(grep -E '^[[:space:]]*required[[:space:]]+[^[:space:]]*spank_jail\.so' "$plugstack" || true)"
+for arg in $line; do
+    case "$arg" in
+        bind=*) ;;
+        *) continue ;;
+    esac
+    spec="${arg#bind=}"
+    IFS=: read -r src dst _ <<<"$spec"
+    dst="${dst:-$src}"
+    [ "$dst" = "$store" ] && continue
+    [ -d "$dst" ] || continue
+    printf '%s %s none x-create=dir,rbind,rw,nosuid,nodev\n' "$dst" "$dst" >>"${ENROOT_MOUNTS:?}"
+done
