@@ -4,10 +4,10 @@ One cluster from the operator's renderers (dev/warden_dev/dockercluster.py) with
 worker, and the test registry on its network (tests/support/registry.py). As a user of the jail, on the
 login node:
 
-1. first pull vs cached: the worker's first `srun --container-image=...` of the test image (layers
-   downloaded, image made, container unpacked), then the same step three times more (layers in the
-   node's store: only the image and the container are made again). A first run happens once per node
-   and user, so it is timed once, against the median of the next ones.
+1. first pull vs cached: the worker's first `srun --container-image=...` of the test image (digest asked,
+   layers downloaded, image file made, container unpacked), then the same step three times more (the
+   image file is in the node's store: digest asked, container unpacked). A first run happens once per
+   node, user and image, so it is timed once, against the median of the next ones.
 2. start latency: N sequential `srun -N1 true` in the jail and `srun -N1 --container-image=... true`,
    alternating (A B A B ...) so drift hits both alike, after one warm-up each. Timed on the login node
    around srun (what the user waits for).
@@ -63,7 +63,7 @@ def main() -> None:
         print("\nimage on a node, seconds (srun -N1 --container-image=... true)")
         print(f"{'':34}{'median':>10}{'min':>10}{'max':>10}{'runs':>6}")
         print(row("first: pull, import, create", first))
-        print(row("again: layers cached", again))
+        print(row("again: image file cached", again))
         print(f"{'ratio first/again':34}{first[0] / statistics.median(again):10.2f}")
 
         jail: list[float] = []

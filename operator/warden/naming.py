@@ -46,6 +46,8 @@ JAIL_MARKER = "/etc/warden-jail-release"
 #: the jail plugin, and the node-local store of images and containers on every worker, at the same path
 #: in the worker container and inside the jail (pyxis makes <store>/<uid> for each user, as root)
 PYXIS_PLUGIN = "/usr/lib/warden/spank_pyxis.so"
+#: pyxis' importer on worker groups with containers: each image imported once per node, user and digest
+IMAGE_IMPORTER = "/usr/lib/warden/warden-importer"
 #: pyxis' importer on worker groups with containers off: fails a step that asks for an image, saying so
 CONTAINERS_OFF_IMPORTER = "/usr/lib/warden/containers-off"
 CONTAINER_STORE = "/var/lib/warden/containers"

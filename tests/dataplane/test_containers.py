@@ -174,7 +174,8 @@ def test_a_group_with_containers_off_refuses_a_container_step(registry: reg.Regi
 
 def test_images_live_in_the_node_local_store_not_the_jail(cluster: DockerCluster, registry: reg.Registry) -> None:
     """What enroot keeps for a step (layers, the image, the container) is under the worker's store, the
-    user's directory there theirs and private; nothing of it reaches the shared jail, nor their home."""
+    user's directory there theirs and private, the image imported once per node; nothing of it reaches
+    the shared jail, nor their home."""
     dave = JailUser.added_by_root(cluster, "dave")
     node = cluster.worker_pods("cpu")[0]
     _srun(dave, f"-p cpu -N1 -w {node} --container-image={registry.reference()}", "true")
@@ -183,6 +184,11 @@ def test_images_live_in_the_node_local_store_not_the_jail(cluster: DockerCluster
     lines = store.splitlines()
     assert lines[:2] == ["root 755", "dave 700"], store
     assert len(lines) > 2, f"no cached layers in dave's store:\n{store}"
+    # imported once: the next step on the node starts from the same image file (same inode), not a new import
+    images = f"{mine}/images"
+    first = cluster.exec(node, f"stat -c '%i %n' {images}/*.sqsh").out.split()
+    _srun(dave, f"-p cpu -N1 -w {node} --container-image={registry.reference()}", "true")
+    assert cluster.exec(node, f"stat -c '%i %n' {images}/*.sqsh").out.split() == first and len(first) == 2, first
     in_jail = cluster.exec(node, "find /mnt/jail/var/lib/warden/containers /mnt/jail/home/dave/.cache "
                                  "/mnt/jail/home/dave/.local -mindepth 1 2>/dev/null; true").out  # fmt: skip
     assert in_jail.strip() == "", in_jail

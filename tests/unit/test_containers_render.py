@@ -47,7 +47,13 @@ def test_on_pyxis_comes_before_the_jail_plugin_which_defers_its_filter() -> None
     files = config.slurm_config_files(_cluster({"enabled": True}))
     pyxis, jail = _plugins(files["plugstack.cpu.conf"])
     # a worker without pyxis must not start: required; its containers live in the node-local store
-    assert pyxis == ["required", naming.PYXIS_PLUGIN, f"runtime_path={naming.CONTAINER_STORE}", "container_scope=job"]
+    assert pyxis == [
+        "required",
+        naming.PYXIS_PLUGIN,
+        f"runtime_path={naming.CONTAINER_STORE}",
+        "container_scope=job",
+        f"importer={naming.IMAGE_IMPORTER}",  # one import per node, user and image digest
+    ]
     assert jail[:3] == ["required", naming.SPANK_PLUGIN, "root=/mnt/jail"]
     # the store is bound into the jail at its own path, and the filter waits for pyxis' task_init
     assert f"bind={naming.CONTAINER_STORE}" in jail and jail[-1] == "containers=on"

@@ -130,6 +130,7 @@ def plugstack_conf(cluster: Cluster, group: WorkerGroup | None = None) -> str:
         pyxis=naming.PYXIS_PLUGIN if pyxis else None,
         containers=containers,
         store=naming.CONTAINER_STORE,
+        importer=naming.IMAGE_IMPORTER,
         refuse=naming.CONTAINERS_OFF_IMPORTER,
     )
 
