@@ -1,8 +1,9 @@
 """Fixtures for the conformance tier: SchedMD's own test suite (Slurm 24.11.5) run as an ordinary user
 from an SSH session on the login node of a dataplane cluster (docs/conformance.md).
 
-One run per session: the cluster of the dataplane tier (its SPEC, its own run id, so it coexists with
-a dataplane run), a user `atf` made by root with warden-useradd and given an association, the suite
+One run per session: the cluster of the dataplane tier (its BASE_SPEC: without containers, whose
+`plain` group would change the suite's node counts; its own run id, so it coexists with a dataplane run),
+a user `atf` made by root with warden-useradd and given an association, the suite
 unpacked in the jail's /var/tmp (one volume for every node, outside /home) with its pinned wheels in a
 venv, then the suite in local-config mode with every test of excluded.txt deselected. The tests of
 test_suite.py read the outcome back, one per suite file; the summary line ends the tier's output.
@@ -22,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from tests.conformance import suite
-from tests.dataplane.spec import SPEC
+from tests.dataplane.spec import BASE_SPEC
 from tests.support import failures
 from tests.support.dockerfixture import running_for_tests
 from tests.support.jailuser import JailUser
@@ -60,7 +61,7 @@ def conformance(exclusions: list[suite.Exclusion]) -> Iterator[suite.Results]:
     swept = sweep_stale()
     if swept:
         print(f"\nremoved leftovers of dead dataplane runs: {', '.join(swept)}", file=sys.stderr)
-    with running_for_tests(DockerCluster(SPEC), "conformance cluster", failures.any_failed) as c:
+    with running_for_tests(DockerCluster(BASE_SPEC), "conformance cluster", failures.any_failed) as c:
         try:
             results = _run(c, archive, exclusions)
         except (DockerError, suite.ConformanceError) as e:

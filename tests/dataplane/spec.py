@@ -1,15 +1,15 @@
-"""The SlurmCluster the dataplane tier runs (as a manifest's `spec:`)."""
+"""The SlurmClusters the dataplane and conformance tiers run (as a manifest's `spec:`)."""
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 #: Two CPU workers, one GPU worker with two (fake) GPUs of type "fake", a login node, in-cluster
-#: accounting, dcgm-exporter's GPU job mapping (so every job runs slurmd's Prolog and Epilog), containers
-#: in jobs (pyxis; the test registry speaks plain HTTP) on those groups, and one worker of group `plain`
-#: without containers (partition `plain`): the jail's behaviour either way. Each worker claims 2 CPUs
-#: and 1 GiB, which every CI machine has.
-SPEC: dict[str, Any] = {
+#: accounting, dcgm-exporter's GPU job mapping (so every job runs slurmd's Prolog and Epilog). Each
+#: worker claims 2 CPUs and 1 GiB, which every CI machine has. The conformance tier runs SchedMD's suite
+#: on this one: its tests count nodes and partitions.
+BASE_SPEC: dict[str, Any] = {
     "login": {"replicas": 1},
     "workerGroups": [
         {"name": "cpu", "replicas": 2, "resources": {"limits": {"cpu": "2", "memory": "1Gi"}}},
@@ -19,14 +19,21 @@ SPEC: dict[str, Any] = {
             "gpus": {"count": 2, "type": "fake"},
             "resources": {"limits": {"cpu": "2", "memory": "1Gi"}},
         },
-        {"name": "plain", "replicas": 1, "containers": False, "resources": {"limits": {"cpu": "2", "memory": "1Gi"}}},
     ],
     "partitions": [
         {"name": "cpu", "workerGroups": ["cpu"], "default": True},
         {"name": "gpu", "workerGroups": ["gpu"]},
-        {"name": "plain", "workerGroups": ["plain"]},
     ],
-    "containers": {"enabled": True, "allowHttpRegistries": True, "store": {"sizeLimit": "4Gi"}},
     "accounting": {"mode": "InCluster"},
     "metrics": {"dcgmJobMapping": {"enabled": True}},
 }
+
+#: The dataplane tier's: BASE_SPEC with containers in jobs (pyxis; the test registry speaks plain HTTP)
+#: on those groups, and one worker of group `plain` without containers (partition `plain`): the jail's
+#: behaviour either way.
+SPEC: dict[str, Any] = copy.deepcopy(BASE_SPEC)
+SPEC["workerGroups"].append(
+    {"name": "plain", "replicas": 1, "containers": False, "resources": {"limits": {"cpu": "2", "memory": "1Gi"}}}
+)
+SPEC["partitions"].append({"name": "plain", "workerGroups": ["plain"]})
+SPEC["containers"] = {"enabled": True, "allowHttpRegistries": True, "store": {"sizeLimit": "4Gi"}}
