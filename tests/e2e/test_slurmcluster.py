@@ -586,6 +586,29 @@ def test_a_user_runs_a_step_on_two_nodes_in_a_container_image(installed: Install
         f"{NAME}-worker-cpu-0 carol", f"{NAME}-worker-cpu-1 carol"], out.stdout  # fmt: skip
     assert lines.count('PRETTY_NAME="Warden test image 1.0"') == 2 and lines.count("carols-home") == 2, out.stdout
 
+    def carol_runs(script: str) -> str:
+        done = installed.ssh(script, user="carol", key=carol, timeout=300)
+        assert done.returncode == 0, done.stdout + done.stderr
+        return done.stdout
+
+    # a batch script in the image (`#` starts a comment in #SBATCH lines: the REGISTRY/IMAGE form) writes
+    # into her home in the jail
+    slash = reference.replace("#", "/", 1)
+    batch = f"#!/bin/bash\n#SBATCH --container-image={slash}\ngrep PRETTY_NAME /etc/os-release > ~/from-batch\n"
+    job = carol_runs(f"cat > ~/ctr.sbatch <<'EOF'\n{batch}EOF\ncd && sbatch --parsable ctr.sbatch").strip()
+    assert _wait_job(installed, job) == "COMPLETED"
+    assert "Warden test image" in carol_runs("cat ~/from-batch")
+    # a jail path mounted read-only; a named container kept for the job's next step; no namespaces inside
+    carol_runs("mkdir -p ~/dataset && echo row-1 > ~/dataset/part-0")
+    mounted = carol_runs(f"srun --container-image={reference} --container-mounts=$HOME/dataset:/data:ro "
+                         "sh -c 'cat /data/part-0; touch /data/x 2>/dev/null || echo read-only'")  # fmt: skip
+    assert mounted.split() == ["row-1", "read-only"], mounted
+    steps = (f"srun --container-name=work --container-image={reference} --container-writable "
+             "sh -c 'echo kept > /kept'; srun --container-name=work cat /kept; "
+             "srun --container-name=work sh -c 'unshare -U true 2>/dev/null; echo userns=$?'")  # fmt: skip
+    kept = carol_runs(f"salloc -N1 bash -c {shlex.quote(steps)}")
+    assert "kept" in kept.split() and "userns=1" in kept.split(), kept
+
 
 def _needs_gpus(installed: Installed) -> None:
     if not installed.gpus:
@@ -971,6 +994,27 @@ def test_gpu_steps_load_their_own_nodes_driver_and_cpu_steps_none(installed: Ins
     look = "find /mnt/jail -xdev -name 'libcuda*' -o -xdev -name 'libnvidia-*'; ls -A /mnt/jail/usr/lib/warden/driver"
     on_volume = kube.kubectl("-n", ns, "exec", f"{NAME}-worker-cpu-0", "-c", "slurmd", "--", "sh", "-c", look)
     assert on_volume.split() == [], on_volume
+
+
+def test_a_gpu_step_in_a_container_loads_its_own_nodes_driver(installed: Installed) -> None:
+    """The same on both GPU workers in a container image (which carries no driver): each task loads its
+    node's own stand-in libcuda, found through the container's loader cache."""
+    _needs_gpus(installed)
+    kube, ns = installed.kube, installed.namespace
+    nodes = [f"{NAME}-worker-gpu-{i}" for i in range(GPU_NODES)]
+    given = {
+        n: kube.kubectl("-n", ns, "exec", n, "-c", "slurmd", "--", "cat", "/run/warden/driver/version").strip()
+        for n in nodes
+    }
+    reference = _test_registry(installed)
+    alice = installed.tmp / "id_alice"
+    step = f"srun -p gpu -N{GPU_NODES} -w {','.join(nodes)} --gpus-per-node=1 --container-image={reference}"
+    out = installed.ssh(f'{step} python3 -c "{CUDA_PROBE}"', key=alice, user="alice", timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    seen = {f[0]: f[1:] for f in map(str.split, out.stdout.splitlines()) if len(f) == 4}
+    for node in nodes:
+        version, _cuda, path = seen[node]
+        assert version == given[node] and path == f"/usr/lib/warden/driver/lib/libcuda.so.{version}", seen
 
 
 def test_users_can_write_no_runtime_file_in_sessions_or_job_steps(installed: Installed) -> None:
