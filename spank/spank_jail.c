@@ -56,7 +56,8 @@ static struct {
 	struct jail_config *cfg;
 	struct jail_return back;
 	uint32_t tasks_running; /* while waiting for the tasks: not yet exited */
-} state = { NULL, JAIL_RETURN_NONE, 0 };
+	bool workdir_set; /* PYXIS_CONTAINER_WORKDIR is ours, for pyxis only */
+} state = { NULL, JAIL_RETURN_NONE, 0, false };
 
 /* Parse and validate; on failure log and return NULL. */
 static struct jail_config *load_config(int ac, char **av)
@@ -84,7 +85,9 @@ static struct jail_config *load_config(int ac, char **av)
  * that variable after every plugin's slurm_spank_init, and enroot mounts the
  * user's home into the container. A value the user set wins (no overwrite),
  * and so does the option. Directories outside the home are not in the
- * container, so they are left alone.
+ * container, so they are left alone. The variable is for pyxis alone:
+ * slurm_spank_init_post_opt (after pyxis' own) takes it out of the step's
+ * environment again, or every srun in a batch script would inherit it.
  */
 static void default_container_workdir(spank_t sp)
 {
@@ -104,6 +107,7 @@ static void default_container_workdir(spank_t sp)
 	    (pwd[n] != '\0' && pwd[n] != '/'))
 		return;
 	rc = spank_setenv(sp, "PYXIS_CONTAINER_WORKDIR", pwd, 0);
+	state.workdir_set = rc == ESPANK_SUCCESS;
 	if (rc != ESPANK_SUCCESS && rc != ESPANK_ENV_EXISTS)
 		slurm_error(LOG_PREFIX "cannot set PYXIS_CONTAINER_WORKDIR: %s",
 			    spank_strerror(rc));
@@ -215,8 +219,19 @@ static int enter_view(const char *what)
 
 int slurm_spank_init_post_opt(spank_t sp, int ac, char **av)
 {
+	spank_err_t rc;
+
 	(void)ac;
 	(void)av;
+	if (state.workdir_set) {
+		/* pyxis, listed first, has read it (default_container_workdir) */
+		state.workdir_set = false;
+		rc = spank_unsetenv(sp, "PYXIS_CONTAINER_WORKDIR");
+		if (rc != ESPANK_SUCCESS)
+			slurm_error(LOG_PREFIX "cannot unset "
+				    "PYXIS_CONTAINER_WORKDIR: %s",
+				    spank_strerror(rc));
+	}
 	if (!spank_remote(sp) || !state.cfg || state.cfg->disabled ||
 	    !step_files_in_jail(sp))
 		return 0;

@@ -85,6 +85,19 @@ cat /etc/warden-test-image > ~/from-batch.txt
     assert bob.ssh("stat -c %U ~/batch-ctr.out ~/from-batch.txt").split() == ["bob", "bob"]
 
 
+def test_a_plain_batch_job_from_home_and_its_sruns_see_no_container_setting(bob: JailUser) -> None:
+    """The default container working directory (a step started under the home) is pyxis' alone: a batch
+    script without a container, submitted from the home on a containers-on group, and the `srun` in it
+    see no PYXIS_ variable, and the job's output holds only what the script printed (no pyxis warning
+    from the nested srun)."""
+    script = "#!/bin/bash\n#SBATCH -p cpu -N1 -o plain-%j.out\n" \
+             "echo batch=${PYXIS_CONTAINER_WORKDIR:-unset}\n" \
+             "srun -N1 sh -c 'echo step=${PYXIS_CONTAINER_WORKDIR:-unset} cwd=$(pwd)'\n"  # fmt: skip
+    bob.ssh("mkdir -p ~/plain && cat > ~/plain/job.sbatch", input=script)
+    job = bob.ssh("cd ~/plain && sbatch -W --parsable job.sbatch", timeout=300).strip().split(";")[0]
+    assert bob.ssh(f"cat ~/plain/plain-{job}.out").splitlines() == ["batch=unset", "step=unset cwd=/home/bob/plain"]
+
+
 def test_container_mounts_bind_a_jail_path(registry: reg.Registry, bob: JailUser) -> None:
     bob.ssh("mkdir -p ~/dataset && echo row-1 > ~/dataset/part-0")
     out = _srun(bob, f"-p cpu -N1 --container-image={registry.reference()} --container-mounts=$HOME/dataset:/data:ro",

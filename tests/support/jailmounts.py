@@ -12,7 +12,9 @@ Allowed: the users' own places (/home, /tmp, /var/tmp, /dev/shm and /dev/mqueue:
 message queues of the pod's IPC namespace, as /dev/shm) and character devices anyone may use: the memory
 devices (null, zero, full, random, urandom: major 1; the runtime masks /proc files with /dev/null), the
 terminals (tty, ptmx: major 5; a session's own pty: 136-143) and GPUs (NVIDIA's major, 195, and
-/dev/nvidia*), which the job's devices cgroup gates. Sockets cannot be opened for writing and are how users
+/dev/nvidia*), which the job's devices cgroup gates. On a group with containers on, the user's own directory
+of the node-local container store (naming.CONTAINER_STORE/<uid>, enroot's places: docs/containers.md); the
+store's root and everyone else's directories stay closed. Sockets cannot be opened for writing and are how users
 reach Slurm (sackd's and slurmstepd's): not reported. Symbolic links are not followed.
 """
 
@@ -21,6 +23,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from typing import Any
+
+from warden import naming
 
 #: mount points users may write to (and below which nothing is walked)
 WRITABLE_MOUNTS = ("/home", "/tmp", "/var/tmp", "/dev/shm", "/dev/mqueue")
@@ -114,8 +118,9 @@ class Report:
         return {m["path"] for m in self.mounts}
 
 
-def _allowed_path(path: str) -> bool:
-    return any(path == a or path.startswith(a + "/") for a in WRITABLE_MOUNTS)
+def _allowed_path(path: str, user: int) -> bool:
+    own = (*WRITABLE_MOUNTS, f"{naming.CONTAINER_STORE}/{user}")
+    return any(path == a or path.startswith(a + "/") for a in own)
 
 
 def _harmless_device(e: dict[str, Any]) -> bool:
@@ -127,10 +132,10 @@ def problems(report: Report) -> list[str]:
     termination log if it opened; empty when all is well."""
     out = []
     for m in report.mounts:
-        if m.get("writable") and not (_allowed_path(m["path"]) or _harmless_device(m)):
+        if m.get("writable") and not (_allowed_path(m["path"], report.user) or _harmless_device(m)):
             out.append(f"mount point {m['path']} ({m['fstype']}, {m.get('kind')}) is writable")
         for e in m.get("writable_inside", []):
-            if not _harmless_device(e):
+            if not (_harmless_device(e) or _allowed_path(e["path"], report.user)):
                 out.append(f"{e['path']} ({e['kind']}, on the {m['fstype']} mount {m['path']}) is writable")
     for how, result in report.termination_log.items():
         if result == "opened":
