@@ -48,8 +48,11 @@ def parse(text: str) -> Decimal:
 
 
 def whole_cpus(text: str) -> int:
-    """Whole CPUs in a CPU quantity (`4`, `4000m`); fractions round down."""
-    return int(parse(text))
+    """Whole CPUs in a CPU quantity (`4`, `4000m`); fractions round down, except that a limit under one
+    CPU (`500m`) is one: a Slurm node has at least one CPU, and none known would let slurmd count the
+    host's. Zero stays zero."""
+    value = parse(text)
+    return 1 if 0 < value < 1 else int(value)
 
 
 def mebibytes(text: str) -> int:

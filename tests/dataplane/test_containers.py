@@ -117,6 +117,17 @@ def test_a_named_container_is_reused_by_the_jobs_next_step(registry: reg.Registr
     assert "step-one" in out and IMAGE_OS in out, out
 
 
+def test_remap_root_is_root_in_the_container_and_bob_in_the_jail(registry: reg.Registry, bob: JailUser) -> None:
+    """--container-remap-root: uid 0 inside the container (a user namespace maps it), yet what the step
+    writes into the home belongs to bob in the jail, and the step is as confined as any other."""
+    bob.ssh("rm -f ~/remapped.txt")
+    script = "id -u; echo made-as-root > ~/remapped.txt; unshare -m true 2>&1; echo mntns=$?"
+    out = _srun(bob, f"-p cpu -N1 --container-image={registry.reference()} --container-remap-root",
+                f"bash -c {shlex.quote(script)}")  # fmt: skip
+    assert out.splitlines()[0] == "0" and re.search(r"^mntns=[1-9]", out, re.M), out
+    assert bob.ssh("stat -c %U ~/remapped.txt; cat ~/remapped.txt").split() == ["bob", "made-as-root"]
+
+
 def test_inside_a_container_users_still_cannot_make_namespaces_or_mount(registry: reg.Registry,
                                                                        bob: JailUser) -> None:  # fmt: skip
     script = (

@@ -250,6 +250,16 @@ def test_jobs_get_the_pods_memory_less_a_reserve_for_slurmd(limit: str, jobs: in
     assert config.job_memory(group) == jobs
 
 
+@pytest.mark.parametrize(("limit", "cpus"), [("900m", 1), ("1", 1), ("1500m", 1), ("2", 2), ("2500m", 2)])
+def test_a_nodes_cpus_are_its_whole_cpu_limit_and_at_least_one(limit: str, cpus: int) -> None:
+    """Slurm counts whole CPUs: a fractional limit rounds down, and one under a CPU is one (without a count
+    slurmd would offer the host's CPUs to jobs in a pod allowed less than one); the partition's
+    DefMemPerCPU stays with it."""
+    group = WorkerGroup(name="g", resources={"limits": {"cpu": limit, "memory": "1Gi"}})
+    assert f"CPUs={cpus} " in config.slurmd_node_conf(group)
+    assert config.default_mem_per_cpu([group]) == 896 // cpus
+
+
 def test_jobs_without_mem_share_nodes_by_cpu() -> None:
     """Each partition's DefMemPerCPU is its groups' smallest memory per CPU; a group without CPU or
     memory limits leaves it unset (Slurm then gives such jobs whole nodes' memory, said in the docs)."""
