@@ -49,6 +49,7 @@ ctld_pid=$!
 associate_users() {
     local account="$WARDEN_DEFAULT_ACCOUNT" passwd="$WARDEN_JAIL/etc/passwd" done_sum="" sum want known missing
     trap - TERM INT
+    set +e # a failed look is tried again next round, never the end of the loop
     while sleep "${WARDEN_ACCOUNTS_POLL:-3}"; do
         sum="$(cksum <"$passwd" 2>/dev/null)" || continue
         [ "$sum" = "$done_sum" ] && continue
