@@ -11,6 +11,8 @@
 #                        /usr/lib/warden/libwarden_ctld_guard.so: closes a deadlock any user can
 #                        trigger, see docs/security.md). `none` runs Slurm's own code unguarded: the
 #                        dataplane tier does, to show the defect is still in the shipped Slurm.
+#   WARDEN_DEFAULT_ACCOUNT  with accounting on (spec.accounting.defaultAccount): jail users that slurmdbd
+#                        does not know get an association in this account (see associate_users).
 set -euo pipefail
 WARDEN_COMPONENT=controller
 # shellcheck source=../slurm-base/warden-lib.sh
@@ -39,6 +41,41 @@ warden_log "starting slurmctld $(slurmctld -V | awk '{print $2}')${guard:+ (prel
 LD_PRELOAD="$guard" slurmctld -D ${WARDEN_SLURMCTLD_ARGS:-} "$@" &
 ctld_pid=$!
 
+# Jail users (uid 1000-59999) that accounting does not know yet get an association in
+# $WARDEN_DEFAULT_ACCOUNT (made if missing), so that `sacct` shows them their jobs: with private jobs a user
+# sees only the jobs they submitted with an association. Looked at when the jail's passwd changed, and
+# again each round until every such user has one; users an admin put in accounting keep theirs.
+# sacctmgr runs as root, which slurmdbd takes as an admin.
+associate_users() {
+    local account="$WARDEN_DEFAULT_ACCOUNT" passwd="$WARDEN_JAIL/etc/passwd" done_sum="" sum want known missing
+    trap - TERM INT
+    set +e # a failed look is tried again next round, never the end of the loop
+    while sleep "${WARDEN_ACCOUNTS_POLL:-3}"; do
+        sum="$(cksum <"$passwd" 2>/dev/null)" || continue
+        [ "$sum" = "$done_sum" ] && continue
+        want="$(awk -F: '$3 >= 1000 && $3 <= 59999 { print $1 }' "$passwd" | sort -u)"
+        known="$(timeout 30 sacctmgr -n -P list users format=user 2>/dev/null | sort -u)" || continue
+        missing="$(comm -23 <(printf '%s\n' "$want") <(printf '%s\n' "$known") | grep -v '^$' | paste -sd, -)" || true
+        if [ -n "$missing" ]; then
+            if ! timeout 30 sacctmgr -n -P list accounts format=account 2>/dev/null | grep -qxF "$account"; then
+                timeout 30 sacctmgr -i add account "$account" description="jail users" organization=warden \
+                    >/dev/null 2>&1 || continue
+                warden_log "accounting: made account $account"
+            fi
+            if ! timeout 30 sacctmgr -i add user name="$missing" account="$account" >/dev/null 2>&1; then
+                warden_log "accounting: could not add $missing to account $account; trying again"
+                continue
+            fi
+            warden_log "accounting: $missing now in account $account"
+        fi
+        done_sum="$sum"
+    done
+}
+if [ -n "${WARDEN_DEFAULT_ACCOUNT:-}" ]; then
+    associate_users &
+    accounts_pid=$!
+fi
+
 reload() {
     warden_slurm_config || return 1
     warden_jwt_key || return 1
@@ -51,12 +88,12 @@ reload() {
 }
 warden_follow "$config_hash" reload "$WARDEN_CONFIG_DIR"
 # CONT: a slurmctld stopped in its tracks takes the TERM too (the kubelet's SIGKILL follows the grace period)
-trap 'kill -TERM "$ctld_pid" "$follow_pid" 2>/dev/null; kill -CONT "$ctld_pid" 2>/dev/null' TERM INT
+trap 'kill -TERM "$ctld_pid" "$follow_pid" ${accounts_pid:+"$accounts_pid"} 2>/dev/null; kill -CONT "$ctld_pid" 2>/dev/null' TERM INT
 set +e
 wait "$ctld_pid"
 rc=$?
 # a signal interrupted the wait: slurmctld is stopping; wait for it
 while kill -0 "$ctld_pid" 2>/dev/null; do wait "$ctld_pid"; rc=$?; done
-kill -TERM "$follow_pid" 2>/dev/null
+kill -TERM "$follow_pid" ${accounts_pid:+"$accounts_pid"} 2>/dev/null
 warden_log "slurmctld exited (status $rc)"
 exit "$rc"

@@ -694,6 +694,14 @@ class Accounting(Spec):
     in_cluster: InClusterDatabase = Field(default_factory=InClusterDatabase, description="For mode InCluster.")
     external: ExternalDatabase | None = Field(default=None, description="For mode External.")
     resources: ResourceRequirements = Field(default_factory=ResourceRequirements)
+    default_account: str = Field(
+        default="users",
+        pattern=r"^([a-z0-9_][a-z0-9_.-]{0,63})?$",
+        max_length=64,
+        description="Jail users (uid 1000-59999) that accounting does not know yet get an association in this"
+        " account within seconds of being made (the account is created), so `sacct` shows them their jobs."
+        " Users an admin put in accounting keep theirs. Empty: none (add users with `sacctmgr`).",
+    )
 
     @model_validator(mode="after")
     def _external_needs_block(self) -> Accounting:

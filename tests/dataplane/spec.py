@@ -24,16 +24,18 @@ BASE_SPEC: dict[str, Any] = {
         {"name": "cpu", "workerGroups": ["cpu"], "default": True},
         {"name": "gpu", "workerGroups": ["gpu"]},
     ],
-    "accounting": {"mode": "InCluster"},
+    # no default account: SchedMD's suite makes and counts its own accounts and associations
+    "accounting": {"mode": "InCluster", "defaultAccount": ""},
     "metrics": {"dcgmJobMapping": {"enabled": True}},
 }
 
 #: The dataplane tier's: BASE_SPEC with containers in jobs (pyxis; the test registry speaks plain HTTP)
-#: on those groups, and one worker of group `plain` without containers (partition `plain`): the jail's
-#: behaviour either way.
+#: on those groups, one worker of group `plain` without containers (partition `plain`): the jail's
+#: behaviour either way; and accounting's default account, as the chart has it.
 SPEC: dict[str, Any] = copy.deepcopy(BASE_SPEC)
 SPEC["workerGroups"].append(
     {"name": "plain", "replicas": 1, "containers": False, "resources": {"limits": {"cpu": "2", "memory": "1Gi"}}}
 )
 SPEC["partitions"].append({"name": "plain", "workerGroups": ["plain"]})
 SPEC["containers"] = {"enabled": True, "allowHttpRegistries": True, "store": {"sizeLimit": "4Gi"}}
+SPEC["accounting"] = {"mode": "InCluster"}  # jail users join the default account `users` on their own

@@ -1,5 +1,6 @@
 """Accounting: slurmdbd (warden/accounting) and MariaDB (warden/mariadb) with the rendered
-slurmdbd.conf and the generated database password; finished jobs show up in `sacct`."""
+slurmdbd.conf and the generated database password; finished jobs show up in `sacct`; a user made in the
+jail is put in accounting's default account by slurmctld's entrypoint, with nothing done by an admin."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import time
 import uuid
 
 from tests.support.jailuser import JailUser
-from warden_dev.dockercluster import DockerCluster
+from warden_dev.dockercluster import DockerCluster, wait_for
 
 
 def test_sacct_lists_finished_jobs(cluster: DockerCluster, alice: JailUser) -> None:
@@ -60,3 +61,23 @@ def test_the_database_runs_as_slurmdbd_needs_it(cluster: DockerCluster) -> None:
     log = cluster.logs(f"{cluster.names.accounting}-0", tail=2000)
     assert "slurmdbd version" in log and "started" in log, log[-2000:]
     assert "innodb_snapshot_isolation" not in log, log[-2000:]
+
+
+def test_a_user_made_in_the_jail_sees_her_jobs_in_sacct_with_nothing_else_done(cluster: DockerCluster) -> None:
+    """`warden-useradd` and nothing else: within seconds she has an association in the default account
+    (`users`, made by the controller), so the jobs she then submits, a good one and a failing one, are
+    hers in `sacct`, with their final states."""
+    name = f"acct{uuid.uuid4().hex[:6]}"
+    user = JailUser.added_by_root(cluster, name)
+    ctl = cluster.names.controller_pod
+    assoc = f"sacctmgr -n -P show assoc where user={name} format=account"
+    wait_for(f"{name} in accounting", lambda: cluster.exec(ctl, assoc).out.split() == ["users"], timeout=60)
+    known = f"scontrol show assoc_mgr flags=assoc users={name}"
+    wait_for(f"slurmctld knows {name}'s association", lambda: f"UserName={name}(" in cluster.exec(ctl, known).out,
+             timeout=30)  # fmt: skip
+    ok = user.ssh("cd && sbatch -p cpu -W --parsable --wrap 'hostname'").strip()
+    bad = user.ssh("cd && sbatch -p cpu -W --parsable --wrap 'exit 3'", check=False).strip()
+    want = {(ok, "COMPLETED", "0:0"), (bad, "FAILED", "3:0")}
+    sacct = f"sacct -X -n -P -o JobID,State,ExitCode -j {ok},{bad}"
+    wait_for(f"{name}'s jobs in sacct", lambda: want <= {tuple(r.split("|")) for r in user.ssh(sacct).split()},
+             timeout=60)  # fmt: skip

@@ -538,6 +538,33 @@ def _wait_job(installed: Installed, job: str, timeout: float = 180) -> str:
     raise AssertionError(f"job {job} still {state or 'unknown'} after {timeout}s")
 
 
+def test_accounting_is_on_and_a_users_finished_jobs_are_hers_in_sacct(installed: Installed) -> None:
+    """The chart runs accounting (MariaDB in the cluster) and puts jail users in the default account on
+    its own: alice, made a moment ago with nothing else done, has her association; a job she runs then
+    is in `sacct` for her with its final state, and in root's `sacct -a`."""
+    key = installed.tmp / "id_alice"
+    assoc = "sacctmgr -n -P show assoc where user=alice format=account"
+    _eventually("alice in the default account", lambda: installed.ssh(assoc).stdout.split() == ["users"], timeout=60)
+    ctl = ("-n", installed.namespace, "exec", f"{NAME}-controller-0", "--")
+    _eventually(
+        "slurmctld knows alice's association",
+        lambda: "UserName=alice(" in installed.kube.kubectl(*ctl, "scontrol", "show", "assoc_mgr", "flags=assoc",
+                                                            "users=alice", check=False),
+        timeout=30,
+    )  # fmt: skip
+    out = installed.ssh("cd && sbatch --parsable -o acct-%j.out --wrap 'exit 3'", key=key, user="alice")
+    assert out.returncode == 0, out.stderr
+    job = out.stdout.strip().split(";")[0]
+    assert _wait_job(installed, job) == "FAILED"
+    mine = f"sacct -X -n -P -o JobID,User,State,ExitCode -j {job}"
+    _eventually(
+        f"job {job} in alice's sacct",
+        lambda: installed.ssh(mine, key=key, user="alice").stdout.split() == [f"{job}|alice|FAILED|3:0"],
+        timeout=60,
+    )
+    assert installed.ssh(f"sacct -a {mine.removeprefix('sacct ')}").stdout.split() == [f"{job}|alice|FAILED|3:0"]
+
+
 def test_sbatch_on_two_nodes_writes_its_output_into_the_jail(installed: Installed) -> None:
     out = installed.ssh("sbatch --parsable -N2 -o /root/e2e-%j.out --wrap 'srun hostname'")
     assert out.returncode == 0, out.stderr

@@ -143,11 +143,15 @@ def test_gpu_example_satisfies_the_schema() -> None:
 
 
 def test_cluster_defaults_are_the_operators_defaults() -> None:
-    """Apart from the worker group the chart adds, values.yaml says what the operator would do anyway."""
+    """Apart from the worker group and the in-cluster accounting the chart adds, values.yaml says what the
+    operator would do anyway. (A SlurmCluster written by hand gets no database volume unless it asks:
+    spec.accounting.mode defaults to Disabled; `helm install` turns accounting on.)"""
     chart = values("slurm-cluster")
     from_chart = parse_spec(spec_of(chart))
-    from_operator = parse_spec({"workerGroups": chart["workerGroups"]})
+    assert chart["accounting"]["mode"] == "InCluster"
+    from_operator = parse_spec({"workerGroups": chart["workerGroups"], "accounting": {"mode": "InCluster"}})
     assert from_chart == from_operator
+    assert parse_spec({"workerGroups": chart["workerGroups"]}).accounting.mode == "Disabled"
     assert [(g.name, g.replicas) for g in from_chart.worker_groups] == [("cpu", 2)]
     assert from_chart.login.replicas == 1
 

@@ -418,3 +418,25 @@ def test_worker_sets_carry_what_their_controller_needs_and_nothing_a_statefulset
     assert cpu["selector"]["matchLabels"].items() <= cpu["template"]["metadata"]["labels"].items()
     assert "hostname" not in cpu["template"]["spec"], "each pod gets its own (warden.workers.podset)"
     assert not any(o["kind"] == "StatefulSet" and "worker" in name for name, o in objs.items())
+
+
+@pytest.mark.parametrize(
+    ("accounting", "account"),
+    [({"mode": "InCluster"}, "users"), ({"mode": "InCluster", "defaultAccount": "lab"}, "lab"),
+     ({"mode": "InCluster", "defaultAccount": ""}, None), ({"mode": "Disabled"}, None)],
+)  # fmt: skip
+def test_the_controller_gives_new_jail_users_an_association_only_with_accounting_on(
+    accounting: dict[str, str], account: str | None
+) -> None:
+    """slurmctld's entrypoint associates jail users that accounting does not know with
+    WARDEN_DEFAULT_ACCOUNT: set with accounting on (default `users`), never without accounting."""
+    spec = parse_spec({"workerGroups": [{"name": "a"}], "accounting": accounting})
+    (ctld,) = containers(objects(Cluster("c", "ns", spec))["StatefulSet/c-controller"])
+    env = {e["name"]: e.get("value") for e in ctld["env"]}
+    assert env.get("WARDEN_DEFAULT_ACCOUNT") == account
+
+
+@pytest.mark.parametrize("bad", ["Lab", "lab account", "-lab", "a" * 65])
+def test_a_default_account_slurm_cannot_take_is_refused_naming_the_field(bad: str) -> None:
+    with pytest.raises(ValueError, match=r"default_account|defaultAccount"):
+        parse_spec({"workerGroups": [{"name": "a"}], "accounting": {"mode": "InCluster", "defaultAccount": bad}})

@@ -50,6 +50,10 @@ def controller_statefulset(cluster: Cluster) -> Manifest:
         **slurmctld_probes(),
         "resources": resources(spec.controller.resources),
     }
+    if spec.accounting.mode != "Disabled" and spec.accounting.default_account:
+        # the entrypoint gives jail users that accounting does not know an association in it (sacctmgr
+        # as root, which slurmdbd takes as an admin)
+        container["env"].append({"name": "WARDEN_DEFAULT_ACCOUNT", "value": spec.accounting.default_account})
     labels = names.labels(COMPONENT)
     return statefulset(
         cluster,
