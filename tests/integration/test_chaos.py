@@ -124,11 +124,11 @@ def test_operator_killed_twenty_times_still_converges(
     kinds_names = [tuple(k.split("/", 1)) for k in children]
     assert len(kinds_names) == len(set(kinds_names))
     statefulsets = sorted(n for k, n in kinds_names if k == "StatefulSet")
-    assert statefulsets == ["gpu-controller", "gpu-login"]
+    assert statefulsets == ["gpu-accounting", "gpu-controller", "gpu-login", "gpu-mariadb"]  # accounting InCluster
     worker_sets = sorted(n for k, n in kinds_names if k == "WorkerSet")
     assert worker_sets == ["gpu-worker-a100", "gpu-worker-cpu", "gpu-worker-h100"]
     secrets = sorted(n for k, n in kinds_names if k == "Secret")
-    assert secrets == ["gpu-jwt-key", "gpu-slurm-key", "gpu-ssh-host-keys"]
+    assert secrets == ["gpu-db-password", "gpu-jwt-key", "gpu-slurm-key", "gpu-ssh-host-keys"]
     for name, data in secret_data().items():
         if name in secrets_seen:
             assert data == secrets_seen[name], f"{name} regenerated"
