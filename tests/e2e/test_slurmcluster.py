@@ -992,17 +992,24 @@ CUDA_PROBE = (
 )
 
 
+def _driver_versions(installed: Installed) -> dict[str, str]:
+    """The stand-in driver version the device plugin gave each GPU worker, by pod (in ordinal order)."""
+    nodes = [f"{NAME}-worker-gpu-{i}" for i in range(GPU_NODES)]
+    return {
+        n: installed.kube.kubectl("-n", installed.namespace, "exec", n, "-c", "slurmd", "--",
+                                  "cat", "/run/warden/driver/version").strip()
+        for n in nodes
+    }  # fmt: skip
+
+
 def test_gpu_steps_load_their_own_nodes_driver_and_cpu_steps_none(installed: Installed) -> None:
     """The device plugin gave each GPU worker a stand-in driver, two versions in turn (one laid out as
     GKE does, one as NVIDIA's toolkit does): alice's job step on both nodes at once loads each node's
     own libcuda and runs its own nvidia-smi, a CPU step finds none, and the jail volume holds no driver."""
     _needs_gpus(installed)
     kube, ns = installed.kube, installed.namespace
-    nodes = [f"{NAME}-worker-gpu-{i}" for i in range(GPU_NODES)]
-    given = {
-        n: kube.kubectl("-n", ns, "exec", n, "-c", "slurmd", "--", "cat", "/run/warden/driver/version").strip()
-        for n in nodes
-    }
+    given = _driver_versions(installed)
+    nodes = list(given)
     assert len(set(given.values())) == GPU_NODES, given
     alice = installed.tmp / "id_alice"
     step = f"srun -p gpu -N{GPU_NODES} -w {','.join(nodes)}"
@@ -1027,12 +1034,8 @@ def test_a_gpu_step_in_a_container_loads_its_own_nodes_driver(installed: Install
     """The same on both GPU workers in a container image (which carries no driver): each task loads its
     node's own stand-in libcuda, found through the container's loader cache."""
     _needs_gpus(installed)
-    kube, ns = installed.kube, installed.namespace
-    nodes = [f"{NAME}-worker-gpu-{i}" for i in range(GPU_NODES)]
-    given = {
-        n: kube.kubectl("-n", ns, "exec", n, "-c", "slurmd", "--", "cat", "/run/warden/driver/version").strip()
-        for n in nodes
-    }
+    given = _driver_versions(installed)
+    nodes = list(given)
     reference = _test_registry(installed)
     alice = installed.tmp / "id_alice"
     step = f"srun -p gpu -N{GPU_NODES} -w {','.join(nodes)} --gpus-per-node=1 --container-image={reference}"
