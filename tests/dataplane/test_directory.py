@@ -58,7 +58,7 @@ def dora(cluster: DockerCluster, directory: Directory) -> DirectoryUser:
     """Added to the directory after the cluster is up, and to the site's group physics, which the cluster
     has known from its start (partition physics allows it); nothing done on the cluster."""
     user = DirectoryUser(cluster, directory, f"dora{uuid.uuid4().hex[:4]}", 70000 + int(uuid.uuid4().int % 900))
-    directory.add_user(user.name, user.uid, user.public_key, groups=(("physics", PHYSICS_GID),))
+    directory.add_user(user.name, user.uid, user.public_key, groups=("physics",))
     return user
 
 

@@ -48,6 +48,51 @@ def spec(uri: str = f"ldaps://{HOST}") -> dict[str, Any]:
     }
 
 
+def image() -> str:
+    return f"warden/test-ldap:{version()}"
+
+
+@dataclass(frozen=True)
+class Certificates:
+    ca: str
+    server_crt: str
+    server_key: str
+
+
+def certificates(*names: str) -> Certificates:
+    """A fresh CA and a server certificate for ``names`` with its key (PEM), made by the image's openssl."""
+    pems = docker("run", "--rm", image(), "certs", *names).stdout
+    found = list(re.finditer(r"-----BEGIN ([A-Z ]+)-----.*?-----END \1-----\n", pems, flags=re.S))
+    if [m.group(1) for m in found] != ["CERTIFICATE", "CERTIFICATE", "PRIVATE KEY"]:
+        raise DockerError(f"test-ldap certs printed {[m.group(1) for m in found]}, not a CA, a certificate and a key")
+    ca, crt, key = (m.group(0) for m in found)
+    return Certificates(ca, crt, key)
+
+
+def group_entry(group: str, gid: int) -> str:
+    return f"dn: cn={group},{GROUPS}\nobjectClass: posixGroup\ncn: {group}\ngidNumber: {gid}\n"
+
+
+def user_entries(name: str, uid: int, key: str) -> str:
+    """LDIF of ``name`` with uid and primary group ``uid`` (a group of its own name), home /home/<name>,
+    bash, the SSH public key ``key``."""
+    return (
+        f"dn: uid={name},{PEOPLE}\nobjectClass: inetOrgPerson\nobjectClass: posixAccount\n"
+        f"objectClass: ldapPublicKey\nuid: {name}\ncn: {name}\nsn: {name}\nuidNumber: {uid}\n"
+        f"gidNumber: {uid}\nhomeDirectory: /home/{name}\nloginShell: /bin/bash\nsshPublicKey: {key}\n\n"
+        + group_entry(name, uid)
+    )
+
+
+def member_change(group: str, member: str) -> str:
+    return f"dn: cn={group},{GROUPS}\nchangetype: modify\nadd: memberUid\nmemberUid: {member}\n"
+
+
+def admin_args(tool: str, admin_password: str) -> list[str]:
+    """``tool`` (ldapadd, ldapmodify, ldapdelete, ldapsearch) as the directory's admin, inside its container."""
+    return [tool, "-x", "-H", "ldap://127.0.0.1", "-D", ADMIN_DN, "-w", admin_password]
+
+
 @dataclass
 class Directory:
     prefix: str
@@ -57,23 +102,18 @@ class Directory:
 
     def __post_init__(self) -> None:
         self.container = f"{self.prefix}-ldap"
-        self.image = f"warden/test-ldap:{version()}"
+        self.image = image()
         self.ca_pem = ""
 
     def _make_certs(self) -> Path:
-        """A fresh CA and a server certificate for ``HOST`` (the image's openssl): the CA's PEM kept for
-        ``secrets()``, the server's files in a directory slapd mounts."""
-        pems = docker("run", "--rm", self.image, "certs", HOST).stdout
-        found = list(re.finditer(r"-----BEGIN ([A-Z ]+)-----.*?-----END \1-----\n", pems, flags=re.S))
-        if [m.group(1) for m in found] != ["CERTIFICATE", "CERTIFICATE", "PRIVATE KEY"]:
-            raise DockerError(
-                f"test-ldap certs printed {[m.group(1) for m in found]}, not a CA, a certificate and a key"
-            )
-        self.ca_pem, server_crt, server_key = (m.group(0) for m in found)
+        """Fresh certificates for ``HOST``: the CA's PEM kept for ``secrets()``, the server's files in a
+        directory slapd mounts."""
+        made = certificates(HOST)
+        self.ca_pem = made.ca
         certs = self.workdir / "ldap-certs"
         certs.mkdir(parents=True, exist_ok=True)
-        (certs / "server.crt").write_text(server_crt)
-        (certs / "server.key").write_text(server_key)
+        (certs / "server.crt").write_text(made.server_crt)
+        (certs / "server.key").write_text(made.server_key)
         return certs
 
     def secrets(self) -> dict[str, dict[str, str]]:
@@ -96,9 +136,7 @@ class Directory:
         )  # fmt: skip
         self.wait_answering()
         for group, gid in SITE_GROUPS.items():
-            self._ldap(
-                "ldapadd", stdin=f"dn: cn={group},{GROUPS}\nobjectClass: posixGroup\ncn: {group}\ngidNumber: {gid}\n"
-            )
+            self._ldap("ldapadd", stdin=group_entry(group, gid))
         cluster.user_secrets = {**cluster.user_secrets, **self.secrets()}
 
     def wait_answering(self, timeout: float = 60) -> None:
@@ -123,35 +161,14 @@ class Directory:
         docker("rm", "-fv", self.container, check=False)
 
     def _ldap(self, tool: str, *args: str, stdin: str | None = None, check: bool = True) -> Any:
-        return docker(
-            "exec", "-i", self.container, tool, "-x", "-H", "ldap://127.0.0.1", "-D", ADMIN_DN,
-            "-w", self.admin_password, *args, input=stdin, check=check,
-        )  # fmt: skip
+        return docker("exec", "-i", self.container, *admin_args(tool, self.admin_password), *args, input=stdin,
+                      check=check)  # fmt: skip
 
-    def add_user(self, name: str, uid: int, key: str, groups: tuple[tuple[str, int], ...] = ()) -> None:
-        """``name`` with uid and primary group ``uid`` (a group of its own name), home /home/<name>, bash,
-        the SSH public key ``key``; and member of each (group, gid), made if missing."""
-        ldif = (
-            f"dn: uid={name},{PEOPLE}\nobjectClass: inetOrgPerson\nobjectClass: posixAccount\n"
-            f"objectClass: ldapPublicKey\nuid: {name}\ncn: {name}\nsn: {name}\nuidNumber: {uid}\n"
-            f"gidNumber: {uid}\nhomeDirectory: /home/{name}\nloginShell: /bin/bash\nsshPublicKey: {key}\n\n"
-            f"dn: cn={name},{GROUPS}\nobjectClass: posixGroup\ncn: {name}\ngidNumber: {uid}\n"
-        )
-        self._ldap("ldapadd", stdin=ldif)
-        for group, gid in groups:
-            self.add_member(group, gid, name)
-
-    def add_member(self, group: str, gid: int, member: str) -> None:
-        exists = self._ldap("ldapsearch", "-b", GROUPS, f"(cn={group})", "dn").stdout
-        if f"dn: cn={group}," in exists:
-            change = f"dn: cn={group},{GROUPS}\nchangetype: modify\nadd: memberUid\nmemberUid: {member}\n"
-            self._ldap("ldapmodify", stdin=change)
-        else:
-            entry = (
-                f"dn: cn={group},{GROUPS}\nobjectClass: posixGroup\ncn: {group}\ngidNumber: {gid}\n"
-                f"memberUid: {member}\n"
-            )
-            self._ldap("ldapadd", stdin=entry)
+    def add_user(self, name: str, uid: int, key: str, groups: tuple[str, ...] = ()) -> None:
+        """``name`` (``user_entries``), and a member of each of the site's ``groups``."""
+        self._ldap("ldapadd", stdin=user_entries(name, uid, key))
+        for group in groups:
+            self._ldap("ldapmodify", stdin=member_change(group, name))
 
     def delete_user(self, name: str) -> None:
         self._ldap("ldapdelete", f"uid={name},{PEOPLE}", f"cn={name},{GROUPS}")
