@@ -162,10 +162,16 @@ def test_work_goes_on_while_the_directory_is_unreachable(
     try:
         # past the cache time: SSSD finds the directory gone and answers from its cache
         time.sleep(CACHE_SECONDS + 2)
-        out = dora.ssh("srun -p cpu -N2 id -u | sort -u")
-        assert out.strip() == str(dora.uid), out
+        out = dora.ssh("srun -p cpu -N2 id -u | sort -u; squeue -h -u $USER -t all -o %i | sort -n | tail -1")
+        uid, job = out.split()
+        assert uid == str(dora.uid), out
         ok, said = dora.login("id -u")
         assert ok and said.strip() == str(dora.uid), said
+        # the job ended cleanly on both nodes (its epilog too), which take the next job
+        ctl = cluster.names.controller_pod
+        state = f"squeue -h -t all -j {job} -o %T"
+        _eventually(f"{job} COMPLETED", lambda: cluster.exec(ctl, state).out, lambda out: out.strip() == "COMPLETED")
+        assert cluster.exec(ctl, "sinfo -h -R -N -p cpu -o '%N %E'").out.strip() == ""
     finally:
         directory.start_again()
 
