@@ -187,11 +187,22 @@ class SiteDirectory:
             {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "ldap", "namespace": namespace},
              "spec": {"selector": {"matchLabels": labels},
                       "template": {"metadata": {"labels": labels}, "spec": pod}}},
-            {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "ldap", "namespace": namespace},
-             "spec": {"selector": labels, "ports": [{"name": "ldaps", "port": 636}, {"name": "ldap", "port": 389}]}},
+            site.service(),
         ])  # fmt: skip
         kube.kubectl("-n", namespace, "rollout", "status", "deployment/ldap", "--timeout=120s", timeout=150)
         return site
+
+    def service(self) -> dict[str, Any]:
+        return {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "ldap", "namespace": self.namespace},
+                "spec": {"selector": {"app.kubernetes.io/name": "test-ldap"},
+                         "ports": [{"name": "ldaps", "port": 636}, {"name": "ldap", "port": 389}]}}  # fmt: skip
+
+    def unreachable(self) -> None:
+        """The directory cannot be reached (its Service gone: the name resolves no more); its data stays."""
+        self.kube.kubectl("-n", self.namespace, "delete", "service", "ldap", "--wait=true")
+
+    def reachable(self) -> None:
+        self.kube.apply([self.service()])
 
     def _secret(self, name: str, data: dict[str, str]) -> dict[str, Any]:
         return {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": self.namespace},
@@ -771,17 +782,13 @@ def test_a_directory_groups_partition_an_outage_and_a_person_who_left(installed:
         _spec_reconciled(installed, before)
 
     # the directory goes away; past the cache time her login and jobs are served from SSSD's cache
-    installed.kube.kubectl("-n", installed.namespace, "scale", "deployment/ldap", "--replicas=0")
-    installed.kube.kubectl("-n", installed.namespace, "wait", "--for=delete", "pod", "-l",
-                           "app.kubernetes.io/name=test-ldap", "--timeout=60s", timeout=90)  # fmt: skip
+    site.unreachable()
     try:
         time.sleep(directory.CACHE_SECONDS + 2)
         out = dana("srun -N2 id -u | sort -u")
         assert out.returncode == 0 and out.stdout.strip() == "70100", (out.stdout, out.stderr)
     finally:
-        installed.kube.kubectl("-n", installed.namespace, "scale", "deployment/ldap", "--replicas=1")
-        installed.kube.kubectl("-n", installed.namespace, "rollout", "status", "deployment/ldap", "--timeout=120s",
-                               timeout=150)  # fmt: skip
+        site.reachable()
 
     # she leaves: removed from the directory, her login is refused once the cache time has passed
     site.run("ldapdelete", f"uid=dana,{directory.PEOPLE}", f"cn=dana,{directory.GROUPS}")

@@ -5,6 +5,7 @@ run in the e2e tier (the SlurmCluster's DirectoryReachable condition)."""
 from __future__ import annotations
 
 import socket
+import ssl
 
 import pytest
 
@@ -64,3 +65,11 @@ def test_a_ca_bundle_that_is_no_pem_is_a_tls_failure_naming_the_field() -> None:
     ldap = Ldap.model_validate({"uris": ["ldaps://127.0.0.1:1"], "searchBase": "dc=x"})
     result = ldapcheck.check(ldap, "", "", "not a certificate", timeout=1)
     assert not result.ok and result.reason == ldapcheck.TLS_FAILED and "caSecretRef" in result.message
+
+
+def test_certificates_are_verified_as_sssd_verifies_them() -> None:
+    """The host name and the chain, always; not Python 3.13's X.509 strict mode, which refuses CAs SSSD
+    takes (a CA without keyUsage: the check would call a working directory failing)."""
+    context = ldapcheck.tls_context(None)
+    assert context.verify_mode == ssl.CERT_REQUIRED and context.check_hostname
+    assert not context.verify_flags & ssl.VERIFY_X509_STRICT

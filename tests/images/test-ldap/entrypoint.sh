@@ -6,7 +6,8 @@ if [ "${1:-}" = certs ]; then
     d="$(mktemp -d)"
     cd "$d"
     openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout ca.key -out ca.crt \
-        -days 7 -subj /CN=warden-test-ca 2>/dev/null
+        -days 7 -subj /CN=warden-test-ca -addext basicConstraints=critical,CA:TRUE \
+        -addext keyUsage=critical,keyCertSign,cRLSign 2>/dev/null
     openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout server.key -out server.csr \
         -subj "/CN=$1" 2>/dev/null
     san="$(printf 'DNS:%s,' "$@")"
