@@ -115,7 +115,7 @@ images-24.11: base-image ## the Slurm images again on Slurm 24.11 (warden/<name>
 images-gpu: base-image ## the GPU jail: warden/jail-gpu, warden/populate-jail-gpu (CUDA, NCCL, all_reduce_perf)
 	hack/images.sh spank container-runtime jail gpu
 
-images-test: base-image ## what the test tiers run beside a cluster: warden/test-registry (Debian's docker-registry), warden/test-image
+images-test: base-image ## what the test tiers run beside a cluster: warden/test-registry (Debian's docker-registry), warden/test-image, warden/test-ldap (OpenLDAP's slapd)
 	hack/images.sh test
 
 # --- local cluster -----------------------------------------------------------------------------

@@ -4,7 +4,7 @@
 #
 #   hack/images.sh [NAME...]      default: all images of ALL below
 #   hack/images.sh gpu            the GPU jail: jail-gpu populate-jail-gpu (not in ALL: big; after jail)
-#   hack/images.sh test           the test tiers' registry and image: test-registry test-image (not in ALL)
+#   hack/images.sh test           the test tiers' registry, image and directory: test-registry test-image test-ldap (not in ALL)
 #
 # Needs Docker (hack/docker.sh ensure) and the base image (hack/base-image.sh); the Makefile target
 # `images` runs both first. Build context: the repository root (.dockerignore keeps it small), except
@@ -34,7 +34,7 @@ case "$SERIES" in
     *) echo "images.sh: WARDEN_SLURM_SERIES='$SERIES' (want 26.05 or 24.11)" >&2; exit 2 ;;
 esac
 # images without Slurm in them: built once, with the default series
-SERIES_NEUTRAL=" mariadb operator test-registry test-image "
+SERIES_NEUTRAL=" mariadb operator test-registry test-image test-ldap "
 TAG="$VERSION"
 [ "$SERIES" = "$DEFAULT_SERIES" ] || TAG="$VERSION-slurm$SERIES"
 
@@ -43,7 +43,7 @@ ALL=(spank container-runtime slurm-base controller worker login accounting healt
 # Built on request only (after jail): the GPU jail and its populate image.
 GPU=(jail-gpu populate-jail-gpu)
 # Built on request only: what the test tiers run beside a cluster (a registry, an image to push to it).
-TEST=(test-registry test-image)
+TEST=(test-registry test-image test-ldap)
 dockerfile() {
     case "$1" in
         jail) echo jail/Dockerfile ;;

@@ -25,6 +25,13 @@ rm -rf /etc/slurm/plugstack.conf /etc/slurm/plugstack.conf.d
 sed -i -E 's/^#?UID_MIN.*/UID_MIN 10000/; s/^#?UID_MAX.*/UID_MAX 59999/; s/^#?GID_MIN.*/GID_MIN 10000/; s/^#?GID_MAX.*/GID_MAX 59999/' /etc/login.defs
 grep -q '^UID_MIN 10000' /etc/login.defs
 
+# Directory users and groups (spec.identity.ldap) after the jail's own; without a directory the pods bind
+# no SSSD sockets here and libnss-sss answers "unavailable" at once. Nothing else asks SSSD.
+sed -i -E -e 's/^(passwd|group):.*$/\1:         files sss/' -e 's/^shadow:.*$/shadow:         files/' \
+    -e '/^(services|netgroup|automount|sudoers):/ s/ sss//' /etc/nsswitch.conf
+grep -q '^passwd: *files sss$' /etc/nsswitch.conf
+install -d -m 0755 /var/lib/sss/pipes /var/lib/sss/mc
+
 # Login shells in the jail get a prompt that says where they are.
 cat >/etc/profile.d/warden.sh <<'SH'
 # Warden jail

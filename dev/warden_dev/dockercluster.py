@@ -219,6 +219,11 @@ class DockerCluster:
     keep: bool = field(default_factory=lambda: os.environ.get("WARDEN_DATAPLANE_KEEP") == "1")
     #: the driver each GPU pod gets, in turn (None: a GPU pod without a driver); default: the stand-ins
     drivers: Sequence[FakeDriver | None] | None = None
+    #: Secrets a user makes before the SlurmCluster (spec.identity.ldap's bind and CA Secrets): name -> data
+    user_secrets: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    #: what runs beside the cluster and must answer before its pods start (a directory they read): called
+    #: once the cluster's network exists, before the Secrets are written
+    before_pods: Callable[[DockerCluster], None] | None = None
 
     def __post_init__(self) -> None:
         self.prefix = f"wdp-{self.run_id}"
@@ -288,6 +293,8 @@ class DockerCluster:
                 (d / key).write_text(text)
         for spec in self.rendered.secrets:
             self.secrets[spec.name] = spec.generate()
+        for name, data in self.user_secrets.items():
+            self.secrets[name] = dict(data)
         client = self.dir / "client"
         client.mkdir(mode=0o700)
         (client / "id_ed25519").write_text(self.client_private_key)
@@ -380,8 +387,10 @@ class DockerCluster:
         then the others (see the module's docstring); returns when Slurm is up."""
         t0 = time.monotonic()
         self._started = True
-        self._write_files()
         docker("network", "create", *self.labels_args(), self.network)
+        if self.before_pods is not None:
+            self.before_pods(self)  # may add user_secrets
+        self._write_files()
         self.create_volume(self.jail_volume)
         self._plan()
         client_args = [

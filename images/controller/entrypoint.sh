@@ -42,33 +42,20 @@ LD_PRELOAD="$guard" slurmctld -D ${WARDEN_SLURMCTLD_ARGS:-} "$@" &
 ctld_pid=$!
 
 # Jail users (uid 1000-59999) that accounting does not know yet get an association in
-# $WARDEN_DEFAULT_ACCOUNT (made if missing), so that `sacct` shows them their jobs: with private jobs a user
+# $WARDEN_DEFAULT_ACCOUNT (warden_associate), so that `sacct` shows them their jobs: with private jobs a user
 # sees only the jobs they submitted with an association. Looked at when the jail's passwd changed, and
-# again each round until every such user has one; users an admin put in accounting keep theirs.
-# sacctmgr runs as root, which slurmdbd takes as an admin.
+# again each round until every such user has one. Directory users get theirs at each login (the login
+# node's session hook), as the directory cannot be listed without SSSD enumerating it.
 associate_users() {
-    local account="$WARDEN_DEFAULT_ACCOUNT" passwd="$WARDEN_JAIL/etc/passwd" done_sum="" sum want known missing
+    local passwd="$WARDEN_JAIL/etc/passwd" done_sum="" sum
     trap - TERM INT
     set +e # a failed look is tried again next round, never the end of the loop
     while sleep "${WARDEN_ACCOUNTS_POLL:-3}"; do
         sum="$(cksum <"$passwd" 2>/dev/null)" || continue
         [ "$sum" = "$done_sum" ] && continue
-        want="$(awk -F: '$3 >= 1000 && $3 <= 59999 { print $1 }' "$passwd" | sort -u)"
-        known="$(timeout 30 sacctmgr -n -P list users format=user 2>/dev/null | sort -u)" || continue
-        missing="$(comm -23 <(printf '%s\n' "$want") <(printf '%s\n' "$known") | grep -v '^$' | paste -sd, -)" || true
-        if [ -n "$missing" ]; then
-            if ! timeout 30 sacctmgr -n -P list accounts format=account 2>/dev/null | grep -qxF "$account"; then
-                timeout 30 sacctmgr -i add account "$account" description="jail users" organization=warden \
-                    >/dev/null 2>&1 || continue
-                warden_log "accounting: made account $account"
-            fi
-            if ! timeout 30 sacctmgr -i add user name="$missing" account="$account" >/dev/null 2>&1; then
-                warden_log "accounting: could not add $missing to account $account; trying again"
-                continue
-            fi
-            warden_log "accounting: $missing now in account $account"
-        fi
-        done_sum="$sum"
+        # shellcheck disable=SC2046 # one word per user name
+        warden_associate "$WARDEN_DEFAULT_ACCOUNT" $(awk -F: '$3 >= 1000 && $3 <= 59999 { print $1 }' "$passwd") &&
+            done_sum="$sum"
     done
 }
 if [ -n "${WARDEN_DEFAULT_ACCOUNT:-}" ]; then

@@ -7,6 +7,8 @@
 #   WARDEN_SACKD_ARGS                  extra sackd flags
 #   WARDEN_CONFIG_POLL                 seconds between looks at the mounted Slurm and SSH config
 #                                      (default 2); changes are copied in and sshd is HUPed
+#   WARDEN_DEFAULT_ACCOUNT             with accounting on (spec.accounting.defaultAccount) and a directory:
+#                                      directory users get an association in it when they log in
 set -euo pipefail
 WARDEN_COMPONENT=login
 # shellcheck source=../slurm-base/warden-lib.sh
@@ -19,6 +21,9 @@ hostkeys="${WARDEN_SSH_HOST_KEYS:-/etc/warden/ssh-host-keys}"
 config_hash="$(warden_dirs_hash "$WARDEN_CONFIG_DIR" "$ssh_in")"
 warden_slurm_config
 warden_jail_users
+# what sshd's PAM session hook (directory users: /usr/lib/warden/warden-session) needs of this environment
+install -d -m 0755 /run/warden
+printf 'WARDEN_JAIL=%q\nWARDEN_DEFAULT_ACCOUNT=%q\n' "$WARDEN_JAIL" "${WARDEN_DEFAULT_ACCOUNT:-}" >/run/warden/session.env
 
 ssh_files() {
     if [ -f "$ssh_in/sshd_config" ]; then

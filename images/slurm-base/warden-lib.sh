@@ -63,7 +63,8 @@ warden_jwt_key() {
 WARDEN_JAIL_SENTINEL="${WARDEN_JAIL_SENTINEL:-.warden-populated}"
 warden_jail_populated() { [ -f "$WARDEN_JAIL/$WARDEN_JAIL_SENTINEL" ]; }
 
-# Users live in the jail's /etc/passwd, /etc/group, /etc/shadow (see jail/warden-useradd).
+# Users live in the jail's /etc/passwd, /etc/group, /etc/shadow (see jail/warden-useradd), and in a
+# directory when spec.identity.ldap names one (warden_start_sssd, below).
 # libnss-extrausers reads /var/lib/extrausers/{passwd,group,shadow} afresh at every lookup: point them
 # at the jail's files BY PATH (symbolic links), so sshd, slurmctld, slurmd and slurmdbd see the jail as
 # it is at each lookup: users and groups created at any time (useradd replaces those files by rename,
@@ -81,6 +82,102 @@ warden_jail_users() {
     else
         warden_log "users: the jail is not populated yet; its users resolve through $WARDEN_JAIL/etc/{passwd,group,shadow} as soon as the populate Job has filled it (nothing to restart)"
     fi
+    warden_start_sssd
+}
+
+# Directory users (spec.identity.ldap; nothing to do without it): SSSD runs in this container from the
+# rendered sssd.conf ($WARDEN_IDENTITY_DIR, ConfigMap <cluster>-identity) plus the bind DN and password
+# of the bind Secret ($WARDEN_IDENTITY_BIND_DIR: keys bindDN, password), which only this function reads.
+# NSS (passwd, group: files extrausers sss), slurmctld, slurmd and sshd's AuthorizedKeysCommand ask it
+# through its sockets in /var/lib/sss/pipes; warden_jail_binds shows them inside the jail, so job steps
+# and SSH sessions resolve the same users. A poll hook (WARDEN_POLL_HOOKS) starts SSSD again when it
+# died, and when the settings or credentials changed. WARDEN_SSSD_EXTRA: more lines for its domain.
+WARDEN_IDENTITY_DIR="${WARDEN_IDENTITY_DIR:-/etc/warden/identity}"
+WARDEN_IDENTITY_BIND_DIR="${WARDEN_IDENTITY_BIND_DIR:-/etc/warden/identity-bind}"
+WARDEN_IDENTITY_CA_DIR="${WARDEN_IDENTITY_CA_DIR:-/etc/warden/identity-ca}"
+WARDEN_SSS_PIPES=/var/lib/sss/pipes
+warden_directory() { [ -f "$WARDEN_IDENTITY_DIR/sssd.conf" ]; }
+
+warden_sssd_conf() {
+    local tmp
+    install -d -m 0711 /etc/sssd
+    tmp="$(mktemp /etc/sssd/.sssd.conf.XXXXXX)" || return 1
+    {
+        # the [domain/...] section is the rendered file's last: what follows belongs to it
+        cat "$WARDEN_IDENTITY_DIR/sssd.conf"
+        if [ -s "$WARDEN_IDENTITY_BIND_DIR/bindDN" ]; then
+            printf 'ldap_default_bind_dn = %s\n' "$(head -n 1 "$WARDEN_IDENTITY_BIND_DIR/bindDN")"
+        fi
+        if [ -s "$WARDEN_IDENTITY_BIND_DIR/password" ]; then
+            printf 'ldap_default_authtok_type = password\nldap_default_authtok = %s\n' \
+                "$(head -n 1 "$WARDEN_IDENTITY_BIND_DIR/password")"
+        fi
+        [ -z "${WARDEN_SSSD_EXTRA:-}" ] || printf '%s\n' "$WARDEN_SSSD_EXTRA"
+    } >"$tmp" || { rm -f "$tmp"; return 1; }
+    chmod 0600 "$tmp" && mv -f "$tmp" /etc/sssd/sssd.conf
+}
+
+warden_sssd_run() {
+    warden_sssd_conf || { warden_log "users: error: cannot write /etc/sssd/sssd.conf"; return 1; }
+    rm -f /run/sssd.pid /var/run/sssd.pid
+    # -i: in the foreground of this subshell, its errors on this container's stderr
+    sssd -i --logger=stderr &
+    sssd_pid=$!
+    sssd_inputs="$(warden_dirs_hash "$WARDEN_IDENTITY_DIR" "$WARDEN_IDENTITY_BIND_DIR" "$WARDEN_IDENTITY_CA_DIR")"
+    for _ in $(seq 1 100); do
+        [ -S "$WARDEN_SSS_PIPES/nss" ] && return 0
+        kill -0 "$sssd_pid" 2>/dev/null || { warden_log "users: error: SSSD exited at start"; return 1; }
+        sleep 0.1
+    done
+    warden_log "users: warning: SSSD has not opened $WARDEN_SSS_PIPES/nss after 10 s"
+}
+
+warden_start_sssd() {
+    warden_directory || return 0
+    command -v sssd >/dev/null || warden_die "spec.identity.ldap is set but this image has no sssd"
+    warden_sssd_run || warden_die "SSSD did not start (spec.identity.ldap)"
+    warden_log "users: directory users through SSSD ($sssd_pid): $(sed -n 's/^ldap_uri = //p' "$WARDEN_IDENTITY_DIR/sssd.conf")"
+    WARDEN_POLL_HOOKS="${WARDEN_POLL_HOOKS:-} warden_sssd_keep"
+}
+
+# The poll hook of warden_start_sssd.
+warden_sssd_keep() {
+    local now
+    now="$(warden_dirs_hash "$WARDEN_IDENTITY_DIR" "$WARDEN_IDENTITY_BIND_DIR" "$WARDEN_IDENTITY_CA_DIR")"
+    if ! kill -0 "$sssd_pid" 2>/dev/null; then
+        warden_log "users: SSSD ($sssd_pid) is gone; starting it again"
+    elif [ "$now" != "$sssd_inputs" ]; then
+        warden_log "users: the directory settings changed; restarting SSSD"
+        kill -TERM "$sssd_pid" 2>/dev/null
+        for _ in $(seq 1 50); do kill -0 "$sssd_pid" 2>/dev/null || break; sleep 0.1; done
+    else
+        return 0
+    fi
+    warden_sssd_run && warden_log "users: SSSD running again ($sssd_pid)"
+}
+
+# Accounting's default account (spec.accounting.defaultAccount): the users named that accounting does not
+# know yet get an association in ACCOUNT (made if missing); users an admin put in accounting keep theirs.
+# sacctmgr runs as root, which slurmdbd takes as an admin. Fails (to be tried again) when slurmdbd does not
+# answer. Used by slurmctld's pod (jail users) and the login nodes' session hook (directory users).
+#   warden_associate ACCOUNT USER...
+warden_associate() {
+    local account="$1" known missing
+    shift
+    [ "$#" -gt 0 ] || return 0
+    known="$(timeout 30 sacctmgr -n -P list users format=user 2>/dev/null | sort -u)" || return 1
+    missing="$(comm -23 <(printf '%s\n' "$@" | sort -u) <(printf '%s\n' "$known") | grep -v '^$' | paste -sd, -)" || true
+    [ -n "$missing" ] || return 0
+    if ! timeout 30 sacctmgr -n -P list accounts format=account 2>/dev/null | grep -qxF "$account"; then
+        timeout 30 sacctmgr -i add account "$account" description="jail users" organization=warden \
+            >/dev/null 2>&1 || return 1
+        warden_log "accounting: made account $account"
+    fi
+    if ! timeout 30 sacctmgr -i add user name="$missing" account="$account" >/dev/null 2>&1; then
+        warden_log "accounting: could not add $missing to account $account; trying again"
+        return 1
+    fi
+    warden_log "accounting: $missing now in account $account"
 }
 
 # Make this pod's Slurm client view visible inside the jail, in this container's own mount
@@ -129,8 +226,12 @@ warden_jail_binds() {
     chown "${WARDEN_RUN_SLURM_OWNER:-slurm}:${WARDEN_RUN_SLURM_OWNER:-slurm}" /run/slurm
     warden_client_config
     # the pod's name resolution (cluster DNS, search domains, /etc/hosts) applies inside the jail too
+    local sss=()
+    # directory users: SSSD's sockets (and its read-only memory cache) for the jail's libnss-sss
+    warden_directory && sss=("$WARDEN_SSS_PIPES:$WARDEN_SSS_PIPES:rw" "/var/lib/sss/mc:/var/lib/sss/mc:ro")
     for pair in "$client:/etc/slurm:ro" "/run/slurm:/run/slurm:rw" \
-        "/etc/resolv.conf:/etc/resolv.conf:ro" "/etc/hosts:/etc/hosts:ro" "/etc/hostname:/etc/hostname:ro" "$@"; do
+        "/etc/resolv.conf:/etc/resolv.conf:ro" "/etc/hosts:/etc/hosts:ro" "/etc/hostname:/etc/hostname:ro" \
+        ${sss[@]+"${sss[@]}"} "$@"; do
         if warden_jail_bind "$pair" bound; then WARDEN_JAIL_BOUND+=("$pair"); fi
     done
 }

@@ -77,8 +77,14 @@ _UPGRADE = {
     "DowngradeRefused": Reason(True, "Validate", "spec.slurmVersion is older than the cluster runs: nothing applied"),
     "UpgradeTooLarge": Reason(True, "Validate", "spec.slurmVersion is more than 3 releases ahead: nothing applied"),
 }
+_DIRECTORY = {
+    "DirectoryFailing": Reason(
+        True, "Observe", "spec.identity.ldap's directory cannot be used (the note: unreachable, TLS, or bind refused)"
+    ),
+    "DirectoryReachable": Reason(False, "Observe", "the directory answers and accepts the bind (again)"),
+}
 #: every reason the operator posts; a reason not listed here is a programming error
-REASONS: dict[str, Reason] = {**_RECONCILE, **_HEALTH, **_SLURM, **_UPGRADE}
+REASONS: dict[str, Reason] = {**_RECONCILE, **_HEALTH, **_SLURM, **_UPGRADE, **_DIRECTORY}
 
 
 @dataclass(frozen=True)

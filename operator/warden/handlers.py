@@ -18,6 +18,7 @@
 - Slurm's side is read every few seconds by one thread (`warden.slurmsync`) for every SlurmCluster
   the handlers above have seen: node states to pod conditions and status, cordons to drains; each round
   then goes to the WorkerSet controller, whose sets act on what Slurm said.
+- A cluster's directory (spec.identity.ldap) is checked every half minute by another (`warden.directorysync`).
 """
 
 from __future__ import annotations
@@ -32,12 +33,15 @@ import kopf
 from kubernetes import client, config
 
 from warden import opmetrics, slurmupgrade
+from warden.directorysync import DirectorySync
+from warden.directorysync import Settings as DirectorySettings
 from warden.events import Event, Ref
 from warden.kube import kinds
 from warden.kube.apply import Applier, ApplyResult, Owner
 from warden.kube.client import Kube
 from warden.kube.events import EventRecorder
 from warden.kube.retention import set_jail_retention
+from warden.ldapcheck import DirectoryCheck
 from warden.model import (
     API_GROUP,
     API_VERSION,
@@ -74,6 +78,8 @@ class State:
         self.locks: defaultdict[tuple[str, str], threading.Lock] = defaultdict(threading.Lock)
         self.sync_settings = Settings()
         self.sync: SlurmSync | None = None
+        self.directory_settings = DirectorySettings()
+        self.directories: DirectorySync | None = None
         self.worker_sets: WorkerSets | None = None
         #: clusters whose heal failed and is tried again soon, with what drifted (told when it succeeds)
         self.heals_due: dict[tuple[str, str], list[str]] = {}
@@ -88,6 +94,8 @@ class State:
         """A SlurmCluster this operator handles: its Slurm side is synced from now on."""
         if self.sync is not None:
             self.sync.watch(namespace, name)
+        if self.directories is not None:
+            self.directories.watch(namespace, name)
 
 
 STATE = State()
@@ -139,12 +147,17 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     if STATE.slurm_required:
         STATE.sync = SlurmSync(STATE.kube, STATE.events, actions, STATE.worker_sets, STATE.sync_settings, _refresh)
         STATE.sync.start()
+    if STATE.directory_settings.interval > 0:
+        STATE.directories = DirectorySync(STATE.kube, STATE.events, STATE.directory_settings, _refresh_directory)
+        STATE.directories.start()
 
 
 @kopf.on.cleanup()
 def stop_sync(**_: Any) -> None:
     if STATE.sync is not None:
         STATE.sync.stop()
+    if STATE.directories is not None:
+        STATE.directories.stop()
     if STATE.worker_sets is not None:
         STATE.worker_sets.stop()
 
@@ -210,6 +223,8 @@ def _post_events(body: Mapping[str, Any], result: ApplyResult) -> None:
 @kopf.on.update(API_GROUP, API_VERSION, PLURAL, field="spec")
 def reconcile_cluster(body: kopf.Body, **_: Any) -> None:
     STATE.seen(body["metadata"]["namespace"], body["metadata"]["name"])
+    if STATE.directories is not None:
+        STATE.directories.check_soon()  # the directory settings may have changed
     with STATE.locks[(body["metadata"]["namespace"], body["metadata"]["name"])]:
         try:
             outcome = reconcile(applier(), dict(body), STATE.slurm_required)
@@ -239,7 +254,19 @@ def _refresh(
         _refresh_locked(namespace, name, slurm, slurmctld)
 
 
-def _refresh_locked(namespace: str, name: str, slurm: SlurmNodesStatus | None, slurmctld: Slurmctld | None) -> None:
+def _refresh_directory(namespace: str, name: str, directory: DirectoryCheck) -> None:
+    """Fold a check of the cluster's directory into status (from the directory thread)."""
+    with STATE.locks[(namespace, name)]:
+        _refresh_locked(namespace, name, None, None, directory)
+
+
+def _refresh_locked(
+    namespace: str,
+    name: str,
+    slurm: SlurmNodesStatus | None,
+    slurmctld: Slurmctld | None,
+    directory: DirectoryCheck | None = None,
+) -> None:
     api = applier()
     body = api.kube.get(f"{API_GROUP}/{API_VERSION}", "SlurmCluster", namespace, name)
     if body is None or body["metadata"].get("deletionTimestamp"):
@@ -254,7 +281,14 @@ def _refresh_locked(namespace: str, name: str, slurm: SlurmNodesStatus | None, s
     if previous is not None and previous.observed_generation is not None:
         generation = previous.observed_generation  # only the reconcile handler moves it forward
     status = refresh_status(
-        api.kube, cluster, generation, previous, slurm=slurm, slurm_required=STATE.slurm_required, slurmctld=slurmctld
+        api.kube,
+        cluster,
+        generation,
+        previous,
+        slurm=slurm,
+        slurm_required=STATE.slurm_required,
+        slurmctld=slurmctld,
+        directory=directory,
     )
     if status.slurm is not None and status.slurm.phase == "Upgrading":
         # A Slurm upgrade moves on when what it waits for is observed: reconcile, which releases the next

@@ -581,6 +581,13 @@ class Partition(Spec):
         pattern=r"^(UNLIMITED|INFINITE|(\d+-)?\d+(:\d{1,2}){0,2})$",
         description="Slurm MaxTime, e.g. `1-00:00:00`.",
     )
+    allow_groups: list[Annotated[str, Field(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$", max_length=64)]] = Field(
+        default_factory=list,
+        max_length=64,
+        description="Only members of these Unix groups (jail or directory groups) may run jobs here (Slurm"
+        " AllowGroups; root and SlurmUser always may). Empty: everyone.",
+        json_schema_extra={"x-kubernetes-list-type": "set"},
+    )
 
 
 #: Slurm 24.11's PrivateData values (slurm.conf). slurmdbd.conf takes the accounting ones only.
@@ -708,6 +715,117 @@ class Accounting(Spec):
         if self.mode == "External" and self.external is None:
             raise ValueError("external: mode External needs spec.accounting.external (host and passwordSecretRef)")
         return self
+
+
+#: an LDAP URI: ldaps:// or ldap:// and a host, an optional port, nothing else
+LDAP_URI = r"^ldaps?://([A-Za-z0-9]([-A-Za-z0-9.]*[A-Za-z0-9])?|\[[0-9A-Fa-f:.]+\])(:[0-9]{1,5})?/?$"
+#: a distinguished name of printable ASCII on one line (sssd.conf takes it as it is)
+LDAP_DN = r"^[A-Za-z][A-Za-z0-9-]*=[ -~]*$"
+#: an LDAP search filter in parentheses, printable ASCII on one line
+LDAP_FILTER = r"^\([ -~]*\)$"
+
+
+class Ldap(Spec):
+    """An LDAP directory (OpenLDAP, FreeIPA's, Active Directory) that users and groups come from, read by
+    SSSD in the controller, login and worker pods."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "(has(self.insecurePlaintext) && self.insecurePlaintext) || "
+                    "!has(self.startTls) || self.startTls || self.uris.all(u, u.startsWith('ldaps://'))",
+                    "message": "an ldap:// URI without startTls sends passwords and users in the clear; use ldaps://,"
+                    " keep startTls on, or set insecurePlaintext: true",
+                    "fieldPath": ".startTls",
+                }
+            ]
+        }
+    )
+
+    uris: list[Annotated[str, Field(pattern=LDAP_URI, max_length=263)]] = Field(
+        min_length=1,
+        max_length=8,
+        description="Servers, tried in order: `ldaps://host[:port]` (TLS from the first byte) or `ldap://host[:port]`"
+        " (StartTLS unless startTls is false).",
+    )
+    search_base: Annotated[str, Field(pattern=LDAP_DN, max_length=1024)] = Field(
+        description="Base DN of users and groups, e.g. `dc=example,dc=org`."
+    )
+    user_search_base: Annotated[str, Field(pattern=LDAP_DN, max_length=1024)] | None = Field(
+        default=None, description="Base DN of users (default: searchBase)."
+    )
+    group_search_base: Annotated[str, Field(pattern=LDAP_DN, max_length=1024)] | None = Field(
+        default=None, description="Base DN of groups (default: searchBase)."
+    )
+    user_filter: Annotated[str, Field(pattern=LDAP_FILTER, max_length=1024)] | None = Field(
+        default=None, description="Only users matching this filter exist on the cluster, e.g. `(memberOf=cn=hpc,...)`."
+    )
+    group_filter: Annotated[str, Field(pattern=LDAP_FILTER, max_length=1024)] | None = Field(
+        default=None, description="Only groups matching this filter exist on the cluster."
+    )
+    schema_: Literal["rfc2307", "rfc2307bis", "AD"] = Field(
+        default="rfc2307",
+        alias="schema",
+        description="`rfc2307` (posixGroup memberUid: OpenLDAP's nis schema), `rfc2307bis` (groups list member DNs),"
+        " `AD` (Active Directory: its attribute names; uids and gids from uidNumber/gidNumber, or from the SIDs"
+        " with idMapping).",
+    )
+    id_mapping: bool = Field(
+        default=False,
+        description="Active Directory without POSIX attributes: derive uids and gids from the objects' SIDs"
+        " (the same on every pod).",
+    )
+    bind_secret: DnsSubdomain | None = Field(
+        default=None,
+        description="Secret (same namespace) with keys `bindDN` and `password`: the account SSSD reads the directory"
+        " as. Only the controller, login and worker pods mount it. Absent: anonymous reads.",
+    )
+    ca_secret_ref: SecretKeyRef | None = Field(
+        default=None,
+        description="Secret key (default `password`; use `key: ca.crt`) holding the PEM CA bundle that signed the"
+        " servers' certificates. Absent: the images' system CAs.",
+    )
+    start_tls: bool = Field(default=True, description="StartTLS on `ldap://` URIs (ldaps:// is TLS anyway).")
+    insecure_plaintext: bool = Field(
+        default=False,
+        description="Allow `ldap://` without StartTLS: users, groups and the bind password cross the network in the"
+        " clear. Only for a directory on a network you trust.",
+    )
+    ssh_key_attribute: Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9-]*$", max_length=64)] = Field(
+        default="sshPublicKey",
+        description="The user attribute holding SSH public keys (OpenSSH's LPK schema: sshPublicKey); login nodes"
+        " accept them beside the keys in the user's jail home.",
+    )
+    cache_seconds: int = Field(
+        default=300,
+        ge=10,
+        le=86400,
+        description="How long a looked-up user or group is trusted before the directory is asked again: a person"
+        " removed from the directory can log in and submit until then. While the directory is unreachable, the"
+        " cached users keep working.",
+    )
+
+    @model_validator(mode="after")
+    def _tls(self) -> Ldap:
+        if not self.insecure_plaintext and not self.start_tls:
+            plain = [u for u in self.uris if u.startswith("ldap://")]
+            if plain:
+                raise ValueError(
+                    f"startTls: {plain[0]} without StartTLS sends passwords and users in the clear; use ldaps://,"
+                    " keep startTls on, or set insecurePlaintext: true"
+                )
+        return self
+
+
+class Identity(Spec):
+    """Where users and groups come from besides the jail's own /etc/passwd (`warden-useradd`)."""
+
+    ldap: Ldap | None = Field(
+        default=None,
+        description="An LDAP/AD directory: its users log in with the SSH keys it holds, get a home in the jail at"
+        " their first login, and run jobs as their directory uid on every node.",
+    )
 
 
 class NcclCheck(Spec):
@@ -921,6 +1039,7 @@ class SlurmClusterSpec(Spec):
     network_policy: NetworkPolicy = Field(default_factory=NetworkPolicy)
     metrics: Metrics = Field(default_factory=Metrics)
     containers: Containers = Field(default_factory=Containers)
+    identity: Identity = Field(default_factory=Identity)
 
     @model_validator(mode="after")
     def _cross_field(self) -> SlurmClusterSpec:

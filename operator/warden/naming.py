@@ -25,6 +25,16 @@ SSH_CONFIG_DIR = "/etc/warden/ssh"
 SSH_HOST_KEYS_DIR = "/etc/warden/ssh-host-keys"
 # Where the login entrypoint installs per-user authorized_keys (root's from the spec).
 SSH_AUTHORIZED_KEYS_DIR = "/etc/ssh/warden_authorized_keys"
+#: directory users (spec.identity.ldap): the rendered sssd.conf (ConfigMap <cluster>-identity), the bind
+#: Secret (keys IDENTITY_BIND_DN_KEY, IDENTITY_PASSWORD_KEY) and the CA bundle, read by the entrypoints
+IDENTITY_CONFIG_DIR = "/etc/warden/identity"
+IDENTITY_BIND_DIR = "/etc/warden/identity-bind"
+IDENTITY_CA_DIR = "/etc/warden/identity-ca"
+IDENTITY_CA_FILE = f"{IDENTITY_CA_DIR}/ca.crt"
+IDENTITY_BIND_DN_KEY = "bindDN"
+IDENTITY_PASSWORD_KEY = "password"
+#: sshd's AuthorizedKeysCommand on login nodes with a directory: the keys SSSD read from it
+SSH_KEYS_COMMAND = "/usr/bin/sss_ssh_authorizedkeys"
 JAIL_MOUNT = "/mnt/jail"
 STATE_SAVE_LOCATION = "/var/spool/slurmctld"
 SLURMD_SPOOL_DIR = "/var/spool/slurmd"
@@ -171,6 +181,10 @@ class Names:
     @property
     def ssh_host_keys(self) -> str:
         return f"{self.cluster}-ssh-host-keys"
+
+    @property
+    def identity(self) -> str:
+        return f"{self.cluster}-identity"
 
     @property
     def slurmdbd_config(self) -> str:

@@ -20,6 +20,7 @@ from warden import naming, opmetrics, slurmupgrade
 from warden.kube.apply import Applier, ApplyResult, Owner, run_steps
 from warden.kube.client import Kube
 from warden.kube.retention import apply_jail_claim
+from warden.ldapcheck import DirectoryCheck
 from warden.model import (
     API_GROUP,
     API_VERSION,
@@ -253,10 +254,13 @@ def refresh_status(
     slurm_required: bool = False,
     slurmctld: Slurmctld | None = None,
     upgrade: slurmupgrade.Plan | None = None,
+    directory: DirectoryCheck | None = None,
 ) -> SlurmClusterStatus:
     nodes = slurm or (previous.slurm_nodes if previous is not None else None)
     versions = dict(nodes.slurmd_versions) if nodes is not None else {}
-    observed = dataclasses.replace(observe(kube, cluster, versions), slurm=slurm, slurmctld=slurmctld)
+    observed = dataclasses.replace(
+        observe(kube, cluster, versions), slurm=slurm, slurmctld=slurmctld, directory=directory
+    )
     status = fold(cluster.spec, generation, observed, previous, now(), errors, waiting, slurm_required, upgrade)
     if previous is None or status != previous:
         kube.patch_status(cluster.name, cluster.namespace, status_patch(previous, status))

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from warden import slurmupgrade
+from warden.ldapcheck import DirectoryCheck
 from warden.model import (
     SLURM_IMAGES,
     Condition,
@@ -62,6 +63,8 @@ class Observed:
     slurmctld: Slurmctld | None = None
     #: the series every Slurm pod and the populate Job were given (``warden.slurmupgrade``)
     parts: slurmupgrade.Observation = field(default_factory=slurmupgrade.Observation)
+    #: how spec.identity.ldap's directory answered (``warden.directorysync``); None: not checked this time
+    directory: DirectoryCheck | None = None
 
 
 def _condition(
@@ -227,6 +230,25 @@ def fold(
     ok, reason, message = slurmupgrade.condition(upgrade, observed.parts, accounting_on)
     version = cond("SlurmVersion", ok, reason, message)
 
+    # Directory users (spec.identity.ldap): the last check stands until the next; never part of Ready (the
+    # jail's users keep working, SSSD serves directory users from its cache)
+    directory: Condition | None = None
+    if spec.identity.ldap is not None:
+        d = observed.directory
+        if d is not None:
+            directory = cond("DirectoryReachable", d.ok, d.reason, d.message[:1024])
+        elif "DirectoryReachable" in prev:
+            directory = prev["DirectoryReachable"]
+        else:
+            directory = Condition(
+                type="DirectoryReachable",
+                status="Unknown",
+                reason="NotChecked",
+                message="the directory has not been checked yet",
+                last_transition_time=now,
+                observed_generation=generation,
+            )
+
     parts = [jail, controller, restapi, login, workers, accounting, registered]
     failing = [p.type for p in parts if p.status == "False" or (p.status == "Unknown" and slurm_required)]
     if upgrade.refusal is not None:
@@ -255,7 +277,18 @@ def fold(
     return SlurmClusterStatus(
         phase=phase,
         observed_generation=generation,
-        conditions=[ready, jail, controller, restapi, login, workers, accounting, registered, version],
+        conditions=[
+            ready,
+            jail,
+            controller,
+            restapi,
+            login,
+            workers,
+            accounting,
+            registered,
+            version,
+            *([directory] if directory is not None else []),
+        ],
         workers=f"{ready_total}/{desired_total}",
         login=f"{min(lg.ready, spec.login.replicas)}/{spec.login.replicas}",
         jail_populated=observed.jail_populated,

@@ -14,19 +14,37 @@ import pytest
 
 from tests.dataplane.spec import SPEC
 from tests.support import failures
+from tests.support.directory import Directory
 from tests.support.dockerfixture import running_for_tests
 from tests.support.jailuser import JailUser
-from warden_dev.dockercluster import DockerCluster, sweep_stale
+from warden_dev.dockercluster import DockerCluster, missing_images, sweep_stale
 
 
 @pytest.fixture(scope="session")
-def cluster() -> Iterator[DockerCluster]:
-    """The session's cluster, up (workers idle, SSH answering, slurmdbd knows the cluster). Torn down
-    at session end whatever happened, also on SIGTERM; a killed run's leftovers are swept by the next."""
+def planned() -> DockerCluster:
+    """The session's cluster before it starts."""
+    return DockerCluster(SPEC)
+
+
+@pytest.fixture(scope="session")
+def directory(planned: DockerCluster) -> Directory:
+    """The LDAP directory the session's cluster reads its directory users from (spec.identity.ldap):
+    started beside the cluster, before its pods."""
+    return Directory(planned.prefix, planned.dir)
+
+
+@pytest.fixture(scope="session")
+def cluster(planned: DockerCluster, directory: Directory) -> Iterator[DockerCluster]:
+    """The session's cluster, up (workers idle, SSH answering, slurmdbd knows the cluster), with its
+    directory. Torn down at session end whatever happened, also on SIGTERM; a killed run's leftovers are
+    swept by the next."""
     swept = sweep_stale()
     if swept:
         print(f"\nremoved leftovers of dead dataplane runs: {', '.join(swept)}", file=sys.stderr)
-    with running_for_tests(DockerCluster(SPEC), "cluster", failures.any_failed) as c:
+    if missing_images([directory.image]):
+        pytest.fail(f"image missing: {directory.image} (make images-test)", pytrace=False)
+    planned.before_pods = directory.start_beside
+    with running_for_tests(planned, "cluster", failures.any_failed) as c:
         yield c
 
 

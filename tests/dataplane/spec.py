@@ -5,6 +5,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from tests.support import directory
+
 #: Two CPU workers, one GPU worker with two (fake) GPUs of type "fake", a login node, in-cluster
 #: accounting, dcgm-exporter's GPU job mapping (so every job runs slurmd's Prolog and Epilog). Each
 #: worker claims 2 CPUs and 1 GiB, which every CI machine has. The conformance tier runs SchedMD's suite
@@ -31,7 +33,7 @@ BASE_SPEC: dict[str, Any] = {
 
 #: The dataplane tier's: BASE_SPEC with containers in jobs (pyxis; the test registry speaks plain HTTP)
 #: on those groups, one worker of group `plain` without containers (partition `plain`): the jail's
-#: behaviour either way; and accounting's default account, as the chart has it.
+#: behaviour either way; accounting's default account, as the chart has it; and an LDAP directory.
 SPEC: dict[str, Any] = copy.deepcopy(BASE_SPEC)
 SPEC["workerGroups"].append(
     {"name": "plain", "replicas": 1, "containers": False, "resources": {"limits": {"cpu": "2", "memory": "1Gi"}}}
@@ -39,3 +41,8 @@ SPEC["workerGroups"].append(
 SPEC["partitions"].append({"name": "plain", "workerGroups": ["plain"]})
 SPEC["containers"] = {"enabled": True, "allowHttpRegistries": True, "store": {"sizeLimit": "4Gi"}}
 SPEC["accounting"] = {"mode": "InCluster"}  # jail users join the default account `users` on their own
+# directory users beside the jail's (tests/support/directory.py: slapd on the cluster's network, TLS on);
+# partition `physics` admits only members of the directory group physics (on group `plain`, whose node
+# the other tests never list: `sinfo -N` shows a node once per partition)
+SPEC["identity"] = directory.spec()
+SPEC["partitions"].append({"name": "physics", "workerGroups": ["plain"], "allowGroups": ["physics"]})

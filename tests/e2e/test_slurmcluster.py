@@ -38,7 +38,7 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.support import jailmounts, registry
+from tests.support import directory, jailmounts, registry
 from tests.support.dashboard import dashboard_expressions, load_dashboard, promql_metric_names
 from warden import naming
 from warden.opmetrics import exposed_names
@@ -76,6 +76,8 @@ class Installed:
     gpus: bool
     tmp: Path
     users_made_at: dict[str, float]  # jail user -> time.monotonic() of its creation
+    #: the LDAP directory the cluster reads its directory users from (None: a cluster without one)
+    site: SiteDirectory | None = None
 
     def make_user(self, name: str) -> Path:
         """`warden-useradd` as root on the login node (chrooted into the jail), with a new SSH key."""
@@ -153,6 +155,79 @@ class Installed:
                        "-f", str(self.values_file))  # fmt: skip
 
 
+@dataclass
+class SiteDirectory:
+    """The site's LDAP directory: slapd (warden/test-ldap) with TLS as a Deployment and Service ``ldap`` in the
+    cluster's namespace, its certificates made fresh; the Secrets a site makes for the SlurmCluster."""
+
+    kube: Kube
+    namespace: str
+    admin_password: str
+    reader_password: str
+    ca: str
+
+    @classmethod
+    def deploy(cls, kube: Kube, namespace: str) -> SiteDirectory:
+        host = f"ldap.{namespace}.svc"
+        certs = directory.certificates("ldap", host, f"{host}.cluster.local")
+        if not os.environ.get("KUBECONFIG"):
+            LocalCluster().import_images([directory.image()])
+        site = cls(kube, namespace, uuid.uuid4().hex, uuid.uuid4().hex, certs.ca)
+        labels = {"app.kubernetes.io/name": "test-ldap"}
+        env = [{"name": "READER_PASSWORD", "value": site.reader_password},
+               {"name": "ADMIN_PASSWORD", "value": site.admin_password}]  # fmt: skip
+        pod = {"containers": [{"name": "slapd", "image": directory.image(), "imagePullPolicy": "IfNotPresent",
+                               "env": env, "volumeMounts": [{"name": "certs", "mountPath": "/certs"}],
+                               "readinessProbe": {"tcpSocket": {"port": 636}, "periodSeconds": 1}}],
+               "volumes": [{"name": "certs", "secret": {"secretName": "ldap-server"}}]}  # fmt: skip
+        kube.apply([
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}},
+            site._secret("ldap-server", {"server.crt": certs.server_crt, "server.key": certs.server_key}),
+            *[site._secret(name, data) for name, data in site.secrets().items()],
+            {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "ldap", "namespace": namespace},
+             "spec": {"selector": {"matchLabels": labels},
+                      "template": {"metadata": {"labels": labels}, "spec": pod}}},
+            site.service(),
+        ])  # fmt: skip
+        kube.kubectl("-n", namespace, "rollout", "status", "deployment/ldap", "--timeout=120s", timeout=150)
+        return site
+
+    def service(self) -> dict[str, Any]:
+        return {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "ldap", "namespace": self.namespace},
+                "spec": {"selector": {"app.kubernetes.io/name": "test-ldap"},
+                         "ports": [{"name": "ldaps", "port": 636}, {"name": "ldap", "port": 389}]}}  # fmt: skip
+
+    def unreachable(self) -> None:
+        """The directory cannot be reached (its Service gone: the name resolves no more); its data stays."""
+        self.kube.kubectl("-n", self.namespace, "delete", "service", "ldap", "--wait=true")
+
+    def reachable(self) -> None:
+        self.kube.apply([self.service()])
+
+    def _secret(self, name: str, data: dict[str, str]) -> dict[str, Any]:
+        return {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": self.namespace},
+                "stringData": data}  # fmt: skip
+
+    def secrets(self) -> dict[str, dict[str, str]]:
+        return {
+            directory.BIND_SECRET: {naming.IDENTITY_BIND_DN_KEY: directory.READER_DN,
+                                    naming.IDENTITY_PASSWORD_KEY: self.reader_password},
+            directory.CA_SECRET: {"ca.crt": self.ca},
+        }  # fmt: skip
+
+    def values(self) -> dict[str, Any]:
+        """The chart's `identity` value."""
+        return directory.spec(f"ldaps://ldap.{self.namespace}.svc")
+
+    def set_secret(self, name: str, data: dict[str, str]) -> None:
+        """What a site's admin does to a Secret (a rotated password, another CA)."""
+        self.kube.apply([self._secret(name, data)])
+
+    def run(self, tool: str, *args: str, stdin: str | None = None) -> str:
+        return self.kube.kubectl("-n", self.namespace, "exec", "-i", "deploy/ldap", "--",
+                                 *directory.admin_args(tool, self.admin_password), *args, input=stdin)  # fmt: skip
+
+
 RESOURCES = {"requests": {"cpu": "50m", "memory": "128Mi"}, "limits": {"cpu": "1", "memory": "1Gi"}}
 
 
@@ -204,11 +279,14 @@ def installed(kube: Kube, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     values = _values(key.with_suffix(".pub").read_text().strip(), workers=2)
     t0 = time.monotonic()
     try:
+        # the site's directory is there before the cluster, which is installed reading it
+        site = SiteDirectory.deploy(kube, namespace)
+        values["identity"] = site.values()
         install_charts(kube, namespace, namespace, values, tmp / "values.json", operator_release=operator, crds="chart",
                        operator_set={"slurmSync.registerTimeoutSeconds": str(REGISTER_TIMEOUT)})  # fmt: skip
         status = wait_slurmcluster_ready(kube, namespace, NAME, timeout=600)
         print(f"\nSlurmCluster {namespace}/{NAME} Ready {time.monotonic() - t0:.0f}s after helm install")
-        yield Installed(kube, namespace, values, tmp / "values.json", key, status, gpus, tmp, {})
+        yield Installed(kube, namespace, values, tmp / "values.json", key, status, gpus, tmp, {}, site)
     finally:
         uninstall_charts(kube, namespace, NAME, operator, "slurm-operator-crds")
         # a jail kept by default (a test that stopped before deleting it): the local provisioner removes
@@ -563,6 +641,159 @@ def test_accounting_is_on_and_a_users_finished_jobs_are_hers_in_sacct(installed:
         timeout=60,
     )
     assert installed.ssh(f"sacct -a {mine.removeprefix('sacct ')}").stdout.split() == [f"{job}|alice|FAILED|3:0"]
+
+
+def test_a_person_added_to_the_directory_after_install_logs_in_and_runs_jobs_as_herself(installed: Installed) -> None:
+    """dana is added to the site's LDAP directory after the cluster is up, with an SSH key; nothing is done
+    on the cluster. She logs in with that key, lands in a fresh home in the jail, runs a step on two
+    nodes and a two-node batch job as her directory uid, and finds it in sacct with its final state."""
+    key = new_ssh_key(installed.tmp / "id_dana", "dana")
+    uid = 70100
+    assert installed.site is not None
+    installed.site.run(
+        "ldapadd", stdin=directory.user_entries("dana", uid, key.with_suffix(".pub").read_text().strip())
+    )
+
+    def dana(command: str) -> subprocess.CompletedProcess[str]:
+        return installed.ssh(command, key=key, user="dana")
+
+    first = _eventually("dana's first login", lambda: (lambda r: r if r.returncode == 0 else None)(
+        dana("id -u; pwd; stat -c '%u:%g %a' ~; ls -A ~")), timeout=60)  # fmt: skip
+    lines = first.stdout.splitlines()
+    assert lines[:3] == [str(uid), "/home/dana", f"{uid}:{uid} 700"], first.stdout
+    assert ".ssh" not in lines[3:], first.stdout  # the key came from the directory
+    out = dana("srun -N2 bash -c 'echo $(hostname) $(id -u)' | sort")
+    assert out.returncode == 0, out.stderr
+    assert [line.split()[1] for line in out.stdout.splitlines()] == [str(uid), str(uid)], out.stdout
+    out = dana("cd && sbatch --parsable -N2 -o dana-%j.out --wrap 'srun id -u'")
+    assert out.returncode == 0, out.stderr
+    job = out.stdout.strip().split(";")[0]
+    assert _wait_job(installed, job) == "COMPLETED"
+    assert dana(f"stat -c %u ~/dana-{job}.out; sort -u ~/dana-{job}.out").stdout.split() == [str(uid), str(uid)]
+    _eventually(
+        f"job {job} in dana's sacct",
+        lambda: (
+            dana(f"sacct -u dana -X -n -P -o JobID,User,State,NNodes -j {job}").stdout.split()
+            == [f"{job}|dana|COMPLETED|2"]
+        ),
+        timeout=60,
+    )
+
+
+def _generation(installed: Installed) -> int:
+    return int(installed.kube.json("-n", installed.namespace, "get", "slurmcluster", NAME)["metadata"]["generation"])
+
+
+def _directory_condition(installed: Installed) -> dict[str, Any]:
+    obj = installed.kube.json("-n", installed.namespace, "get", "slurmcluster", NAME)
+    return next((c for c in obj["status"].get("conditions", []) if c["type"] == "DirectoryReachable"), {})
+
+
+def test_the_cluster_says_what_is_wrong_with_its_directory_while_local_users_keep_working(
+    installed: Installed,
+) -> None:
+    """A rotated bind password the cluster was not given, a CA that did not sign the server's
+    certificate, a server name that does not resolve: each in the SlurmCluster's DirectoryReachable
+    condition and a DirectoryFailing Event naming what fails; root and the jail's users go on."""
+    site = installed.site
+    assert site is not None
+    _eventually("DirectoryReachable", lambda: _directory_condition(installed).get("status") == "True", timeout=90)
+
+    def fails_with(reason: str, words: str) -> None:
+        _eventually(
+            f"DirectoryReachable {reason}",
+            lambda: (lambda c: c.get("status") == "False" and c.get("reason") == reason and words in c["message"])(
+                _directory_condition(installed)),
+            timeout=90,
+        )  # fmt: skip
+        assert any(words in m for m in _events(installed, "DirectoryFailing")), _events(installed, "DirectoryFailing")
+        out = installed.ssh("srun -N1 id -u")  # root, a local user, is not held up
+        assert out.returncode == 0 and out.stdout.strip() == "0", out.stderr
+
+    def works_again() -> None:
+        _eventually("DirectoryReachable again", lambda: _directory_condition(installed).get("status") == "True",
+                    timeout=90)  # fmt: skip
+
+    good = site.secrets()
+    site.set_secret(directory.BIND_SECRET, {**good[directory.BIND_SECRET], naming.IDENTITY_PASSWORD_KEY: "wrong"})
+    fails_with("BindFailed", "invalid credentials for cn=reader")
+    site.set_secret(directory.BIND_SECRET, good[directory.BIND_SECRET])
+    works_again()
+    assert _events(installed, "DirectoryReachable")
+
+    site.set_secret(directory.CA_SECRET, {"ca.crt": directory.certificates("someone-else").ca})
+    fails_with("TLSFailed", "certificate does not verify")
+    site.set_secret(directory.CA_SECRET, good[directory.CA_SECRET])
+    works_again()
+
+    before = _generation(installed)
+    installed.values["identity"]["ldap"]["uris"] = [f"ldaps://no-such-ldap.{installed.namespace}.svc"]
+    installed.helm_upgrade()
+    _spec_reconciled(installed, before)
+    fails_with("Unreachable", "cannot connect")
+    before = _generation(installed)
+    installed.values["identity"] = site.values()
+    installed.helm_upgrade()
+    _spec_reconciled(installed, before)
+    works_again()
+    # and the directory's users log in again
+    key = installed.tmp / "id_dana"
+    _eventually("dana logs in again", lambda: installed.ssh("id -u", key=key, user="dana").returncode == 0, timeout=120)
+
+
+def test_a_directory_groups_partition_an_outage_and_a_person_who_left(installed: Installed) -> None:
+    """dana's group `physics` (the site's, made in the directory now) opens a partition to its members only;
+    the directory stops for a while and her next job still runs; she is removed from the directory and
+    cannot log in once the cache time has passed."""
+    site = installed.site
+    assert site is not None
+    key = installed.tmp / "id_dana"
+
+    def dana(command: str) -> subprocess.CompletedProcess[str]:
+        return installed.ssh(command, key=key, user="dana")
+
+    site.run("ldapadd", stdin=directory.group_entry("physics", 71000))
+    site.run("ldapmodify", stdin=directory.member_change("physics", "dana"))
+    before = _generation(installed)
+    installed.values["partitions"] = [
+        {"name": "cpu", "workerGroups": ["cpu"], "default": True},
+        {"name": "physics", "workerGroups": ["cpu"], "allowGroups": ["physics"]},
+    ]
+    installed.helm_upgrade()
+    _spec_reconciled(installed, before)
+    try:
+        _eventually("physics admits dana", lambda: dana("srun -p physics id -u").stdout.strip() == "70100",
+                    timeout=directory.CACHE_SECONDS + 120, interval=3)  # fmt: skip
+        out = installed.ssh("sbatch --parsable -p physics --wrap true")  # root is no member, but root may
+        assert out.returncode == 0, out.stderr
+        assert _wait_job(installed, out.stdout.strip().split(";")[0]) == "COMPLETED"
+        alice = installed.tmp / "id_alice"
+        out = installed.ssh("sbatch --parsable -p physics --wrap true", key=alice, user="alice")
+        assert out.returncode == 0, out.stderr
+        job = out.stdout.strip().split(";")[0]
+        why = _eventually("alice's job held back", lambda: (lambda r: r if "not in group permitted" in r else None)(
+            installed.ssh(f"squeue -h -j {job} -o '%T %r'").stdout))  # fmt: skip
+        assert why.startswith("PENDING"), why
+        installed.ssh(f"scancel {job}")
+    finally:
+        before = _generation(installed)
+        del installed.values["partitions"]
+        installed.helm_upgrade()
+        _spec_reconciled(installed, before)
+
+    # the directory goes away; past the cache time her login and jobs are served from SSSD's cache
+    site.unreachable()
+    try:
+        time.sleep(directory.CACHE_SECONDS + 2)
+        out = dana("srun -N2 id -u | sort -u")
+        assert out.returncode == 0 and out.stdout.strip() == "70100", (out.stdout, out.stderr)
+    finally:
+        site.reachable()
+
+    # she leaves: removed from the directory, her login is refused once the cache time has passed
+    site.run("ldapdelete", f"uid=dana,{directory.PEOPLE}", f"cn=dana,{directory.GROUPS}")
+    _eventually("dana refused", lambda: dana("true").returncode != 0, timeout=directory.CACHE_SECONDS + 120,
+                interval=3)  # fmt: skip
 
 
 def test_sbatch_on_two_nodes_writes_its_output_into_the_jail(installed: Installed) -> None:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
+from warden.ldapcheck import DirectoryCheck
 from warden.model import DrainedNode, SlurmClusterSpec, SlurmClusterStatus, SlurmNodesStatus, parse_spec
 from warden.status import UNRESPONSIVE, Observed, Slurmctld, Workload, fold, invalid_spec_status
 
@@ -267,3 +269,24 @@ def test_the_status_patch_names_with_null_what_the_previous_status_had_and_this_
     assert patch["slurmNodes"]["slurmdVersions"] == {"24.11.5": None, "26.05.5": 2}
     assert patch["slurm"]["step"] is None
     assert status_patch(None, after) == after.model_dump(by_alias=True, exclude_none=True)
+
+
+def test_the_directory_check_is_a_condition_of_its_own_that_never_holds_ready_back() -> None:
+    spec = parse_spec(
+        {
+            "workerGroups": [{"name": "cpu", "replicas": 2}, {"name": "gpu", "replicas": 1, "gpus": {"count": 4}}],
+            "accounting": {"mode": "InCluster"},
+            "identity": {"ldap": {"uris": ["ldaps://ldap"], "searchBase": "dc=x"}},
+        }
+    )
+    assert "DirectoryReachable" not in conditions(fold(SPEC, 1, ready_cluster(), None, T0))
+    unchecked = fold(spec, 1, ready_cluster(), None, T0)
+    assert conditions(unchecked)["DirectoryReachable"] == "Unknown" and unchecked.phase == "Ready"
+    bad = DirectoryCheck(False, "BindFailed", "ldaps://ldap: invalid credentials for cn=reader")
+    failing = fold(spec, 1, dataclasses.replace(ready_cluster(), directory=bad), unchecked, T1)
+    (cond,) = [c for c in failing.conditions if c.type == "DirectoryReachable"]
+    assert (cond.status, cond.reason, cond.message) == ("False", "BindFailed", bad.message)
+    assert failing.phase == "Ready" and conditions(failing)["Ready"] == "True"  # local users keep working
+    # a refresh that did not check the directory keeps what the last check said
+    later = fold(spec, 1, ready_cluster(), failing, T1)
+    assert [c for c in later.conditions if c.type == "DirectoryReachable"] == [cond]

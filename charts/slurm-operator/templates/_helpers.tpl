@@ -103,7 +103,8 @@ authorized as "create", of one that exists as "patch": both are needed for appli
   resources: ["configmaps"]
   verbs: ["get", "list", "watch", "create", "patch", "update", "delete"]
 # Generated Secrets: created once when absent, never changed or deleted; watched (the operator's own,
-# by label) so a deleted one is made again. The jail's PVC: created once when absent, watched (its
+# by label) so a deleted one is made again. The directory's bind and CA Secrets (spec.identity.ldap): read
+# to check the directory. The jail's PVC: created once when absent, watched (its
 # volume is kept once bound), its owner reference patched when `retainOnDelete` changes. Never deleted.
 - apiGroups: [""]
   resources: ["secrets"]

@@ -12,6 +12,8 @@ from warden.render.pods import (
     config_map_volume,
     content_hash,
     daemon_probes,
+    identity_mounts,
+    identity_volumes,
     jail_volume,
     mount,
     resources,
@@ -58,6 +60,8 @@ def slurmdbd_statefulset(cluster: Cluster) -> Manifest:
             # Users are the jail's: slurmdbd maps account users to uids (admin levels, coordinators)
             # through the jail's /etc/passwd, read live (the entrypoint points NSS extrausers at it).
             mount("jail", naming.JAIL_MOUNT, read_only=True),
+            # and directory users (spec.identity.ldap) through SSSD, like slurmctld
+            *identity_mounts(cluster),
         ],
         **daemon_probes(naming.SLURMDBD_PORT, liveness_delay=60),
         "resources": resources(spec.accounting.resources),
@@ -77,6 +81,7 @@ def slurmdbd_statefulset(cluster: Cluster) -> Manifest:
                 config_map_volume("slurmdbd-config", names.slurmdbd_config),
                 _password_volume(cluster),
                 jail_volume(cluster),
+                *identity_volumes(cluster),
             ],
         },
     )

@@ -36,6 +36,8 @@ def render(cluster: Cluster) -> Rendered:
     ]
     if cluster.spec.accounting.mode != "Disabled":
         objects.append(configmaps.slurmdbd_config(cluster))
+    if (identity := configmaps.identity(cluster)) is not None:
+        objects.append(identity)
     objects += jail.render(cluster)
     objects += accounting.render(cluster)
     objects += controller.render(cluster)

@@ -52,6 +52,7 @@ def slurm_conf(cluster: Cluster) -> str:
             "nodes": [nodeset_name(w) for w in p.worker_groups if w in groups],
             "default": p.default,
             "max_time": p.max_time,
+            "allow_groups": p.allow_groups,
             "def_mem_per_cpu": default_mem_per_cpu([groups[w] for w in p.worker_groups if w in groups]),
         }
         for p in spec.effective_partitions()
@@ -182,12 +183,40 @@ def sshd_config(cluster: Cluster) -> str:
         tcp_forwarding=_TCP_FORWARDING[forwarding.tcp],
         agent_forwarding=_yes_no(forwarding.agent),
         x11_forwarding=_yes_no(forwarding.x11),
+        directory=cluster.spec.identity.ldap is not None,
+        keys_command=naming.SSH_KEYS_COMMAND,
     )
 
 
 def authorized_keys(cluster: Cluster) -> str:
     keys = cluster.spec.login.ssh_authorized_keys
     return "".join(f"{k}\n" for k in keys)
+
+
+#: SSSD's domain name on every pod: what `getent` and logs call the directory's users' source
+SSSD_DOMAIN = "directory"
+_LDAP_SCHEMAS = {"rfc2307": "rfc2307", "rfc2307bis": "rfc2307bis", "AD": "ad"}
+
+
+def sssd_conf(cluster: Cluster) -> str | None:
+    """sssd.conf for spec.identity.ldap, without the bind credentials (the entrypoints add them from the
+    bind Secret, which only SSSD's pods mount); None without a directory."""
+    ldap = cluster.spec.identity.ldap
+    if ldap is None:
+        return None
+    tls = not ldap.insecure_plaintext or any(u.startswith("ldaps://") for u in ldap.uris)
+    return _render(
+        "sssd.conf.j2",
+        **_common(cluster),
+        ldap=ldap,
+        domain=SSSD_DOMAIN,
+        schema=_LDAP_SCHEMAS[ldap.schema_],
+        bind_secret=ldap.bind_secret,
+        tls=tls,
+        # StartTLS on ldap:// URIs; an ldaps:// URI is TLS whatever this says
+        start_tls=ldap.start_tls and any(u.startswith("ldap://") for u in ldap.uris),
+        ca_file=naming.IDENTITY_CA_FILE if ldap.ca_secret_ref else None,
+    )
 
 
 def slurmdbd_conf(cluster: Cluster) -> str:

@@ -20,6 +20,14 @@ def sshd_config(cluster: Cluster) -> Manifest:
     return _config_map(cluster, cluster.names.sshd_config, "login", data)
 
 
+def identity(cluster: Cluster) -> Manifest | None:
+    """sssd.conf of spec.identity.ldap (no credentials: those stay in the bind Secret); None without one."""
+    text = config.sssd_conf(cluster)
+    if text is None:
+        return None
+    return _config_map(cluster, cluster.names.identity, "identity", {"sssd.conf": text})
+
+
 def slurmdbd_config(cluster: Cluster) -> Manifest:
     data = {"slurmdbd.conf": config.slurmdbd_conf(cluster)}
     return _config_map(cluster, cluster.names.slurmdbd_config, "accounting", data)

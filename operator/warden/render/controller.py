@@ -9,6 +9,8 @@ from warden.render.pods import (
     claim_spec,
     claim_template,
     dns_config,
+    identity_mounts,
+    identity_volumes,
     jail_volume,
     mount,
     resources,
@@ -46,6 +48,9 @@ def controller_statefulset(cluster: Cluster) -> Manifest:
             mount("jail", naming.JAIL_MOUNT, read_only=True),
             # auth/jwt: slurmctld checks the tokens slurmrestd passes on (the entrypoint copies it)
             mount("jwt-key", naming.JWT_KEY_DIR, read_only=True),
+            # directory users (spec.identity.ldap): slurmctld resolves them through SSSD, for --uid,
+            # AllowGroups and accounting
+            *identity_mounts(cluster),
         ],
         **slurmctld_probes(),
         "resources": resources(spec.controller.resources),
@@ -69,7 +74,12 @@ def controller_statefulset(cluster: Cluster) -> Manifest:
             "dnsConfig": dns_config(cluster),
             "terminationGracePeriodSeconds": 30,
             "containers": [container],
-            "volumes": [*slurm_volumes(cluster), jail_volume(cluster), secret_volume("jwt-key", names.jwt_key)],
+            "volumes": [
+                *slurm_volumes(cluster),
+                jail_volume(cluster),
+                secret_volume("jwt-key", names.jwt_key),
+                *identity_volumes(cluster),
+            ],
         },
         claims=[claim_template("state", labels, claim_spec(state.size, state.storage_class_name))],
     )

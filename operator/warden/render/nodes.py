@@ -14,6 +14,8 @@ from warden.render.pods import (
     daemon_probes,
     dns_config,
     empty_dir,
+    identity_mounts,
+    identity_volumes,
     jail_volume,
     listening_probe,
     meta,
@@ -138,6 +140,7 @@ def worker_set(cluster: Cluster, group: WorkerGroup) -> Manifest:
             *local_mounts,
             *mapping_mounts,
             *store_mounts,
+            *identity_mounts(cluster),
         ],
         "readinessProbe": listening_probe(naming.SLURMD_PORT, period=5),
         "resources": resources(group.resources, gpu_limits),
@@ -159,6 +162,7 @@ def worker_set(cluster: Cluster, group: WorkerGroup) -> Manifest:
             *local_volumes,
             *mapping_volumes,
             *store_volumes,
+            *identity_volumes(cluster),
         ],
     }
     if group.node_selector:
@@ -213,6 +217,7 @@ def login_statefulset(cluster: Cluster) -> Manifest:
             mount("sshd-config", naming.SSH_CONFIG_DIR, read_only=True),
             mount("ssh-host-keys", naming.SSH_HOST_KEYS_DIR, read_only=True),
             mount("run-slurm", naming.SLURM_RUN_DIR),
+            *identity_mounts(cluster),
         ],
         # Sessions are chrooted into the jail; the entrypoint binds Slurm's client config (without
         # the key), the auth socket of sackd and the pod's DNS files into it, in this pod only.
@@ -220,6 +225,10 @@ def login_statefulset(cluster: Cluster) -> Manifest:
         **daemon_probes(naming.SSH_PORT, liveness_delay=30),
         "resources": resources(spec.login.resources),
     }
+    if spec.identity.ldap is not None and spec.accounting.mode != "Disabled" and spec.accounting.default_account:
+        # directory users get their association at login (the session hook; the jail's users get theirs
+        # from slurmctld's pod, which sees the jail's passwd change)
+        container["env"].append({"name": "WARDEN_DEFAULT_ACCOUNT", "value": spec.accounting.default_account})
     return statefulset(
         cluster,
         names.login,
@@ -238,6 +247,7 @@ def login_statefulset(cluster: Cluster) -> Manifest:
                 config_map_volume("sshd-config", names.sshd_config),
                 secret_volume("ssh-host-keys", names.ssh_host_keys, mode=0o400),
                 empty_dir("run-slurm"),
+                *identity_volumes(cluster),
             ],
         },
     )

@@ -102,6 +102,32 @@ def slurm_mounts() -> list[Manifest]:
     ]
 
 
+def identity_volumes(cluster: Cluster) -> list[Manifest]:
+    """Directory users (spec.identity.ldap) for a pod that runs SSSD (controller, login, workers): the
+    rendered sssd.conf, the bind Secret and the CA bundle. None without a directory."""
+    ldap = cluster.spec.identity.ldap
+    if ldap is None:
+        return []
+    out = [config_map_volume("identity", cluster.names.identity)]
+    if ldap.bind_secret:
+        out.append(secret_volume("identity-bind", ldap.bind_secret))
+    if ldap.ca_secret_ref:
+        ref = ldap.ca_secret_ref
+        items = [{"key": ref.key, "path": naming.IDENTITY_CA_FILE.rsplit("/", 1)[1]}]
+        out.append({"name": "identity-ca", "secret": {"secretName": ref.name, "defaultMode": 0o444, "items": items}})
+    return out
+
+
+def identity_mounts(cluster: Cluster) -> list[Manifest]:
+    """The mounts of ``identity_volumes``."""
+    paths = {
+        "identity": naming.IDENTITY_CONFIG_DIR,
+        "identity-bind": naming.IDENTITY_BIND_DIR,
+        "identity-ca": naming.IDENTITY_CA_DIR,
+    }
+    return [mount(v["name"], paths[v["name"]], read_only=True) for v in identity_volumes(cluster)]
+
+
 # --- probes ---------------------------------------------------------------------------------
 
 
