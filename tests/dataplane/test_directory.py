@@ -15,11 +15,11 @@ import json
 import shlex
 import time
 import uuid
-from collections.abc import Callable
 
 import pytest
 
 from tests.support.directory import CACHE_SECONDS, SITE_GROUPS, Directory
+from tests.support.eventually import eventually
 from tests.support.jailuser import JailUser
 from warden import naming
 from warden_dev.dockercluster import DockerCluster, wait_for
@@ -41,16 +41,6 @@ class DirectoryUser:
     def login(self, script: str = "true") -> tuple[bool, str]:
         r = self.cluster.ssh(self.name, script, check=False, timeout=60, identity=self.identity)
         return r.ok, r.out + r.err
-
-
-def _eventually(what: str, probe: Callable[[], str], ok: Callable[[str], bool], timeout: float = 60) -> str:
-    deadline = time.monotonic() + timeout
-    out = probe()
-    while not ok(out) and time.monotonic() < deadline:
-        time.sleep(1)
-        out = probe()
-    assert ok(out), f"{what}: {out!r}"
-    return out
 
 
 @pytest.fixture(scope="module")
@@ -98,7 +88,7 @@ def test_her_two_node_batch_job_is_in_sacct_with_its_final_state(cluster: Docker
     assert f"{dora.name}|users" in assoc, assoc
     job = dora.ssh("sbatch --parsable -p cpu -N2 -o ~/batch-%j.out --wrap 'srun hostname; id -u'").strip()
     assert job.isdigit(), job
-    _eventually(
+    eventually(
         f"job {job} in sacct as COMPLETED",
         lambda: dora.ssh(f"sacct -n -X -P -j {job} -o jobid,user,state,nnodes"),
         lambda out: out.strip() == f"{job}|{dora.name}|COMPLETED|2",
@@ -126,10 +116,11 @@ def test_her_job_submitted_through_the_rest_api_runs_as_her(cluster: DockerClust
     ]  # fmt: skip
     answer = json.loads(dora.ssh(shlex.join(curl)))
     assert answer.get("job_id"), answer
-    out = _eventually(
+    out = eventually(
         "the REST job's output",
         lambda: dora.ssh("stat -c '%u' rest-out.txt 2>/dev/null && cat rest-out.txt", check=False),
         lambda out: len(out.split()) == 2,
+        timeout=60,
     )
     assert out.split() == [str(dora.uid), str(dora.uid)], out
 
@@ -138,7 +129,7 @@ def test_a_group_restricted_partition_admits_members_and_refuses_others(
     cluster: DockerCluster, dora: DirectoryUser, alice: JailUser
 ) -> None:
     # slurmctld learns the group's new member within the cache time (SSSD's, then its own GroupUpdateTime)
-    _eventually(
+    eventually(
         "physics admits its new member",
         lambda: dora.ssh("srun -p physics id -u 2>&1", check=False),
         lambda out: out.strip() == str(dora.uid),
@@ -170,7 +161,8 @@ def test_work_goes_on_while_the_directory_is_unreachable(
         # the job ended cleanly on both nodes (its epilog too), which take the next job
         ctl = cluster.names.controller_pod
         state = f"squeue -h -t all -j {job} -o %T"
-        _eventually(f"{job} COMPLETED", lambda: cluster.exec(ctl, state).out, lambda out: out.strip() == "COMPLETED")
+        done = "COMPLETED"
+        eventually(f"{job} {done}", lambda: cluster.exec(ctl, state).out, lambda out: out.strip() == done, timeout=60)
         assert cluster.exec(ctl, "sinfo -h -R -N -p cpu -o '%N %E'").out.strip() == ""
     finally:
         directory.start_again()

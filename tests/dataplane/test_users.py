@@ -11,26 +11,15 @@ slurmdbd (an accounting admin level bound to the user's uid).
 from __future__ import annotations
 
 import shlex
-import time
 import uuid
-from collections.abc import Callable
 
 import pytest
 
+from tests.support.eventually import eventually
 from tests.support.jailuser import JailUser
 from warden_dev.dockercluster import DockerCluster
 
 q = shlex.quote
-
-
-def _eventually(what: str, probe: Callable[[], str], ok: Callable[[str], bool], timeout: float = 30) -> str:
-    deadline = time.monotonic() + timeout
-    out = probe()
-    while not ok(out) and time.monotonic() < deadline:
-        time.sleep(1)
-        out = probe()
-    assert ok(out), f"{what}: {out!r}"
-    return out
 
 
 @pytest.fixture(scope="module")
@@ -80,7 +69,7 @@ def test_group_added_later_is_in_the_next_job_step(cluster: DockerCluster, carol
     group = f"lab{uuid.uuid4().hex[:4]}"
     cluster.ssh("root", f"groupadd {group} && usermod -aG {group} {carol.name}")
     assert sorted(carol.ssh("id -Gn").split()) == sorted([carol.name, group])  # sshd: a new login
-    _eventually(
+    eventually(
         f"{group} in a job step of {carol.name}",
         lambda: carol.ssh("srun -p cpu -N1 id -Gn", check=False),
         lambda out: sorted(out.split()) == sorted([carol.name, group]),
@@ -110,7 +99,7 @@ def test_a_jail_file_replaced_by_rename_is_bound_again(cluster: DockerCluster, a
     worker = cluster.worker_pods("cpu")[0]
     assert cluster.exec(worker, "mountpoint -q /mnt/jail/etc/hosts", check=False).ok
     cluster.volume_sh(cluster.jail_volume, "cp /v/etc/hosts /v/etc/hosts.new && mv /v/etc/hosts.new /v/etc/hosts")
-    _eventually(
+    eventually(
         f"/etc/hosts bound again on {worker}",
         lambda: cluster.exec(worker, "mountpoint /mnt/jail/etc/hosts", check=False).out,
         lambda out: "is a mountpoint" in out,
