@@ -13,14 +13,21 @@
 #                        dataplane tier does, to show the defect is still in the shipped Slurm.
 #   WARDEN_DEFAULT_ACCOUNT  with accounting on (spec.accounting.defaultAccount): jail users that slurmdbd
 #                        does not know get an association in this account (see associate_users).
+#   WARDEN_CONTROLLERS   with backups (spec.controller.replicas 2-3): this pod hands control over when
+#                        it stops and fences a slurmctld that lost control (warden-ctld-ha.sh)
 set -euo pipefail
 WARDEN_COMPONENT=controller
 # shellcheck source=../slurm-base/warden-lib.sh
 . /usr/lib/warden/warden-lib.sh
 warden_passthrough slurmctld "$@"
+# shellcheck source=warden-ctld-ha.sh
+. /usr/lib/warden/warden-ctld-ha.sh
+ha=""
+[ "${WARDEN_CONTROLLERS:-1}" -gt 1 ] && ha=1
 
 config_hash="$(warden_dirs_hash "$WARDEN_CONFIG_DIR")"
 warden_slurm_config
+[ -z "$ha" ] || ha_self_conf || exit 1
 warden_jwt_key
 warden_jail_users
 state="${WARDEN_STATE_DIR:-/var/spool/slurmctld}"
@@ -36,10 +43,15 @@ elif [ ! -r "$guard" ]; then
     warden_log "error: the slurmctld guard $guard is missing"
     exit 1
 fi
-warden_log "starting slurmctld $(slurmctld -V | awk '{print $2}')${guard:+ (preloaded: $guard)}"
+warden_log "starting slurmctld $(slurmctld -V | awk '{print $2}')${guard:+ (preloaded: $guard)}${ha:+ (controller $(ha_index) of $WARDEN_CONTROLLERS)}"
 # shellcheck disable=SC2086
 LD_PRELOAD="$guard" slurmctld -D ${WARDEN_SLURMCTLD_ARGS:-} "$@" &
 ctld_pid=$!
+fence_pid=""
+if [ -n "$ha" ]; then
+    ha_fence "$ctld_pid" "$state" &
+    fence_pid=$!
+fi
 
 # Jail users (uid 1000-59999) that accounting does not know yet get an association in
 # $WARDEN_DEFAULT_ACCOUNT (warden_associate), so that `sacct` shows them their jobs: with private jobs a user
@@ -66,6 +78,15 @@ fi
 reload() {
     warden_slurm_config || return 1
     warden_jwt_key || return 1
+    if [ -n "$ha" ]; then
+        ha_self_conf || return 1
+        if [ "$(ha_in_charge "$state")" != "$(ha_index)" ]; then
+            # a standby backup re-reads its files on SIGHUP; `scontrol reconfigure` would reach the one in
+            # charge, whose own pod tells it
+            kill -HUP "$ctld_pid" && warden_log "config: standby slurmctld re-read its configuration"
+            return
+        fi
+    fi
     if scontrol reconfigure; then
         warden_log "config: slurmctld reconfigured (hash $(warden_dirs_hash "$WARDEN_CONFIG_DIR" | cut -c1-12))"
     else
@@ -75,12 +96,27 @@ reload() {
 }
 warden_follow "$config_hash" reload "$WARDEN_CONFIG_DIR"
 # CONT: a slurmctld stopped in its tracks takes the TERM too (the kubelet's SIGKILL follows the grace period)
-trap 'kill -TERM "$ctld_pid" "$follow_pid" ${accounts_pid:+"$accounts_pid"} 2>/dev/null; kill -CONT "$ctld_pid" 2>/dev/null' TERM INT
+stop() {
+    kill -TERM "$follow_pid" ${accounts_pid:+"$accounts_pid"} 2>/dev/null
+    if [ -n "$ha" ]; then
+        if [ "$(ha_in_charge "$state")" = "$(ha_index)" ]; then
+            ha_hand_over && return # it saves its state and exits by itself
+        else
+            # a standby holds nothing to save; one that lost control holds a stale queue: never let it
+            # resume (SIGKILL, not TERM and CONT)
+            kill -KILL "$ctld_pid" 2>/dev/null
+            return
+        fi
+    fi
+    kill -TERM "$ctld_pid" 2>/dev/null
+    kill -CONT "$ctld_pid" 2>/dev/null
+}
+trap stop TERM INT
 set +e
 wait "$ctld_pid"
 rc=$?
 # a signal interrupted the wait: slurmctld is stopping; wait for it
 while kill -0 "$ctld_pid" 2>/dev/null; do wait "$ctld_pid"; rc=$?; done
-kill -TERM "$follow_pid" ${accounts_pid:+"$accounts_pid"} 2>/dev/null
+kill -TERM "$follow_pid" ${accounts_pid:+"$accounts_pid"} ${fence_pid:+"$fence_pid"} 2>/dev/null
 warden_log "slurmctld exited (status $rc)"
 exit "$rc"

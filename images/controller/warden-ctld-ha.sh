@@ -1,0 +1,108 @@
+# shellcheck shell=bash
+# Backup controllers (spec.controller.replicas 2-3, WARDEN_CONTROLLERS in the pod): sourced by the
+# controller's entrypoint. Slurm itself chooses which slurmctld is in charge: the first of slurm.conf's
+# SlurmctldHost list that runs (pod <cluster>-controller-0, then -1, -2); a backup takes control when the
+# one in charge has not answered for SlurmctldTimeout seconds and the heartbeat file it rewrites in the
+# shared StateSaveLocation stopped changing. Slurm leaves two gaps that this file closes:
+#
+#   - a stopped pod waits for that timeout: on SIGTERM (pod deleted, evicted, upgraded) the controller in
+#     charge hands over at once with `scontrol takeover` to a backup that answers (ha_hand_over);
+#   - a slurmctld that hung (SIGSTOP, a stuck disk, a lost node) while a backup took control still holds
+#     the queue as it was and would write it back over the backup's when it resumes: the heartbeat file
+#     says who is in charge, and a slurmctld that lost control to a backup is killed at once, with SIGKILL
+#     so that it writes nothing (ha_fence). Its container then starts again and, being the primary, takes
+#     control back after reading the state the backup saved.
+#
+# The probe (warden-slurmctld-health) asks this pod's own slurmctld through a slurm.conf that names only
+# it (ha_self_conf): a standby backup answers "in standby mode", which is healthy.
+
+WARDEN_SELF_CONF="${WARDEN_SELF_CONF:-/run/warden/ctld-self/slurm.conf}"
+
+# This pod's place in SlurmctldHost (the StatefulSet ordinal ending its hostname).
+ha_index() {
+    local host
+    host="$(hostname -s)"
+    printf '%s\n' "${host##*-}"
+}
+
+# The index of the slurmctld writing the heartbeat file, when it wrote it within SlurmctldTimeout; nothing
+# when there is no such file or it is older (nobody in charge, or the one in charge hangs).
+ha_in_charge() {
+    local hb="$1/heartbeat" timeout words
+    timeout="$(sed -n 's/^SlurmctldTimeout=\([0-9]*\).*/\1/p' "$SLURM_ETC/slurm.conf")"
+    words="$(od -An -v -tu8 --endian=big -N16 "$hb" 2>/dev/null)" || return 0
+    # shellcheck disable=SC2086 # two numbers: the time of the beat, the writer's index
+    set -- $words
+    [ $# -eq 2 ] || return 0
+    [ $(($(date +%s) - $1)) -le "${timeout:-120}" ] && printf '%s\n' "$2"
+    return 0
+}
+
+# The index of the heartbeat's writer, however old the beat.
+ha_writer() {
+    local words
+    words="$(od -An -v -tu8 --endian=big -N16 "$1/heartbeat" 2>/dev/null)" || return 0
+    # shellcheck disable=SC2086
+    set -- $words
+    [ $# -eq 2 ] && printf '%s\n' "$2"
+    return 0
+}
+
+# slurm.conf with this pod's SlurmctldHost only, for the probe: it asks this slurmctld, not whichever
+# answers first.
+ha_self_conf() {
+    local me line
+    me="$(hostname -s)"
+    line="$(grep -E "^SlurmctldHost=$me(\(|\$)" "$SLURM_ETC/slurm.conf")" ||
+        { warden_log "error: $me is not in slurm.conf's SlurmctldHost list"; return 1; }
+    install -d -m 0755 "$(dirname "$WARDEN_SELF_CONF")"
+    { grep -v '^SlurmctldHost=' "$SLURM_ETC/slurm.conf"; printf '%s\n' "$line"; } >"$WARDEN_SELF_CONF.new"
+    chmod 0644 "$WARDEN_SELF_CONF.new"
+    mv -f "$WARDEN_SELF_CONF.new" "$WARDEN_SELF_CONF"
+}
+
+# In the background while slurmctld PID runs: once the heartbeat moves from this controller to a backup
+# (a higher index) while PID still lives, kill it (see above). A move to a lower index is the primary
+# taking control back, which the backup gave up itself.
+ha_fence() {
+    local pid="$1" state="$2" me prev="" cur
+    me="$(ha_index)"
+    trap - TERM INT
+    set +e
+    while kill -0 "$pid" 2>/dev/null; do
+        cur="$(ha_writer "$state")"
+        if [ "$prev" = "$me" ] && [ -n "$cur" ] && [ "$cur" -gt "$me" ] && kill -0 "$pid" 2>/dev/null; then
+            warden_log "fence: slurmctld $cur took control from this one; killing it (pid $pid) before it writes the state it holds"
+            kill -KILL "$pid"
+        fi
+        [ -n "$cur" ] && prev="$cur"
+        sleep 1
+    done
+}
+
+# On SIGTERM, when this slurmctld is in charge: hand control to the first backup after it that answers a
+# ping (`scontrol takeover N`: the backup asks this one to save its state and step down, then takes
+# over). Returns 1 when none could take it (this slurmctld then stops as with one controller).
+ha_hand_over() {
+    local me line host idx target=""
+    me="$(ha_index)"
+    while read -r line; do
+        case "$line" in *" is UP") ;; *) continue ;; esac
+        host="${line#* at }"
+        host="${host% is UP}"
+        idx="${host##*-}"
+        case "$idx" in '' | *[!0-9]*) continue ;; esac
+        if [ "$idx" -gt "$me" ]; then target="$idx"; break; fi
+    done < <(timeout 10 scontrol ping 2>/dev/null)
+    if [ -z "$target" ]; then
+        warden_log "stopping: no backup controller answers; slurmctld stops without handing over"
+        return 1
+    fi
+    warden_log "stopping: handing control to backup controller $target (scontrol takeover $target)"
+    if timeout 30 scontrol takeover "$target"; then
+        warden_log "stopping: controller $target took control"
+        return 0
+    fi
+    warden_log "stopping: scontrol takeover $target failed; slurmctld stops without handing over"
+    return 1
+}
