@@ -43,6 +43,7 @@ elif [ ! -r "$guard" ]; then
     warden_log "error: the slurmctld guard $guard is missing"
     exit 1
 fi
+[ -z "$ha" ] || ha_wait_for_turn "$state"
 warden_log "starting slurmctld $(slurmctld -V | awk '{print $2}')${guard:+ (preloaded: $guard)}${ha:+ (controller $(ha_index) of $WARDEN_CONTROLLERS)}"
 # shellcheck disable=SC2086
 LD_PRELOAD="$guard" slurmctld -D ${WARDEN_SLURMCTLD_ARGS:-} "$@" &
@@ -118,5 +119,6 @@ rc=$?
 # a signal interrupted the wait: slurmctld is stopping; wait for it
 while kill -0 "$ctld_pid" 2>/dev/null; do wait "$ctld_pid"; rc=$?; done
 kill -TERM "$follow_pid" ${accounts_pid:+"$accounts_pid"} ${fence_pid:+"$fence_pid"} 2>/dev/null
+[ -z "$ha" ] || ha_stopped "$state"
 warden_log "slurmctld exited (status $rc)"
 exit "$rc"

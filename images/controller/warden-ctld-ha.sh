@@ -7,16 +7,23 @@
 #
 #   - a stopped pod waits for that timeout: on SIGTERM (pod deleted, evicted, upgraded) the controller in
 #     charge hands over at once with `scontrol takeover` to a backup that answers (ha_hand_over);
-#   - a slurmctld that hung (SIGSTOP, a stuck disk, a lost node) while a backup took control still holds
-#     the queue as it was and would write it back over the backup's when it resumes: the heartbeat file
-#     says who is in charge, and a slurmctld that lost control to a backup is killed at once, with SIGKILL
-#     so that it writes nothing (ha_fence). Its container then starts again and, being the primary, takes
-#     control back after reading the state the backup saved.
+#   - a slurmctld that hung (SIGSTOP, a stuck disk, a lost node) while another took control still holds
+#     the queue as it was and would write it back over the other's when it resumes: the heartbeat file
+#     says who is in charge, and a slurmctld that lost control is killed at once, with SIGKILL so that
+#     it writes nothing (ha_fence). Its container then starts again.
+#
+# A primary (pod -0) that starts while a backup is in charge does not take control back: Slurm's primary
+# would (REQUEST_CONTROL), and in Slurm 26.05 the backup answers that only after CONTROL_TIMEOUT (30 s),
+# with no controller in charge meanwhile. It waits instead (ha_wait_for_turn), Ready, and starts its
+# slurmctld, which then takes control at once, when the backup in charge stops answering: its pod gone
+# (the port refuses) or hung (the heartbeat stops).
 #
 # The probe (warden-slurmctld-health) asks this pod's own slurmctld through a slurm.conf that names only
-# it (ha_self_conf): a standby backup answers "in standby mode", which is healthy.
+# it (ha_self_conf): a standby backup answers "in standby mode", which is healthy, as is a primary
+# waiting for its turn (WARDEN_CTLD_WAITING names the controller it waits on).
 
 WARDEN_SELF_CONF="${WARDEN_SELF_CONF:-/run/warden/ctld-self/slurm.conf}"
+WARDEN_CTLD_WAITING="${WARDEN_CTLD_WAITING:-/run/warden/ctld-self/waiting}"
 
 # This pod's place in SlurmctldHost (the StatefulSet ordinal ending its hostname).
 ha_index() {
@@ -61,9 +68,53 @@ ha_self_conf() {
     mv -f "$WARDEN_SELF_CONF.new" "$WARDEN_SELF_CONF"
 }
 
-# In the background while slurmctld PID runs: once the heartbeat moves from this controller to a backup
-# (a higher index) while PID still lives, kill it (see above). A move to a lower index is the primary
-# taking control back, which the backup gave up itself.
+# Before the primary's slurmctld starts: while another controller is in charge, wait (see above).
+# Returns once none is (a fresh cluster; the heartbeat stale: the one in charge hangs or died; or gone:
+# the one in charge stopped, see ha_stopped).
+ha_wait_for_turn() {
+    local state="$1" me cur told=""
+    me="$(ha_index)"
+    if [ "$me" != 0 ]; then
+        # A backup starts in standby whoever is in charge, once a heartbeat file exists: before that its
+        # slurmctld would not answer, and a primary starting then would wait CONTROL_TIMEOUT for it.
+        while [ ! -e "$state/heartbeat" ]; do
+            [ -n "$told" ] || warden_log "waiting for a controller in charge (no heartbeat file yet)"
+            told=1
+            echo "-" >"$WARDEN_CTLD_WAITING"
+            sleep 1
+        done
+        rm -f "$WARDEN_CTLD_WAITING"
+        return 0
+    fi
+    while cur="$(ha_in_charge "$state")" && [ -n "$cur" ] && [ "$cur" != "$me" ]; do
+        if [ -z "$told" ]; then
+            warden_log "controller $cur is in charge: standing by until it stops (no take-back, see warden-ctld-ha.sh)"
+            told=1
+        fi
+        printf '%s\n' "$cur" >"$WARDEN_CTLD_WAITING"
+        sleep 1
+    done
+    rm -f "$WARDEN_CTLD_WAITING"
+    [ -z "$told" ] || warden_log "no controller is in charge any more: taking control"
+}
+
+# After this slurmctld exited: a backup that was in charge (and saved its state on the way out) dates its
+# last heartbeat back to 1970, so that a primary standing by takes control at once rather than after
+# SlurmctldTimeout. (The file stays: a standby starts answering only once it exists.)
+ha_stopped() {
+    local state="$1" me
+    me="$(ha_index)"
+    if [ "$me" != 0 ] && [ "$(ha_writer "$state")" = "$me" ]; then
+        # two big-endian 64-bit words, as Slurm writes them: the time of the beat (1), the writer's index
+        printf '\0\0\0\0\0\0\0\001\0\0\0\0\0\0\0\'"$(printf '%03o' "$me")" >"$state/heartbeat.new" &&
+            mv -f "$state/heartbeat.new" "$state/heartbeat" &&
+            warden_log "stopped in charge: heartbeat dated back for the primary standing by"
+    fi
+}
+
+# In the background while slurmctld PID runs: once the heartbeat moves from this controller to another
+# while PID still lives, kill it (see above). When the move is a handover this slurmctld made (it saved
+# its state first), the kill finds it stopping or gone.
 ha_fence() {
     local pid="$1" state="$2" me prev="" cur
     me="$(ha_index)"
@@ -71,7 +122,7 @@ ha_fence() {
     set +e
     while kill -0 "$pid" 2>/dev/null; do
         cur="$(ha_writer "$state")"
-        if [ "$prev" = "$me" ] && [ -n "$cur" ] && [ "$cur" -gt "$me" ] && kill -0 "$pid" 2>/dev/null; then
+        if [ "$prev" = "$me" ] && [ -n "$cur" ] && [ "$cur" != "$me" ] && kill -0 "$pid" 2>/dev/null; then
             warden_log "fence: slurmctld $cur took control from this one; killing it (pid $pid) before it writes the state it holds"
             kill -KILL "$pid"
         fi

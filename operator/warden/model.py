@@ -362,9 +362,10 @@ class Controller(Spec):
         json_schema_extra={
             "x-kubernetes-validations": [
                 {
-                    "rule": "(has(self.replicas) ? self.replicas : 1) == (has(oldSelf.replicas) ? oldSelf.replicas : 1)",
+                    "rule": "(has(self.replicas) ? self.replicas : 1) == "
+                    "(has(oldSelf.replicas) ? oldSelf.replicas : 1)",
                     "message": "controller.replicas is fixed when the cluster is made: the state volume and Slurm's "
-                    "controller list change with it (make a new cluster, docs/operations.md \"Backup controllers\")",
+                    'controller list change with it (make a new cluster, docs/operations.md "Backup controllers")',
                     "fieldPath": ".replicas",
                 },
             ]
@@ -1240,4 +1241,8 @@ class SlurmClusterStatus(BaseModel):
     )
     slurm: SlurmVersionStatus | None = Field(
         default=None, description="The Slurm series every part runs, and an upgrade's progress."
+    )
+    slurmctld_in_charge: str | None = Field(
+        default=None,
+        description="With backup controllers: the slurmctld pod in charge, as the operator's last Slurm sync saw it.",
     )

@@ -156,6 +156,11 @@ def reconcile(applier: Applier, body: Manifest, slurm_required: bool = False) ->
 DEFAULT_CLASS_ANNOTATION = "storageclass.kubernetes.io/is-default-class"
 
 
+def create_claim(applier: Applier, claim: Manifest, result: ApplyResult) -> None:
+    """A claim that holds data (the controllers' shared state): made when absent, never patched."""
+    applier.create_if_absent(claim, result)
+
+
 def state_volume_problem(kube: Kube, cluster: Cluster) -> str | None:
     """With backup controllers: why their shared state volume's StorageClass (named, or the cluster's
     default) cannot serve it (``warden.render.controller.state_class_problem``), or None."""
@@ -231,7 +236,7 @@ def _reconcile(applier: Applier, body: Manifest, slurm_required: bool) -> Outcom
             retain = spec.jail.retain_on_delete
             steps.append((label, partial(apply_jail_claim, applier, obj, owner, retain, result)))
         elif obj["kind"] == "PersistentVolumeClaim":  # the controllers' shared state: made once, never patched
-            steps.append((label, partial(applier.create_if_absent, with_owner(obj, owner), result)))
+            steps.append((label, partial(create_claim, applier, with_owner(obj, owner), result)))
         else:
             steps.append((label, partial(applier.apply, obj, owner, result)))
     steps.append(("prune", partial(applier.prune, owner, cluster.names.instance_selector(), rendered.objects, result)))
