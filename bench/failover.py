@@ -98,11 +98,11 @@ def hang(c: DockerCluster) -> float:
     kubelet.start()
     try:
         t0 = time.monotonic()
-        c.exec(pod, "pkill -STOP -x slurmctld")
+        c.exec(pod, "pkill -STOP -of '^slurmctld '")
         return _until_accepted(c, t0)
     finally:
         stop.set()
-        c.exec(pod, "pkill -CONT -x slurmctld", check=False)
+        c.exec(pod, "pkill -CONT -of '^slurmctld '", check=False)
 
 
 def main() -> None:

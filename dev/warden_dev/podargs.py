@@ -32,6 +32,7 @@ What is translated (the pod contract the dataplane tier runs):
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,6 +54,7 @@ WAIT_FOR_JAIL = "wait-for-jail"
 #: Kubernetes' own search domains for a pod in namespace NS (before the pod's dnsConfig.searches).
 CLUSTER_DOMAIN = "svc.cluster.local"
 COMPONENT_LABEL = "app.kubernetes.io/component"
+STS_POD_NAME_LABEL = "statefulset.kubernetes.io/pod-name"
 
 
 class TranslationError(RuntimeError):
@@ -370,7 +372,10 @@ class Translator(Generic[D]):
             claims = {c["metadata"]["name"] for c in sts["spec"].get("volumeClaimTemplates", [])}
             for i in range(sts["spec"]["replicas"]):
                 pod = f"{sts['metadata']['name']}-{i}"
-                plans[pod] = self.pod(pod, sts["spec"]["template"], sts["spec"].get("serviceName"), claims)
+                # the label the StatefulSet controller gives each pod (per-pod Services select by it)
+                template = copy.deepcopy(sts["spec"]["template"])
+                template["metadata"].setdefault("labels", {})[STS_POD_NAME_LABEL] = pod
+                plans[pod] = self.pod(pod, template, sts["spec"].get("serviceName"), claims)
                 if self.restart_containers:
                     plans[pod].pod.args += ["--restart", "always"]
         for ws in (o for o in objects if o["kind"] == "WorkerSet"):

@@ -60,9 +60,11 @@ ha_writer() {
 ha_self_conf() {
     local me line
     me="$(hostname -s)"
-    line="$(grep -E "^SlurmctldHost=$me(\(|\$)" "$SLURM_ETC/slurm.conf")" ||
+    grep -qE "^SlurmctldHost=$me(\(|\$)" "$SLURM_ETC/slurm.conf" ||
         { warden_log "error: $me is not in slurm.conf's SlurmctldHost list"; return 1; }
     install -d -m 0755 "$(dirname "$WARDEN_SELF_CONF")"
+    # by loopback: its Service's address would need the pod to reach itself through the Service
+    line="SlurmctldHost=$me(localhost)"
     { grep -v '^SlurmctldHost=' "$SLURM_ETC/slurm.conf"; printf '%s\n' "$line"; } >"$WARDEN_SELF_CONF.new"
     chmod 0644 "$WARDEN_SELF_CONF.new"
     mv -f "$WARDEN_SELF_CONF.new" "$WARDEN_SELF_CONF"
@@ -96,6 +98,18 @@ ha_wait_for_turn() {
     done
     rm -f "$WARDEN_CTLD_WAITING"
     [ -z "$told" ] || warden_log "no controller is in charge any more: taking control"
+}
+
+# After a handover: wait (up to 20 s) until the heartbeat names another controller.
+ha_handed_over() {
+    local state="$1" me _
+    me="$(ha_index)"
+    for _ in $(seq 40); do
+        [ "$(ha_writer "$state")" != "$me" ] && return 0
+        sleep 0.5
+    done
+    warden_log "stopping: the new controller in charge did not beat within 20 s"
+    return 0
 }
 
 # After this slurmctld exited: a backup that was in charge (and saved its state on the way out) dates its

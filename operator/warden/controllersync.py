@@ -3,7 +3,8 @@ planner (observations in, actions out), as ``warden.nodesync`` is for the worker
 
 Slurm decides, not the operator: of the SlurmctldHost lines (``<cluster>-controller-0``, the primary,
 then its backups, ``naming.Names.controller_pods``), the first whose slurmctld runs is in charge; a
-backup takes over when the ones before it stop answering, and hands back when they answer again. The
+backup takes over when the ones before it stop answering (a primary that returns meanwhile stands by
+without a slurmctld until the backup stops: images/controller/warden-ctld-ha.sh). The
 operator reads that from slurmrestd's ping (``SlurmRest.pings``), in the same order: the controller in
 charge is the first that responds. (The ping answer's ``primary`` and ``mode`` only name the position
 in the list, not who is in charge.)

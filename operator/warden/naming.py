@@ -134,6 +134,12 @@ class Names:
     def controller_pod_address(self, pod: str) -> str:
         return f"{pod}.{self.controller}.{self.namespace}.svc.cluster.local"
 
+    def controller_service_address(self, pod: str) -> str:
+        """With backups: the address of the Service of one controller pod (named as the pod). Its IP never
+        changes when the pod is made again, and with no pod behind it connections are refused at once,
+        where a pod's own DNS record would point at a gone IP for the DNS cache's time."""
+        return f"{pod}.{self.namespace}.svc.cluster.local"
+
     @property
     def controller_address(self) -> str:
         return self.controller_pod_address(self.controller_pod)

@@ -158,7 +158,8 @@ def test_a_hung_slurmctld_in_a_running_pod_is_replaced_and_fenced(installed: Ins
     ns = installed.namespace
     primary, backup = CONTROLLERS
     job = _running_job(installed, user, 90)
-    pid = installed.kube.kubectl("-n", ns, "exec", primary, "--", "pgrep", "-xo", "slurmctld").strip()
+    # by its command line: a reconfigured slurmctld runs on under its PID as /proc/self/exe
+    pid = installed.kube.kubectl("-n", ns, "exec", primary, "--", "pgrep", "-of", "^slurmctld ").strip()
     installed.kube.kubectl("-n", ns, "exec", primary, "--", "kill", "-STOP", pid)
     assert installed.kube.json("-n", ns, "get", "pod", primary)["status"]["phase"] == "Running"
     t0 = time.monotonic()
@@ -224,7 +225,9 @@ def test_c_helm_upgrade_of_the_controller_image_fails_no_sbatch(installed: Insta
 
     def submit_every_second() -> None:
         while not done.is_set():
-            results.append(_submit(installed, user))
+            start = time.strftime("%H:%M:%S")
+            out = _submit(installed, user)
+            results.append(out if out.isdigit() else f"{start}-{time.strftime('%H:%M:%S')} {out}")
             time.sleep(1)
 
     loop = threading.Thread(target=submit_every_second, daemon=True)
@@ -249,5 +252,14 @@ def test_c_helm_upgrade_of_the_controller_image_fails_no_sbatch(installed: Insta
         done.set()
         loop.join(timeout=120)
     failed = [r for r in results if not r.isdigit()]
-    assert not failed, f"{len(failed)} of {len(results)} sbatches failed: {failed[:3]}"
+    if failed:
+        logs = "\n".join(
+            f"--- {pod}{' (previous)' if prev else ''}\n"
+            + installed.kube.kubectl(
+                "-n", ns, "logs", pod, *(["--previous"] if prev else []), "--timestamps", "--tail=60", check=False
+            )
+            for pod in CONTROLLERS
+            for prev in (True, False)
+        )
+        pytest.fail(f"{len(failed)} of {len(results)} sbatches failed: {failed[:3]}\n{logs}")
     _eventually(f"job {job} completed", lambda: _job_state(installed, user, job) == "COMPLETED", 300)

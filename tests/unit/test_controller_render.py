@@ -40,14 +40,21 @@ def test_one_controller_keeps_its_own_claim_and_no_backup_settings() -> None:
     ]
     assert conf_lines(c, "SlurmctldTimeout") == []
     assert "hpc-controller-state" not in objects(c, "PersistentVolumeClaim")
+    assert "hpc-controller-0" not in objects(c, "Service")
     assert objects(c, "PodDisruptionBudget")["hpc-controller"]["spec"]["maxUnavailable"] == 0
 
 
 def test_backups_are_listed_in_pod_order_and_share_one_read_write_many_claim() -> None:
     c = cluster(replicas=3, takeoverSeconds=20, stateVolume={"size": "5Gi", "storageClassName": "nfs"})
+    # each by its own Service: an address that outlives the pod's IP
     assert conf_lines(c, "SlurmctldHost") == [
-        f"SlurmctldHost=hpc-controller-{i}(hpc-controller-{i}.hpc-controller.lab.svc.cluster.local)" for i in range(3)
+        f"SlurmctldHost=hpc-controller-{i}(hpc-controller-{i}.lab.svc.cluster.local)" for i in range(3)
     ]
+    services = objects(c, "Service")
+    for i in range(3):
+        svc = services[f"hpc-controller-{i}"]["spec"]
+        assert svc["selector"]["statefulset.kubernetes.io/pod-name"] == f"hpc-controller-{i}"
+        assert svc["publishNotReadyAddresses"] is True and "clusterIP" not in svc
     assert conf_lines(c, "SlurmctldTimeout") == ["SlurmctldTimeout=20"]
     claim = objects(c, "PersistentVolumeClaim")["hpc-controller-state"]
     assert claim["spec"]["accessModes"] == ["ReadWriteMany"]

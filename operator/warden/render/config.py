@@ -61,7 +61,14 @@ def slurm_conf(cluster: Cluster) -> str:
         "slurm.conf.j2",
         **_common(cluster),
         controllers=[
-            {"pod": pod, "address": names.controller_pod_address(pod)}
+            {
+                "pod": pod,
+                "address": (
+                    names.controller_service_address(pod)
+                    if spec.controller.has_backup
+                    else names.controller_pod_address(pod)
+                ),
+            }
             for pod in names.controller_pods(spec.controller.replicas)
         ],
         takeover_seconds=spec.controller.takeover_seconds if spec.controller.has_backup else None,

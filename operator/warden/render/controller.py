@@ -32,10 +32,28 @@ from warden.render.pods import (
 COMPONENT = "controller"
 
 
+#: the label the StatefulSet controller puts on each of its pods, naming it
+POD_NAME_LABEL = "statefulset.kubernetes.io/pod-name"
+
+
 def controller_service(cluster: Cluster) -> Manifest:
     names = cluster.names
     ports = [("slurmctld", naming.SLURMCTLD_PORT)]
     return service(cluster, names.controller, COMPONENT, names.selector(COMPONENT), ports, headless=True)
+
+
+def controller_pod_services(cluster: Cluster) -> list[Manifest]:
+    """With backups: a ClusterIP Service per controller pod, named as the pod, the address slurm.conf gives
+    it (``naming.Names.controller_service_address``). Not-ready pods stay behind it (a standby, a
+    slurmctld starting); a pod being made again gets the same address, and while there is none the
+    connection is refused at once, so clients go on to the next controller."""
+    out = []
+    for pod in cluster.names.controller_pods(cluster.spec.controller.replicas):
+        svc = service(cluster, pod, COMPONENT, {**cluster.names.selector(COMPONENT), POD_NAME_LABEL: pod},
+                      [("slurmctld", naming.SLURMCTLD_PORT)])  # fmt: skip
+        svc["spec"]["publishNotReadyAddresses"] = True
+        out.append(svc)
+    return out
 
 
 #: StorageClass provisioners whose volumes attach to one node only (no ReadWriteMany): a shared state
@@ -175,5 +193,7 @@ def controller_statefulset(cluster: Cluster) -> Manifest:
 
 
 def render(cluster: Cluster) -> list[Manifest]:
-    shared = [state_claim(cluster)] if cluster.spec.controller.has_backup else []
-    return [*shared, controller_service(cluster), controller_statefulset(cluster)]
+    if not cluster.spec.controller.has_backup:
+        return [controller_service(cluster), controller_statefulset(cluster)]
+    return [state_claim(cluster), controller_service(cluster), *controller_pod_services(cluster),
+            controller_statefulset(cluster)]  # fmt: skip
