@@ -157,7 +157,13 @@ def test_two_controllers_one_in_charge_and_the_cluster_says_which(installed: Ins
 def test_a_hung_slurmctld_in_a_running_pod_is_replaced_and_fenced(installed: Installed, user: tuple[str, Path]) -> None:
     ns = installed.namespace
     primary, backup = CONTROLLERS
-    job = _running_job(installed, user, 90)
+    # settled: with accounting, slurmctld in charge saves its whole state once at start (images/controller)
+    _eventually(
+        "the primary's first full state save",
+        lambda: "state: saved in full once" in installed.kube.kubectl("-n", ns, "logs", primary, check=False),
+        120,
+    )
+    job = _running_job(installed, user, 60)
     # by its command line: a reconfigured slurmctld runs on under its PID as /proc/self/exe
     pid = installed.kube.kubectl("-n", ns, "exec", primary, "--", "pgrep", "-of", "^slurmctld ").strip()
     installed.kube.kubectl("-n", ns, "exec", primary, "--", "kill", "-STOP", pid)
@@ -193,7 +199,7 @@ def test_b_the_deleted_pod_in_charge_hands_over_at_once(installed: Installed, us
     ns = installed.namespace
     boss = _pod_in_charge(installed)
     other = CONTROLLERS[1 - CONTROLLERS.index(boss)]
-    job = _running_job(installed, user, 60)
+    job = _running_job(installed, user, 40)
     t0 = time.monotonic()
     installed.kube.kubectl("-n", ns, "delete", "pod", boss, "--wait=false")
     accepted = ""
@@ -219,7 +225,7 @@ def test_c_helm_upgrade_of_the_controller_image_fails_no_sbatch(installed: Insta
     # the same bits under a new name: a new image to the StatefulSet, pulled from the node as any other
     subprocess.run(["docker", "tag", image, new], check=True, capture_output=True)
     LocalCluster().import_images([new])
-    job = _running_job(installed, user, 150)
+    job = _running_job(installed, user, 120)
     results: list[str] = []
     done = threading.Event()
 
