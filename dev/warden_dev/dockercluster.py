@@ -221,6 +221,11 @@ class DockerCluster:
     drivers: Sequence[FakeDriver | None] | None = None
     #: Secrets a user makes before the SlurmCluster (spec.identity.ldap's bind and CA Secrets): name -> data
     user_secrets: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    #: StatefulSets' containers start again when they exit, as the kubelet restarts them (podargs'
+    #: `restart_containers`): the backup controllers' tests, where a fenced slurmctld must come back
+    restart_containers: bool = False
+    #: names the cluster's network does not hold fail at once (podargs' `names_fail_fast`)
+    names_fail_fast: bool = False
     #: what runs beside the cluster and must answer before its pods start (a directory they read): called
     #: once the cluster's network exists, before the Secrets are written
     before_pods: Callable[[DockerCluster], None] | None = None
@@ -263,6 +268,8 @@ class DockerCluster:
             seccomp_profile=WORKER_SECCOMP,
             gpu_device=gpu_device,
             drivers=self._drivers,
+            restart_containers=self.restart_containers,
+            names_fail_fast=self.names_fail_fast,
         )
 
     @property

@@ -244,8 +244,10 @@ def mounts_to_undo(mounts: Sequence[str], prefixes: Sequence[str]) -> list[str]:
 
 
 def remove_cgroup_tree(top: Path) -> None:
-    """rmdir a cgroup and every cgroup below it, bottom-up (a cgroup with processes stays)."""
-    dirs = sorted((p for p in top.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True)
+    """rmdir a cgroup and every cgroup below it, bottom-up (a cgroup with processes stays). The kubelet or
+    containerd may remove cgroups of the tree meanwhile: the walk skips what is gone."""
+    found = [Path(root) / d for root, subdirs, _ in os.walk(top, onerror=lambda _: None) for d in subdirs]
+    dirs = sorted(found, key=lambda p: len(p.parts), reverse=True)
     for d in [*dirs, top]:
         with contextlib.suppress(OSError):
             d.rmdir()

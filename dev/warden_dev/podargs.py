@@ -32,6 +32,7 @@ What is translated (the pod contract the dataplane tier runs):
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,6 +54,7 @@ WAIT_FOR_JAIL = "wait-for-jail"
 #: Kubernetes' own search domains for a pod in namespace NS (before the pod's dnsConfig.searches).
 CLUSTER_DOMAIN = "svc.cluster.local"
 COMPONENT_LABEL = "app.kubernetes.io/component"
+STS_POD_NAME_LABEL = "statefulset.kubernetes.io/pod-name"
 
 
 class TranslationError(RuntimeError):
@@ -159,6 +161,12 @@ class Translator(Generic[D]):
     seccomp_profile: Path  # the file a `Localhost` seccomp profile names
     gpu_device: Callable[[int], Path]  # host device file of stand-in GPU number N
     drivers: Callable[[], Sequence[D | None]]  # the driver each GPU pod gets in turn (None: no driver)
+    #: containers of StatefulSets' pods start again when they exit, as the kubelet's restartPolicy Always
+    #: does (`docker run --restart always`; `docker stop` still stops one for good, as a pod's deletion)
+    restart_containers: bool = False
+    #: a name the test network does not hold fails at once, as a cluster DNS answers NXDOMAIN for a
+    #: deleted pod's name (Docker's embedded DNS would ask the host's resolvers and wait out their timeouts)
+    names_fail_fast: bool = False
     gpu_pods: int = 0  # GPU pods translated so far
     pod_drivers: dict[str, D | None] = field(default_factory=dict)
 
@@ -185,6 +193,10 @@ class Translator(Generic[D]):
         """The Docker volume standing in for the host directory ``path``."""
         return f"{self.prefix}-host{path.rstrip('/').replace('/', '-')}"
 
+    def claim_volume(self, claim: str) -> str:
+        """The Docker volume standing in for the shared claim ``claim`` (not the jail's)."""
+        return f"{self.prefix}-claim-{claim}"
+
     def volume_dir(self, pod: str, volume: str) -> Path:
         return self.files_dir / "volumes" / pod / volume
 
@@ -209,9 +221,13 @@ class Translator(Generic[D]):
             return ["--mount", f"type=bind,source={d},target={target},readonly"]
         if "persistentVolumeClaim" in volume:
             claim = volume["persistentVolumeClaim"]["claimName"]
-            if claim != self.jail_claim:
-                raise TranslationError(f"pod {pod}: unknown claim {claim}")
-            return ["--mount", f"type=volume,source={self.jail_volume},target={target}{ro}"]
+            if claim == self.jail_claim:
+                return ["--mount", f"type=volume,source={self.jail_volume},target={target}{ro}"]
+            # any other claim a pod template names (the backup controllers' shared state): one Docker
+            # volume per claim, shared by every pod that mounts it, as a ReadWriteMany volume is
+            src = self.claim_volume(claim)
+            plan.host_volumes.append(src)
+            return ["--mount", f"type=volume,source={src},target={target}{ro}"]
         if vname in claims or "emptyDir" in volume:
             if volume.get("emptyDir", {}).get("medium") == "Memory":
                 opts = "rw,nosuid,nodev,exec"
@@ -314,6 +330,8 @@ class Translator(Generic[D]):
         searches += (spec.get("dnsConfig") or {}).get("searches", [])
         for s in dict.fromkeys(searches):
             args += ["--dns-search", s]
+        if self.names_fail_fast:
+            args += ["--dns", "127.0.0.1"]  # nothing answers there: the embedded DNS fails the lookup at once
         for env in container.get("env", []):
             args += ["--env", f"{env['name']}={env['value']}"]
         for m in container.get("volumeMounts", []):
@@ -354,7 +372,12 @@ class Translator(Generic[D]):
             claims = {c["metadata"]["name"] for c in sts["spec"].get("volumeClaimTemplates", [])}
             for i in range(sts["spec"]["replicas"]):
                 pod = f"{sts['metadata']['name']}-{i}"
-                plans[pod] = self.pod(pod, sts["spec"]["template"], sts["spec"].get("serviceName"), claims)
+                # the label the StatefulSet controller gives each pod (per-pod Services select by it)
+                template = copy.deepcopy(sts["spec"]["template"])
+                template["metadata"].setdefault("labels", {})[STS_POD_NAME_LABEL] = pod
+                plans[pod] = self.pod(pod, template, sts["spec"].get("serviceName"), claims)
+                if self.restart_containers:
+                    plans[pod].pod.args += ["--restart", "always"]
         for ws in (o for o in objects if o["kind"] == "WorkerSet"):
             # the operator makes a WorkerSet's pods `<name>-<i>`, each resolvable under its `subdomain`
             template = ws["spec"]["template"]

@@ -13,14 +13,21 @@
 #                        dataplane tier does, to show the defect is still in the shipped Slurm.
 #   WARDEN_DEFAULT_ACCOUNT  with accounting on (spec.accounting.defaultAccount): jail users that slurmdbd
 #                        does not know get an association in this account (see associate_users).
+#   WARDEN_CONTROLLERS   with backups (spec.controller.replicas 2-3): this pod hands control over when
+#                        it stops and fences a slurmctld that lost control (warden-ctld-ha.sh)
 set -euo pipefail
 WARDEN_COMPONENT=controller
 # shellcheck source=../slurm-base/warden-lib.sh
 . /usr/lib/warden/warden-lib.sh
 warden_passthrough slurmctld "$@"
+# shellcheck source=warden-ctld-ha.sh
+. /usr/lib/warden/warden-ctld-ha.sh
+ha=""
+[ "${WARDEN_CONTROLLERS:-1}" -gt 1 ] && ha=1
 
 config_hash="$(warden_dirs_hash "$WARDEN_CONFIG_DIR")"
 warden_slurm_config
+[ -z "$ha" ] || ha_self_conf || exit 1
 warden_jwt_key
 warden_jail_users
 state="${WARDEN_STATE_DIR:-/var/spool/slurmctld}"
@@ -36,10 +43,23 @@ elif [ ! -r "$guard" ]; then
     warden_log "error: the slurmctld guard $guard is missing"
     exit 1
 fi
-warden_log "starting slurmctld $(slurmctld -V | awk '{print $2}')${guard:+ (preloaded: $guard)}"
+if [ -n "$ha" ]; then
+    ha_wait_for_turn "$state"
+    # the files may have changed while it stood by
+    config_hash="$(warden_dirs_hash "$WARDEN_CONFIG_DIR")"
+    warden_slurm_config
+    ha_self_conf || exit 1
+    warden_jwt_key
+fi
+warden_log "starting slurmctld $(slurmctld -V | awk '{print $2}')${guard:+ (preloaded: $guard)}${ha:+ (controller $(ha_index) of $WARDEN_CONTROLLERS)}"
 # shellcheck disable=SC2086
 LD_PRELOAD="$guard" slurmctld -D ${WARDEN_SLURMCTLD_ARGS:-} "$@" &
 ctld_pid=$!
+fence_pid=""
+if [ -n "$ha" ]; then
+    ha_fence "$ctld_pid" "$state" &
+    fence_pid=$!
+fi
 
 # Jail users (uid 1000-59999) that accounting does not know yet get an association in
 # $WARDEN_DEFAULT_ACCOUNT (warden_associate), so that `sacct` shows them their jobs: with private jobs a user
@@ -63,9 +83,41 @@ if [ -n "${WARDEN_DEFAULT_ACCOUNT:-}" ]; then
     accounts_pid=$!
 fi
 
+# With accounting, slurmctld refuses to start (fatal "No Assoc usage file") from a state directory that
+# has its other files but no assoc_usage, which it writes only at a clean stop or its periodic checkpoint
+# (minutes): a slurmctld killed before that (OOM, a fenced hang, a backup taking over) could not start
+# again. Once this slurmctld is in charge and answers, one `scontrol reconfigure` (a clean restart in
+# place, state saved in full) writes it.
+save_state_once() {
+    local _
+    trap - TERM INT
+    set +e
+    grep -q '^AccountingStorageType=accounting_storage/slurmdbd' "$SLURM_ETC/slurm.conf" || return 0
+    for _ in $(seq 150); do
+        [ -e "$state/assoc_usage" ] && return 0
+        if { [ -z "$ha" ] || [ "$(ha_in_charge "$state")" = "$(ha_index)" ]; } &&
+            /usr/lib/warden/warden-slurmctld-health 8 >/dev/null 2>&1; then
+            scontrol reconfigure && warden_log "state: saved in full once (assoc_usage), so that a restart or a takeover finds it"
+            return 0
+        fi
+        sleep 2
+    done
+}
+save_state_once &
+save_pid=$!
+
 reload() {
     warden_slurm_config || return 1
     warden_jwt_key || return 1
+    if [ -n "$ha" ]; then
+        ha_self_conf || return 1
+        if [ "$(ha_in_charge "$state")" != "$(ha_index)" ]; then
+            # a standby backup re-reads its files on SIGHUP; `scontrol reconfigure` would reach the one in
+            # charge, whose own pod tells it
+            kill -HUP "$ctld_pid" && warden_log "config: standby slurmctld re-read its configuration"
+            return
+        fi
+    fi
     if scontrol reconfigure; then
         warden_log "config: slurmctld reconfigured (hash $(warden_dirs_hash "$WARDEN_CONFIG_DIR" | cut -c1-12))"
     else
@@ -75,12 +127,30 @@ reload() {
 }
 warden_follow "$config_hash" reload "$WARDEN_CONFIG_DIR"
 # CONT: a slurmctld stopped in its tracks takes the TERM too (the kubelet's SIGKILL follows the grace period)
-trap 'kill -TERM "$ctld_pid" "$follow_pid" ${accounts_pid:+"$accounts_pid"} 2>/dev/null; kill -CONT "$ctld_pid" 2>/dev/null' TERM INT
+stop() {
+    kill -TERM "$follow_pid" "$save_pid" ${accounts_pid:+"$accounts_pid"} 2>/dev/null
+    if [ -n "$ha" ]; then
+        if [ "$(ha_in_charge "$state")" = "$(ha_index)" ]; then
+            # it saves its state and exits by itself; this pod stops once the heartbeat names the
+            # new one, so that the pod made again finds it in charge and stands by
+            ha_hand_over && ha_handed_over "$state" && return
+        else
+            # a standby holds nothing to save; one that lost control holds a stale queue: never let it
+            # resume (SIGKILL, not TERM and CONT)
+            kill -KILL "$ctld_pid" 2>/dev/null
+            return
+        fi
+    fi
+    kill -TERM "$ctld_pid" 2>/dev/null
+    kill -CONT "$ctld_pid" 2>/dev/null
+}
+trap stop TERM INT
 set +e
 wait "$ctld_pid"
 rc=$?
 # a signal interrupted the wait: slurmctld is stopping; wait for it
 while kill -0 "$ctld_pid" 2>/dev/null; do wait "$ctld_pid"; rc=$?; done
-kill -TERM "$follow_pid" ${accounts_pid:+"$accounts_pid"} 2>/dev/null
+kill -TERM "$follow_pid" "$save_pid" ${accounts_pid:+"$accounts_pid"} ${fence_pid:+"$fence_pid"} 2>/dev/null
+[ -z "$ha" ] || ha_stopped "$state"
 warden_log "slurmctld exited (status $rc)"
 exit "$rc"

@@ -69,6 +69,9 @@ _SLURM = {
     "SlurmActionFailed": Reason(True, "Act", "a drain, resume or delete failed (action: which); told once, retried"),
     "SlurmctldUnresponsive": Reason(True, "Observe", "slurmctld answers no node or job read: users' commands hang"),
     "SlurmctldResponsive": Reason(False, "Observe", "slurmctld answers reads again"),
+    "ControllerTakeover": Reason(
+        True, "Observe", "with backup controllers: another slurmctld is in charge (the note: from which to which)"
+    ),
 }
 _UPGRADE = {
     "SlurmUpgradeStep": Reason(

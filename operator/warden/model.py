@@ -346,17 +346,55 @@ class Jail(Spec):
 
 
 class StateVolume(Spec):
-    """Persistent volume for slurmctld's StateSaveLocation (the job queue survives a pod restart)."""
+    """Persistent volume for slurmctld's StateSaveLocation (the job queue survives a pod restart). With
+    backup controllers (replicas 2-3) it is one claim `<cluster>-controller-state`, ReadWriteMany: its
+    StorageClass must offer that (NFS, CephFS, ...)."""
 
     size: Size = Field(default="1Gi", description="Size of the state volume.")
     storage_class_name: DnsSubdomain | None = Field(default=None, description="StorageClass to use.")
 
 
 class Controller(Spec):
-    """slurmctld."""
+    """slurmctld: one, or a primary and backups that share their state (docs/operations.md, "Backup
+    controllers")."""
 
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "(has(self.replicas) ? self.replicas : 1) == "
+                    "(has(oldSelf.replicas) ? oldSelf.replicas : 1)",
+                    "message": "controller.replicas is fixed when the cluster is made: the state volume and Slurm's "
+                    'controller list change with it (make a new cluster, docs/operations.md "Backup controllers")',
+                    "fieldPath": ".replicas",
+                },
+            ]
+        }
+    )
+
+    replicas: int = Field(
+        default=1,
+        ge=1,
+        le=3,
+        description="slurmctld pods: 1, or 2-3 for a primary and backups (Slurm's SlurmctldHost list, in pod "
+        "order). With backups the state volume is one ReadWriteMany claim they share, and a backup takes "
+        "control when the controller in charge stops answering (takeoverSeconds) or at once when its pod "
+        "is deleted. Fixed when the cluster is made.",
+    )
+    takeover_seconds: int = Field(
+        default=15,
+        ge=6,
+        le=600,
+        description="With backups: seconds a backup waits for an unanswering controller in charge before it "
+        "takes control (Slurm's SlurmctldTimeout). Shorter: faster takeover after a hang; longer: fewer "
+        "takeovers on a slow state volume.",
+    )
     resources: ResourceRequirements = Field(default_factory=ResourceRequirements)
     state_volume: StateVolume = Field(default_factory=StateVolume)
+
+    @property
+    def has_backup(self) -> bool:
+        return self.replicas > 1
 
 
 class RestApi(Spec):
@@ -1203,4 +1241,8 @@ class SlurmClusterStatus(BaseModel):
     )
     slurm: SlurmVersionStatus | None = Field(
         default=None, description="The Slurm series every part runs, and an upgrade's progress."
+    )
+    slurmctld_in_charge: str | None = Field(
+        default=None,
+        description="With backup controllers: the slurmctld pod in charge, as the operator's last Slurm sync saw it.",
     )

@@ -124,11 +124,30 @@ class Names:
 
     @property
     def controller_pod(self) -> str:
-        return f"{self.controller}-0"
+        """The primary slurmctld's pod (the first of `controller_pods`)."""
+        return self.controller_pods(1)[0]
+
+    def controller_pods(self, replicas: int) -> list[str]:
+        """slurmctld's pods in Slurm's SlurmctldHost order: the primary, then its backups."""
+        return [f"{self.controller}-{i}" for i in range(replicas)]
+
+    def controller_pod_address(self, pod: str) -> str:
+        return f"{pod}.{self.controller}.{self.namespace}.svc.cluster.local"
+
+    def controller_service_address(self, pod: str) -> str:
+        """With backups: the address of the Service of one controller pod (named as the pod). Its IP never
+        changes when the pod is made again, and with no pod behind it connections are refused at once,
+        where a pod's own DNS record would point at a gone IP for the DNS cache's time."""
+        return f"{pod}.{self.namespace}.svc.cluster.local"
 
     @property
     def controller_address(self) -> str:
-        return f"{self.controller_pod}.{self.controller}.{self.namespace}.svc.cluster.local"
+        return self.controller_pod_address(self.controller_pod)
+
+    @property
+    def controller_state(self) -> str:
+        """The state claim the controllers share when there are backups (one ReadWriteMany PVC)."""
+        return f"{self.controller}-state"
 
     @property
     def restapi(self) -> str:

@@ -17,7 +17,7 @@ from functools import partial
 from pydantic import ValidationError
 
 from warden import naming, opmetrics, slurmupgrade
-from warden.kube.apply import Applier, ApplyResult, Owner, run_steps
+from warden.kube.apply import Applier, ApplyResult, Owner, run_steps, with_owner
 from warden.kube.client import Kube
 from warden.kube.retention import apply_jail_claim
 from warden.ldapcheck import DirectoryCheck
@@ -35,6 +35,7 @@ from warden.model import (
 from warden.observe import observe
 from warden.render.cluster import render
 from warden.render.context import Cluster
+from warden.render.controller import state_class_problem
 from warden.render.pods import Manifest, content_hash
 from warden.restarts import template_changes
 from warden.status import Slurmctld, fold, invalid_spec_status, settled_before, spec_images
@@ -152,6 +153,32 @@ def reconcile(applier: Applier, body: Manifest, slurm_required: bool = False) ->
     return outcome
 
 
+DEFAULT_CLASS_ANNOTATION = "storageclass.kubernetes.io/is-default-class"
+
+
+def create_claim(applier: Applier, claim: Manifest, result: ApplyResult) -> None:
+    """A claim that holds data (the controllers' shared state): made when absent, never patched."""
+    applier.create_if_absent(claim, result)
+
+
+def state_volume_problem(kube: Kube, cluster: Cluster) -> str | None:
+    """With backup controllers: why their shared state volume's StorageClass (named, or the cluster's
+    default) cannot serve it (``warden.render.controller.state_class_problem``), or None."""
+    if not cluster.spec.controller.has_backup:
+        return None
+    name = cluster.spec.controller.state_volume.storage_class_name
+    if name:
+        storage_class = kube.get("storage.k8s.io/v1", "StorageClass", "", name)
+    else:
+        defaults = [
+            c
+            for c in kube.list("storage.k8s.io/v1", "StorageClass", "", {})
+            if (c.get("metadata", {}).get("annotations") or {}).get(DEFAULT_CLASS_ANNOTATION) == "true"
+        ]
+        storage_class = defaults[0] if defaults else None
+    return state_class_problem(cluster, storage_class)
+
+
 def _reconcile(applier: Applier, body: Manifest, slurm_required: bool) -> Outcome:
     kube = applier.kube
     meta = body["metadata"]
@@ -190,6 +217,12 @@ def _reconcile(applier: Applier, body: Manifest, slurm_required: bool) -> Outcom
         status = invalid_spec_status(generation, message, previous, now())
         kube.patch_status(meta["name"], meta["namespace"], status_patch(previous, status))
         return Outcome(status=status, result=None, invalid=message)
+    problem = state_volume_problem(kube, cluster)
+    if problem is not None:
+        # refused before anything changes (the state volume would never be shared)
+        status = invalid_spec_status(generation, problem, previous, now())
+        kube.patch_status(meta["name"], meta["namespace"], status_patch(previous, status))
+        return Outcome(status=status, result=None, invalid=problem)
     result = ApplyResult()
     result.replaced = replaced_pods(live_workloads(kube, cluster), rendered.objects)
 
@@ -198,9 +231,12 @@ def _reconcile(applier: Applier, body: Manifest, slurm_required: bool) -> Outcom
     ]
     for obj in rendered.objects:
         label = f"{obj['kind']}/{obj['metadata']['name']}"
-        if obj["kind"] == "PersistentVolumeClaim":  # the jail: never owned or deleted unless asked
+        if obj["kind"] == "PersistentVolumeClaim" and obj["metadata"]["name"] == cluster.names.jail:
+            # the jail: never owned or deleted unless asked
             retain = spec.jail.retain_on_delete
             steps.append((label, partial(apply_jail_claim, applier, obj, owner, retain, result)))
+        elif obj["kind"] == "PersistentVolumeClaim":  # the controllers' shared state: made once, never patched
+            steps.append((label, partial(create_claim, applier, with_owner(obj, owner), result)))
         else:
             steps.append((label, partial(applier.apply, obj, owner, result)))
     steps.append(("prune", partial(applier.prune, owner, cluster.names.instance_selector(), rendered.objects, result)))

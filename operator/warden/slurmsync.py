@@ -1,9 +1,10 @@
 """Every few seconds, for each SlurmCluster the operator handles: read the worker nodes from slurmctld
 (through slurmrestd) and the worker pods and their Kubernetes nodes, plan (``warden.nodesync``) and
 carry out what concerns the whole cluster: pod conditions, drains and resumes for cordoned Kubernetes
-nodes, ghost node records deleted, Events, and the status's Slurm view. Then the round is handed to the
-WorkerSet controller (``warden.workers``), whose sets act on it: scale-in, upgrades, pods that never
-registered.
+nodes, ghost node records deleted, Events, and the status's Slurm view. With backup controllers it also
+pings them and marks the controller pods with which slurmctld is in charge (``warden.controllersync``).
+Then the round is handed to the WorkerSet controller (``warden.workers``), whose sets act on it:
+scale-in, upgrades, pods that never registered.
 
 A plain thread, not a kopf timer: a timer would need a finalizer on every SlurmCluster, and a cluster
 is deleted by garbage collection alone, whether or not the operator runs. It skips a cluster until
@@ -23,7 +24,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 
-from warden import naming, opmetrics
+from warden import controllersync, naming, opmetrics
+from warden.controllersync import ControllerPod
 from warden.events import Event, Ref
 from warden.kube.client import Kube
 from warden.kube.events import EventRecorder
@@ -61,19 +63,43 @@ class Settings:
         return self.restapi_url.replace("{namespace}", names.namespace).replace("{name}", names.cluster)
 
 
-def worker_pod(pod: Manifest) -> WorkerPod:
-    meta, spec, status = pod["metadata"], pod.get("spec") or {}, pod.get("status") or {}
+def pod_condition(pod: Manifest, type_: str) -> PodCondition | None:
+    """The pod's condition of that type, as it carries it now."""
     condition = None
-    for c in status.get("conditions") or []:
-        if c.get("type") == CONDITION:
+    for c in (pod.get("status") or {}).get("conditions") or []:
+        if c.get("type") == type_:
             condition = PodCondition(c.get("status", ""), c.get("reason", ""), c.get("message", ""))
+    return condition
+
+
+def worker_pod(pod: Manifest) -> WorkerPod:
+    meta, spec = pod["metadata"], pod.get("spec") or {}
     return WorkerPod(
         name=meta["name"],
         k8s_node=spec.get("nodeName"),
-        condition=condition,
+        condition=pod_condition(pod, CONDITION),
         deleting=bool(meta.get("deletionTimestamp")),
         busy_label=(meta.get("labels") or {}).get(naming.BUSY_LABEL) == "true",
     )
+
+
+def controller_pod(pod: Manifest) -> ControllerPod:
+    meta = pod["metadata"]
+    return ControllerPod(
+        name=meta["name"],
+        condition=pod_condition(pod, controllersync.CONDITION),
+        deleting=bool(meta.get("deletionTimestamp")),
+    )
+
+
+def condition_manifest(type_: str, cond: PodCondition, stamp: str) -> Manifest:
+    return {
+        "type": type_,
+        "status": cond.status,
+        "reason": cond.reason,
+        "message": cond.message,
+        "lastTransitionTime": stamp,
+    }
 
 
 class SlurmSync:
@@ -130,7 +156,7 @@ class SlurmSync:
         if body is None or body["metadata"].get("deletionTimestamp"):
             return False
         try:
-            parse_spec(body.get("spec") or {})
+            spec = parse_spec(body.get("spec") or {})
         except ValueError:
             return True  # the reconcile handler reports invalid specs
         names = Names(cluster=name, namespace=namespace)
@@ -158,9 +184,17 @@ class SlurmSync:
         except SlurmError as e:
             log.warning("SlurmCluster %s/%s: %s", namespace, name, e)
             return True
-        slurmctld = Slurmctld(answers=True)
+        charge = self._ask_controllers(body, rest) if spec.controller.has_backup else None
+        slurmctld = Slurmctld(answers=True, in_charge=charge.in_charge if charge else None)
         self._tell_slurmctld(body, slurmctld)
         now = datetime.datetime.now(datetime.UTC)
+        stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
+        cluster = Ref.of(body)
+        if charge is not None:
+            for pod_name, cond in charge.conditions.items():
+                api.set_pod_condition(namespace, pod_name, condition_manifest(controllersync.CONDITION, cond, stamp))
+            for event in charge.events:
+                self.recorder.post_event(Event(cluster, event.reason, event.message, Ref.pod(namespace, event.pod)))
         raw_pods = api.list("v1", "Pod", namespace, names.selector("worker"))
         pods = [worker_pod(p) for p in raw_pods]
         cordoned: dict[str, bool] = {}
@@ -168,7 +202,6 @@ class SlurmSync:
             node = api.get_node(k8s_node)
             cordoned[k8s_node] = bool(node and (node.get("spec") or {}).get("unschedulable"))
         todo = plan(pods, nodes, cordoned)
-        cluster = Ref.of(body)
         for node_name, why in todo.drains:
             drain = partial(rest.drain, node_name, why)
             self.actions.act(cluster, node_name, drain, "SlurmNodeCordoned", f"{node_name}: drained: {why}")
@@ -178,19 +211,8 @@ class SlurmSync:
         for node_name in todo.delete_nodes:
             ghost = partial(rest.delete_node, node_name)
             self.actions.act(cluster, node_name, ghost, "GhostNodeRemoved", f"{node_name}: its pod is gone")
-        stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
         for pod_name, cond in todo.conditions.items():
-            api.set_pod_condition(
-                namespace,
-                pod_name,
-                {
-                    "type": CONDITION,
-                    "status": cond.status,
-                    "reason": cond.reason,
-                    "message": cond.message,
-                    "lastTransitionTime": stamp,
-                },
-            )
+            api.set_pod_condition(namespace, pod_name, condition_manifest(CONDITION, cond, stamp))
         for pod_name, busy in todo.busy.items():
             api.set_pod_label(namespace, pod_name, naming.BUSY_LABEL, "true" if busy else None)
         for event in todo.events:
@@ -201,6 +223,21 @@ class SlurmSync:
         view = SlurmView(next(self._rounds), cluster, {n.name: n for n in nodes}, rest, now)
         self.workers.observed(view, [ws["metadata"]["name"] for ws in sets])
         return True
+
+    def _ask_controllers(self, body: Manifest, rest: SlurmRest) -> controllersync.Plan | None:
+        """With backup controllers: which slurmctld is in charge (slurmrestd's ping), planned against the
+        controller pods' conditions and the one status recorded. None when the ping itself failed: the
+        reads just answered, so that is a passing doubt; pods and status keep what they say."""
+        meta = body["metadata"]
+        try:
+            pings = rest.pings()
+        except SlurmError as e:
+            log.warning("SlurmCluster %s/%s: %s", meta["namespace"], meta["name"], e)
+            return None
+        names = Names(cluster=meta["name"], namespace=meta["namespace"])
+        raw_pods = self.kube.list("v1", "Pod", meta["namespace"], names.selector("controller"))
+        previous = (body.get("status") or {}).get("slurmctldInCharge")
+        return controllersync.plan([controller_pod(p) for p in raw_pods], pings, previous)
 
     def _tell_slurmctld(self, body: Manifest, slurmctld: Slurmctld) -> None:
         """An Event when slurmctld stopped or started answering again, as told by the status this round

@@ -37,10 +37,13 @@ class Workload:
 @dataclass(frozen=True)
 class Slurmctld:
     """Whether slurmctld answered the operator's reads through slurmrestd this round (``warden.slurmsync``):
-    a node read and a job read. ``why``: what did not answer, when it did not."""
+    a node read and a job read. ``why``: what did not answer, when it did not. ``in_charge``: with backup
+    controllers, the controller pod whose slurmctld is in charge (``warden.controllersync``); None: not
+    asked this round (the last answer stands)."""
 
     answers: bool
     why: str = ""
+    in_charge: str | None = None
 
 
 #: ControllerReady's reason while slurmctld's pod may be Ready but slurmctld answers no reads
@@ -135,6 +138,14 @@ def fold(
             return cond(type_, True, f"{reason}Ready", f"{what} is ready")
         return cond(type_, False, f"{reason}NotReady", f"{waiting_for or what} is not ready yet")
 
+    # With backup controllers: the one in charge, as the Slurm sync last saw it (``warden.controllersync``)
+    in_charge: str | None = None
+    if spec.controller.has_backup:
+        if observed.slurmctld is not None and observed.slurmctld.in_charge is not None:
+            in_charge = observed.slurmctld.in_charge
+        elif previous is not None:
+            in_charge = previous.slurmctld_in_charge
+
     # Controller: its pod's readiness, unless slurmctld itself was found not answering reads (its pod
     # may be Ready for a while then). The last such finding stands until the Slurm sync asks again.
     c = observed.controller
@@ -151,6 +162,8 @@ def fold(
         controller = cond("ControllerReady", False, UNRESPONSIVE, before.message)
     else:
         controller = daemon("ControllerReady", c, "Slurmctld", "slurmctld")
+        if in_charge is not None:
+            controller = controller.model_copy(update={"message": f"{controller.message}; in charge: {in_charge}"})
 
     # Login
     lg = observed.login
@@ -296,6 +309,7 @@ def fold(
         health_check=health_status(observed.health_report, previous),
         slurm_nodes=slurm,
         slurm=slurm_status(spec, upgrade, observed.parts, slurm),
+        slurmctld_in_charge=in_charge,
     )
 
 

@@ -38,6 +38,8 @@ def _group(**changes: Any) -> dict[str, Any]:
 CASES = [
     Case("no-worker-groups", _with(workerGroups=[]), "workerGroups"),
     Case("negative-replicas", _group(replicas=-1), "replicas"),
+    Case("four-controllers", _with(controller={"replicas": 4}), "controller.replicas"),
+    Case("takeover-too-short", _with(controller={"replicas": 2, "takeoverSeconds": 3}), "controller.takeoverSeconds"),
     Case("group-name-uppercase", _with(workerGroups=[{"name": "GPU"}]), "name"),
     Case(
         "duplicate-group",

@@ -50,3 +50,20 @@ def test_names_longer_than_children_allow_are_refused(
     with pytest.raises(ApiException) as err:
         create(api_client, admission_namespace, "a-name-that-is-far-too-long-for-warden", BASE)
     assert "metadata.name must be at most 24 characters" in json.loads(err.value.body or "{}")["message"]
+
+
+def test_controller_replicas_cannot_change_after_the_cluster_is_made(
+    api_client: Any, crd_installed: None, admission_namespace: str
+) -> None:
+    create(api_client, admission_namespace, "onectl", BASE)
+    api = client.CustomObjectsApi(api_client)
+    with pytest.raises(ApiException) as err:
+        api.patch_namespaced_custom_object(
+            GROUP, VERSION, admission_namespace, PLURAL, "onectl", {"spec": {"controller": {"replicas": 2}}}
+        )
+    message = json.loads(err.value.body or "{}")["message"]
+    assert "spec.controller.replicas" in message and "fixed when the cluster is made" in message, message
+    # what may change with backups still changes
+    api.patch_namespaced_custom_object(
+        GROUP, VERSION, admission_namespace, PLURAL, "onectl", {"spec": {"controller": {"takeoverSeconds": 30}}}
+    )

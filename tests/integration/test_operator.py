@@ -455,3 +455,32 @@ def test_applied_network_policies_carry_slurms_traffic_and_keep_jobs_from_the_ap
     needed, forbidden = slurm_traffic(pods, outside)
     assert [c for c in needed if not allowed(policies, *c)] == []
     assert [c for c in forbidden if allowed(policies, *c)] == []
+
+
+def test_backup_controllers_on_a_class_of_single_node_volumes_are_refused_before_anything_is_made(
+    api_client: Any, cluster_namespace: str, operator: OperatorProcess
+) -> None:
+    """`controller.replicas: 2` needs a state volume both controllers mount (ReadWriteMany): on a
+    StorageClass whose provisioner gives single-node volumes the cluster is Failed at once, naming the
+    fields and the fix, and no child is made."""
+    ns = cluster_namespace
+    storage = client.StorageV1Api(api_client)
+    sc = client.V1StorageClass(metadata=client.V1ObjectMeta(name=f"ebs-{ns}"), provisioner="ebs.csi.aws.com")
+    storage.create_storage_class(sc)
+    try:
+        body = load_example("cpu-only", ns)
+        body["spec"]["controller"] = {"replicas": 2, "stateVolume": {"storageClassName": f"ebs-{ns}"}}
+        uid = apply_cluster(api_client, body)["metadata"]["uid"]
+
+        def failed() -> dict[str, Any] | None:
+            status = get_cluster(api_client, ns, "cpu").get("status") or {}
+            return status if status.get("phase") == "Failed" else None
+
+        wait_for("the cluster Failed", failed, 60, on_fail=operator.log_tail)
+        ready = next(c for c in (failed() or {})["conditions"] if c["type"] == "Ready")
+        assert ready["reason"] == "InvalidSpec"
+        assert "controller.stateVolume.storageClassName" in ready["message"], ready
+        assert "ebs.csi.aws.com" in ready["message"], ready
+        assert owned_objects(api_client, ns, uid) == {}, "something was made for a refused spec"
+    finally:
+        storage.delete_storage_class(f"ebs-{ns}")

@@ -175,3 +175,44 @@ def test_slurmctld_silent_behind_slurmrestd_is_unreachable_and_an_absent_job_is_
     )
     with pytest.raises(SlurmRestError, match="HTTP 401"):
         rest.look_up_absent_job()
+
+
+def test_pings_list_every_controller_in_order_in_either_spelling(server: tuple[FakeSlurmrestd, str]) -> None:
+    """Newer data_parsers say ``responding`` (``pinged`` deprecated), 24.11's ``pinged``: "UP"/"DOWN".
+    ``primary``/``mode`` only say the position, and are not read."""
+    fake, url = server
+    newer = [
+        {"hostname": "dp-controller-0", "responding": False, "latency": 5000000, "mode": "primary", "primary": True},
+        {"hostname": "dp-controller-1", "responding": True, "latency": 250, "mode": "backup1", "primary": False},
+        {"hostname": "dp-controller-2", "responding": True, "latency": 260, "mode": "backup2", "primary": False},
+    ]
+    fake.replies[("GET", "/slurm/v0.0.42/ping")] = (200, {"pings": newer, "errors": []})
+    rest = SlurmRest(url, token=lambda: "T")
+    assert [(p.hostname, p.responding, p.latency_us) for p in rest.pings()] == [
+        ("dp-controller-0", False, 5000000),
+        ("dp-controller-1", True, 250),
+        ("dp-controller-2", True, 260),
+    ]
+    rest.ping()  # a backup answering is slurmctld answering
+    older = [
+        {"hostname": "dp-controller-0", "pinged": "UP", "latency": 90, "mode": "primary"},
+        {"hostname": "dp-controller-1", "pinged": "DOWN", "latency": 10, "mode": "backup"},
+    ]
+    fake.replies[("GET", "/slurm/v0.0.42/ping")] = (200, {"pings": older, "errors": []})
+    assert [(p.hostname, p.responding) for p in rest.pings()] == [("dp-controller-0", True), ("dp-controller-1", False)]
+    both = [{"hostname": "dp-controller-0", "pinged": "UP", "responding": False}]  # responding wins
+    fake.replies[("GET", "/slurm/v0.0.42/ping")] = (200, {"pings": both, "errors": []})
+    assert [p.responding for p in rest.pings()] == [False]
+
+
+def test_ping_raises_when_no_controller_responds(server: tuple[FakeSlurmrestd, str]) -> None:
+    fake, url = server
+    rest = SlurmRest(url, token=lambda: "T")
+    down = [{"hostname": "dp-controller-0", "pinged": "DOWN"}, {"hostname": "dp-controller-1", "responding": False}]
+    fake.replies[("GET", "/slurm/v0.0.42/ping")] = (200, {"pings": down, "errors": []})
+    with pytest.raises(SlurmUnreachable, match="dp-controller-0 not responding, dp-controller-1 not responding"):
+        rest.ping()
+    fake.replies[("GET", "/slurm/v0.0.42/ping")] = (200, {"errors": []})
+    assert rest.pings() == []
+    with pytest.raises(SlurmUnreachable, match="no controller listed"):
+        rest.ping()

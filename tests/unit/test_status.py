@@ -290,3 +290,45 @@ def test_the_directory_check_is_a_condition_of_its_own_that_never_holds_ready_ba
     # a refresh that did not check the directory keeps what the last check said
     later = fold(spec, 1, ready_cluster(), failing, T1)
     assert [c for c in later.conditions if c.type == "DirectoryReachable"] == [cond]
+
+
+def test_with_backup_controllers_status_records_the_one_in_charge_and_keeps_it_until_asked_again() -> None:
+    from warden.reconcile import status_patch
+
+    spec = SPEC.model_copy(update={"controller": SPEC.controller.model_copy(update={"replicas": 2})})
+    assert spec.controller.has_backup
+    ready = Observed(**{**ready_cluster().__dict__, "controller": Workload(True, 2, 2)})
+    unknown = fold(spec, 3, ready, None, T0)  # not asked yet: nothing recorded
+    assert unknown.slurmctld_in_charge is None
+    assert "in charge" not in next(c for c in unknown.conditions if c.type == "ControllerReady").message
+
+    asked = Observed(**{**ready.__dict__, "slurmctld": Slurmctld(True, in_charge="demo-controller-1")})
+    status = fold(spec, 3, asked, unknown, T1)
+    controller = next(c for c in status.conditions if c.type == "ControllerReady")
+    assert status.slurmctld_in_charge == "demo-controller-1"
+    assert (controller.status, controller.message) == ("True", "slurmctld is ready; in charge: demo-controller-1")
+    assert controller.last_transition_time == T0  # a new message is no transition
+    assert status_patch(unknown, status)["slurmctldInCharge"] == "demo-controller-1"
+
+    # a refresh that did not ask (a child changed; a ping that failed) keeps the last answer
+    for not_asked in (ready, Observed(**{**ready.__dict__, "slurmctld": Slurmctld(True)})):
+        kept = fold(spec, 3, not_asked, status, "2026-11-22T00:06:00Z")
+        assert kept.slurmctld_in_charge == "demo-controller-1"
+        assert next(c for c in kept.conditions if c.type == "ControllerReady").message == controller.message
+    # a pod not ready says so, and still who is in charge
+    one_down = Observed(**{**ready.__dict__, "controller": Workload(True, 2, 1)})
+    degraded = next(c for c in fold(spec, 3, one_down, status, T1).conditions if c.type == "ControllerReady")
+    assert degraded.message == "slurmctld is not ready yet; in charge: demo-controller-1"
+
+
+def test_one_controller_writes_no_in_charge_and_says_nothing_of_it() -> None:
+    from warden.reconcile import status_patch
+
+    asked = Observed(**{**ready_cluster().__dict__, "slurmctld": Slurmctld(True, in_charge="demo-controller-0")})
+    status = fold(SPEC, 3, asked, None, T0)
+    assert status.slurmctld_in_charge is None
+    assert next(c for c in status.conditions if c.type == "ControllerReady").message == "slurmctld is ready"
+    assert "slurmctldInCharge" not in status_patch(None, status)
+    # a status written while the cluster had backups: the field goes (named with null)
+    before = status.model_copy(update={"slurmctld_in_charge": "demo-controller-1"})
+    assert status_patch(before, fold(SPEC, 3, ready_cluster(), before, T1))["slurmctldInCharge"] is None

@@ -289,11 +289,6 @@ def pod_template(container: dict[str, Any], volumes: list[dict[str, Any]] | None
         ({"command": ["sh"]}, [], "command/args are not translated"),
         (
             {"volumeMounts": [{"name": "v", "mountPath": "/v"}]},
-            [{"name": "v", "persistentVolumeClaim": {"claimName": "other"}}],
-            "unknown claim other",
-        ),
-        (
-            {"volumeMounts": [{"name": "v", "mountPath": "/v"}]},
             [{"name": "v", "hostPath": {"path": "/dev/kmsg", "type": "CharDevice"}}],
             "not a directory",
         ),
@@ -360,3 +355,15 @@ def test_configmap_items_pick_and_rename_keys(tmp_path: Path) -> None:
     )
     assert [(f.path.name, f.text, f.mode) for f in plan.files] == [("renamed.conf", "x=1\n", 0o600)]
     assert mounts(plan)["/c"].endswith(",readonly")  # ConfigMap volumes are read-only whatever the mount says
+
+
+def test_a_shared_claim_is_one_volume_for_every_pod_that_mounts_it(tmp_path: Path) -> None:
+    """The backup controllers' state claim (ReadWriteMany): both pods write the same files."""
+    t, _, _ = translator(tmp_path)
+    template = pod_template(
+        {"volumeMounts": [{"name": "state", "mountPath": "/var/spool/slurmctld"}]},
+        [{"name": "state", "persistentVolumeClaim": {"claimName": "hpc-controller-state"}}],
+    )
+    a, b = t.pod("a", template, None, set()), t.pod("b", template, None, set())
+    assert mounts(a)["/var/spool/slurmctld"] == mounts(b)["/var/spool/slurmctld"]
+    assert a.host_volumes == b.host_volumes == [t.claim_volume("hpc-controller-state")]

@@ -67,7 +67,8 @@ REGISTRY: tuple[Kind, ...] = (
     Kind("v1", "Secret", "secrets", (*_READ, "create"), watch="heal"),
     Kind("v1", "Service", "services", _OWN, pruned=True, watch="heal"),
     Kind("v1", "ServiceAccount", "serviceaccounts", _OWN, pruned=True, watch="heal"),
-    # the jail's claim: created once, its owner reference follows retainOnDelete; never deleted
+    # the jail's claim: created once, its owner reference follows retainOnDelete; never deleted (nor the
+    # controllers' shared state claim, made once and owned by the cluster)
     Kind("v1", "PersistentVolumeClaim", "persistentvolumeclaims", (*_READ, "create", "patch"), watch="own"),
     # worker pods are the operator's to make (WorkerSets), carry their Slurm node state as a condition
     Kind("v1", "Pod", "pods", _OWN, watch="own", subresources=(("status", ("patch",)),)),
@@ -86,6 +87,8 @@ REGISTRY: tuple[Kind, ...] = (
     # cluster-scoped: is a worker pod's Kubernetes node cordoned; the jail's volume kept (Retain)
     Kind("v1", "Node", "nodes", ("get",), namespaced=False),
     Kind("v1", "PersistentVolume", "persistentvolumes", ("get", "list", "patch"), namespaced=False),
+    # backup controllers' shared state volume: does its class give single-node volumes
+    Kind("storage.k8s.io/v1", "StorageClass", "storageclasses", ("get", "list"), namespaced=False),
     # kopf's own discovery: the resources served (CRDs), the namespaces it watches when given a list
     Kind("apiextensions.k8s.io/v1", "CustomResourceDefinition", "customresourcedefinitions", ("list", "watch"),
          namespaced=False, watch="kopf"),

@@ -60,8 +60,18 @@ def slurm_conf(cluster: Cluster) -> str:
     return _render(
         "slurm.conf.j2",
         **_common(cluster),
-        controller_pod=names.controller_pod,
-        controller_address=names.controller_address,
+        controllers=[
+            {
+                "pod": pod,
+                "address": (
+                    names.controller_service_address(pod)
+                    if spec.controller.has_backup
+                    else names.controller_pod_address(pod)
+                ),
+            }
+            for pod in names.controller_pods(spec.controller.replicas)
+        ],
+        takeover_seconds=spec.controller.takeover_seconds if spec.controller.has_backup else None,
         slurmctld_port=naming.SLURMCTLD_PORT,
         slurmd_port=naming.SLURMD_PORT,
         state_save_location=naming.STATE_SAVE_LOCATION,

@@ -18,6 +18,7 @@ import hmac
 import json
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
@@ -35,7 +36,7 @@ from warden.slurm.model import (
     nodes_from_doc,
 )
 
-__all__ = ["SlurmRest", "SlurmRestError", "SlurmUnreachable", "mint_token"]
+__all__ = ["ControllerPing", "SlurmRest", "SlurmRestError", "SlurmUnreachable", "mint_token"]
 
 OPERATOR_USER = "slurm"
 #: a job id below Slurm's largest (0x7fffffff) that no cluster reaches: its MaxJobId is at most 0x03ff0000
@@ -59,6 +60,33 @@ class SlurmUnreachable(SlurmError):
 #: slurmrestd's words when slurmctld took no request or sent no answer in time (Slurm's own error
 #: texts for SLURM_PROTOCOL_SOCKET_IMPL_TIMEOUT and SLURMCTLD_COMMUNICATIONS_*_ERROR)
 CONTROLLER_SILENT = ("Socket timed out on send/recv operation", "Unable to contact slurm controller")
+
+
+@dataclass(frozen=True)
+class ControllerPing:
+    """One slurmctld as slurmrestd's ping found it. ``pings()`` lists them in SlurmctldHost order; which
+    one is in charge is the first that responds (``warden.controllersync``): the answer's ``primary``
+    and ``mode`` name the position in that list only."""
+
+    hostname: str
+    responding: bool
+    latency_us: int | None = None
+
+
+def ping_of(doc: Any) -> ControllerPing | None:
+    """A ping record of either spelling: ``responding`` (a bool, from data_parser v0.0.42 on) or, where
+    that is absent, ``pinged`` ("UP"/"DOWN", deprecated later); None when it is no record at all."""
+    if not isinstance(doc, dict):
+        return None
+    responding = doc.get("responding")
+    if not isinstance(responding, bool):
+        responding = str(doc.get("pinged", "")).upper() == "UP"
+    latency = doc.get("latency")
+    return ControllerPing(
+        hostname=str(doc.get("hostname") or ""),
+        responding=responding,
+        latency_us=int(latency) if isinstance(latency, int | float) and not isinstance(latency, bool) else None,
+    )
 
 
 def _b64(data: bytes) -> str:
@@ -139,12 +167,20 @@ class SlurmRest:
             raise SlurmRestError(what, response.status, errors)
         return doc
 
-    def ping(self) -> None:
-        """slurmctld answers through slurmrestd (raises otherwise)."""
+    def pings(self) -> list[ControllerPing]:
+        """Every slurmctld of the cluster (its SlurmctldHost lines, in order) and whether it answered
+        slurmrestd's ping; empty when the answer lists none."""
         doc = self._request("GET", "ping", "ping")
-        pings = doc.get("pings") if isinstance(doc, dict) else None
-        if not pings or not any(isinstance(p, dict) and p.get("pinged") == "UP" for p in pings):
-            raise SlurmUnreachable(f"ping: slurmctld did not answer through slurmrestd: {pings}")
+        raw = doc.get("pings") if isinstance(doc, dict) else None
+        found = (ping_of(p) for p in (raw if isinstance(raw, list) else []))
+        return [p for p in found if p is not None]
+
+    def ping(self) -> None:
+        """slurmctld answers through slurmrestd (raises otherwise): one of them, primary or backup."""
+        pings = self.pings()
+        if not any(p.responding for p in pings):
+            said = ", ".join(f"{p.hostname or '?'} not responding" for p in pings) or "no controller listed"
+            raise SlurmUnreachable(f"ping: slurmctld did not answer through slurmrestd: {said}")
 
     def nodes(self) -> list[Node]:
         """Every node slurmctld knows (dynamic worker nodes register themselves)."""
