@@ -173,7 +173,8 @@ def test_who_drained_a_node_is_a_label(cluster: DockerCluster, drained: Callable
 def test_slurmctld_away_is_slurm_up_zero_and_back(cluster: DockerCluster) -> None:
     """slurmrestd answers but slurmctld does not: the scrape still succeeds, saying so."""
     controller = cluster.names.controller_pod
-    cluster.exec(controller, "pkill -STOP -x slurmctld")
+    # by its command line: a reconfigured slurmctld (with accounting: at its first start) runs as /proc/self/exe
+    cluster.exec(controller, "pkill -STOP -of '^slurmctld '")
     try:
         start = time.monotonic()
         _, samples = scrape(cluster)
@@ -181,5 +182,5 @@ def test_slurmctld_away_is_slurm_up_zero_and_back(cluster: DockerCluster) -> Non
         assert value(samples, "slurm_exporter_errors", what="ping") == 1
         assert time.monotonic() - start < 60
     finally:
-        cluster.exec(controller, "pkill -CONT -x slurmctld")
+        cluster.exec(controller, "pkill -CONT -of '^slurmctld '")
     eventually(cluster, "slurm_up back to 1", lambda s: value(s, "slurm_up") == 1)
