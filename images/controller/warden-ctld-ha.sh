@@ -130,17 +130,24 @@ ha_stopped() {
 # while PID still lives, kill it (see above). When the move is a handover this slurmctld made (it saved
 # its state first), the kill finds it stopping or gone.
 ha_fence() {
-    local pid="$1" state="$2" me prev="" cur
+    local pid="$1" state="$2" me started mine="" words
     me="$(ha_index)"
+    started="$(date +%s)"
     trap - TERM INT
     set +e
     while kill -0 "$pid" 2>/dev/null; do
-        cur="$(ha_writer "$state")"
-        if [ "$prev" = "$me" ] && [ -n "$cur" ] && [ "$cur" != "$me" ] && kill -0 "$pid" 2>/dev/null; then
-            warden_log "fence: slurmctld $cur took control from this one; killing it (pid $pid) before it writes the state it holds"
-            kill -KILL "$pid"
+        words="$(od -An -v -tu8 --endian=big -N16 "$state/heartbeat" 2>/dev/null)"
+        # shellcheck disable=SC2086 # the time of the beat, the writer's index
+        set -- $words
+        if [ $# -eq 2 ]; then
+            # a beat of this slurmctld (not one an earlier run of this pod left): it is in charge
+            if [ "$2" = "$me" ] && [ "$1" -ge "$started" ]; then
+                mine=1
+            elif [ -n "$mine" ] && [ "$2" != "$me" ] && kill -0 "$pid" 2>/dev/null; then
+                warden_log "fence: slurmctld $2 took control from this one; killing it (pid $pid) before it writes the state it holds"
+                kill -KILL "$pid"
+            fi
         fi
-        [ -n "$cur" ] && prev="$cur"
         sleep 1
     done
 }

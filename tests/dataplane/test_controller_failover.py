@@ -71,9 +71,11 @@ def writer(c: DockerCluster) -> str:
     """The index of the slurmctld writing the shared heartbeat file (the one in charge), read from a
     controller container that runs."""
     pod = next(p for p in _pods(c) if _running(c, p))
-    r = c.exec(pod, f"od -An -v -tu8 --endian=big -N16 {naming.STATE_SAVE_LOCATION}/heartbeat", check=False)
-    words = r.out.split()
-    return words[1] if len(words) == 2 else ""
+    beat = f"od -An -v -tu8 --endian=big -N16 {naming.STATE_SAVE_LOCATION}/heartbeat; date +%s"
+    words = c.exec(pod, beat, check=False).out.split()
+    # a beat older than takeoverSeconds names nobody (a backup that stopped in charge dates its last back)
+    fresh = len(words) == 3 and int(words[2]) - int(words[0]) <= TAKEOVER_S
+    return words[1] if fresh else ""
 
 
 def _probe(c: DockerCluster, pod: str) -> str:

@@ -121,11 +121,12 @@ def _pod_in_charge(installed: Installed) -> str:
     """The controller pod whose slurmctld writes the shared heartbeat (read from a pod that runs)."""
     for pod in CONTROLLERS:
         r = installed.kube.kubectl_result(
-            "-n", installed.namespace, "exec", pod, "--",
-            "od", "-An", "-v", "-tu8", "--endian=big", "-N16", "/var/spool/slurmctld/heartbeat",
+            "-n", installed.namespace, "exec", pod, "--", "sh", "-c",
+            "od -An -v -tu8 --endian=big -N16 /var/spool/slurmctld/heartbeat && date +%s",
         )  # fmt: skip
         words = r.stdout.split()
-        if r.returncode == 0 and len(words) == 2:
+        # a beat older than takeoverSeconds names nobody (a backup that stopped in charge dates its last back)
+        if r.returncode == 0 and len(words) == 3 and int(words[2]) - int(words[0]) <= TAKEOVER_S:
             return CONTROLLERS[int(words[1])]
     return ""
 
