@@ -32,26 +32,33 @@ ha_index() {
     printf '%s\n' "${host##*-}"
 }
 
+# The heartbeat file as two numbers, the time of the beat and its writer's index; nothing when there is
+# no such file (yet).
+ha_beat() {
+    local words
+    words="$(od -An -v -tu8 --endian=big -N16 "$1/heartbeat" 2>/dev/null)" || return 0
+    # shellcheck disable=SC2086 # two numbers
+    set -- $words
+    [ $# -eq 2 ] && printf '%s %s\n' "$1" "$2"
+    return 0
+}
+
 # The index of the slurmctld writing the heartbeat file, when it wrote it within SlurmctldTimeout; nothing
 # when there is no such file or it is older (nobody in charge, or the one in charge hangs).
 ha_in_charge() {
-    local hb="$1/heartbeat" timeout words
+    local timeout beat
     timeout="$(sed -n 's/^SlurmctldTimeout=\([0-9]*\).*/\1/p' "$SLURM_ETC/slurm.conf")"
-    words="$(od -An -v -tu8 --endian=big -N16 "$hb" 2>/dev/null)" || return 0
-    # shellcheck disable=SC2086 # two numbers: the time of the beat, the writer's index
-    set -- $words
-    [ $# -eq 2 ] || return 0
-    [ $(($(date +%s) - $1)) -le "${timeout:-120}" ] && printf '%s\n' "$2"
+    beat="$(ha_beat "$1")"
+    [ -n "$beat" ] || return 0
+    [ $(($(date +%s) - ${beat% *})) -le "${timeout:-120}" ] && printf '%s\n' "${beat#* }"
     return 0
 }
 
 # The index of the heartbeat's writer, however old the beat.
 ha_writer() {
-    local words
-    words="$(od -An -v -tu8 --endian=big -N16 "$1/heartbeat" 2>/dev/null)" || return 0
-    # shellcheck disable=SC2086
-    set -- $words
-    [ $# -eq 2 ] && printf '%s\n' "$2"
+    local beat
+    beat="$(ha_beat "$1")"
+    [ -n "$beat" ] && printf '%s\n' "${beat#* }"
     return 0
 }
 
@@ -130,15 +137,14 @@ ha_stopped() {
 # while PID still lives, kill it (see above). When the move is a handover this slurmctld made (it saved
 # its state first), the kill finds it stopping or gone.
 ha_fence() {
-    local pid="$1" state="$2" me started mine="" words
+    local pid="$1" state="$2" me started mine=""
     me="$(ha_index)"
     started="$(date +%s)"
     trap - TERM INT
     set +e
     while kill -0 "$pid" 2>/dev/null; do
-        words="$(od -An -v -tu8 --endian=big -N16 "$state/heartbeat" 2>/dev/null)"
-        # shellcheck disable=SC2086 # the time of the beat, the writer's index
-        set -- $words
+        # shellcheck disable=SC2046 # the time of the beat, the writer's index
+        set -- $(ha_beat "$state")
         if [ $# -eq 2 ]; then
             # a beat of this slurmctld (not one an earlier run of this pod left): it is in charge
             if [ "$2" = "$me" ] && [ "$1" -ge "$started" ]; then

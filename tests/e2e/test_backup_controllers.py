@@ -76,6 +76,11 @@ def _submit(installed: Installed, user: tuple[str, Path], what: str = "true") ->
     return out.stdout.strip() if out.returncode == 0 else f"FAILED {out.stdout.strip()} {out.stderr.strip()}"
 
 
+def _first_accepted(installed: Installed, user: tuple[str, Path], what: str, timeout: float) -> str:
+    """The user's sbatch tried until one is accepted: its job id."""
+    return str(_eventually(what, lambda: (job := _submit(installed, user)).isdigit() and job, timeout))
+
+
 def _job_state(installed: Installed, user: tuple[str, Path], job: str) -> str:
     out = installed.ssh(f"scontrol -o show job {job}", key=user[1], user=user[0], timeout=90).stdout
     fields = dict(w.split("=", 1) for w in out.split() if "=" in w)
@@ -170,14 +175,7 @@ def test_a_hung_slurmctld_in_a_running_pod_is_replaced_and_fenced(installed: Ins
     installed.kube.kubectl("-n", ns, "exec", primary, "--", "kill", "-STOP", pid)
     assert installed.kube.json("-n", ns, "get", "pod", primary)["status"]["phase"] == "Running"
     t0 = time.monotonic()
-    accepted = ""
-
-    def submitted() -> bool:
-        nonlocal accepted
-        accepted = _submit(installed, user)
-        return accepted.isdigit()
-
-    _eventually("a user's sbatch accepted while slurmctld in charge hangs", submitted, 240)
+    accepted = _first_accepted(installed, user, "a user's sbatch accepted while slurmctld in charge hangs", 240)
     took = time.monotonic() - t0
     _eventually(
         "the hung slurmctld fenced",
@@ -203,14 +201,7 @@ def test_b_the_deleted_pod_in_charge_hands_over_at_once(installed: Installed, us
     job = _running_job(installed, user, 40)
     t0 = time.monotonic()
     installed.kube.kubectl("-n", ns, "delete", "pod", boss, "--wait=false")
-    accepted = ""
-
-    def submitted() -> bool:
-        nonlocal accepted
-        accepted = _submit(installed, user)
-        return accepted.isdigit()
-
-    _eventually("a user's sbatch accepted once the pod in charge is deleted", submitted, 120)
+    accepted = _first_accepted(installed, user, "a user's sbatch accepted once the pod in charge is deleted", 120)
     took = time.monotonic() - t0
     _eventually("the other controller in charge", lambda: _says_in_charge(installed, other), 120)
     for j in (accepted, job):
