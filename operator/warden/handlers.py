@@ -11,7 +11,10 @@
 - A child StatefulSet/WorkerSet/Job, or the health-check report ConfigMap, changed: refresh the owner's
   status.
 - A WorkerSet or one of its pods changed: the WorkerSet controller (`warden.workers`, one thread and
-  a queue) looks at the set: its pods made, scaled in, upgraded, made afresh; its status.
+  a queue) looks at the set: its pods made, scaled in, upgraded, made afresh; its status. Pods are
+  watched by the operator's own pod cache (`warden.kube.cache`), which tells each change, not kopf.
+- Reads of the cluster and its children (pods, WorkerSets, StatefulSets, Deployments, Jobs, ConfigMaps)
+  come from watch caches: an event costs no GET.
   This is how readiness reaches status without polling. There is no kopf timer or daemon on purpose:
   those would need a finalizer, and a SlurmCluster is deleted by garbage collection alone, whether
   or not the operator runs.
@@ -38,7 +41,7 @@ from warden.directorysync import Settings as DirectorySettings
 from warden.events import Event, Ref
 from warden.kube import kinds
 from warden.kube.apply import Applier, ApplyResult, Owner
-from warden.kube.client import Kube
+from warden.kube.client import CONNECTIONS, Kube
 from warden.kube.events import EventRecorder
 from warden.kube.retention import set_jail_retention
 from warden.ldapcheck import DirectoryCheck
@@ -63,6 +66,7 @@ from warden.workers.controller import WorkerSets
 log = logging.getLogger(__name__)
 
 MANAGED = {"app.kubernetes.io/managed-by": "warden"}
+MANAGED_SELECTOR = "app.kubernetes.io/managed-by=warden"
 COMPONENT, HEALTH = "app.kubernetes.io/component", "health-check"
 RETRY_DELAY_SECONDS = 10
 
@@ -77,6 +81,8 @@ class State:
         #: one reconcile of a cluster at a time (the spec handler and child events run in parallel threads)
         self.locks: defaultdict[tuple[str, str], threading.Lock] = defaultdict(threading.Lock)
         self.sync_settings = Settings()
+        #: the namespaces the operator watches (none: every namespace)
+        self.namespaces: list[str] = []
         self.sync: SlurmSync | None = None
         self.directory_settings = DirectorySettings()
         self.directories: DirectorySync | None = None
@@ -122,7 +128,9 @@ def _load_kube_config() -> client.ApiClient:
         config.load_incluster_config()  # type: ignore[no-untyped-call]
     except config.ConfigException:
         config.load_kube_config()  # type: ignore[no-untyped-call]
-    return client.ApiClient()
+    configuration = client.Configuration.get_default_copy()
+    configuration.connection_pool_maxsize = CONNECTIONS
+    return client.ApiClient(configuration)
 
 
 @kopf.on.startup()
@@ -137,12 +145,17 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
     settings.execution.max_workers = 8
+    # every child kopf watches is selected server-side: never every ConfigMap or Secret of the cluster
+    children = {(k.group, k.plural) for k in kinds.REGISTRY if k.watch in ("heal", "own") and k.kind != "SlurmCluster"}
+    settings.watching.label_selectors[lambda r: (r.group, r.plural) in children] = MANAGED_SELECTOR
     STATE.kube = Kube(_load_kube_config())
     STATE.applier = Applier(STATE.kube)
     STATE.events = EventRecorder(STATE.kube)
     actions = SlurmActions(STATE.events)
     timeout = STATE.sync_settings.register_timeout
     STATE.worker_sets = WorkerSets(STATE.kube, actions, STATE.slurm_required, timeout)
+    if not STATE.kube.use_caches(STATE.namespaces, {("v1", "Pod"): _pod_changed}):
+        log.warning("the watch caches have not listed everything yet; reads go to the API server until they have")
     STATE.worker_sets.start()
     if STATE.slurm_required:
         STATE.sync = SlurmSync(STATE.kube, STATE.events, actions, STATE.worker_sets, STATE.sync_settings, _refresh)
@@ -160,6 +173,8 @@ def stop_sync(**_: Any) -> None:
         STATE.directories.stop()
     if STATE.worker_sets is not None:
         STATE.worker_sets.stop()
+    if STATE.kube is not None and STATE.kube.caches is not None:
+        STATE.kube.caches.stop()
 
 
 def _say(cluster: Mapping[str, Any], reason: str, note: str, related: Ref | None = None) -> None:
@@ -428,12 +443,15 @@ def worker_set_changed(type: str | None, meta: kopf.Meta, namespace: str | None,
     _on_child_event(type, meta, namespace, WORKER_SET_KIND)
 
 
-@kopf.on.event("", "v1", "pods", labels={**MANAGED, COMPONENT: "worker"})
-def worker_pod_changed(meta: kopf.Meta, namespace: str | None, **_: Any) -> None:
-    """A worker pod came, changed (ready, ended) or went: its WorkerSet is looked at again."""
+def _pod_changed(type_: str, pod: Mapping[str, Any]) -> None:
+    """A worker pod came, changed (ready, ended) or went: its WorkerSet is looked at again. Told by the
+    pod cache (``warden.kube.cache``), not kopf: kopf would hold and hand over every pod's full body."""
+    meta = pod["metadata"]
+    if (meta.get("labels") or {}).get(COMPONENT) != "worker" or STATE.worker_sets is None:
+        return
     for ref in meta.get("ownerReferences") or []:
-        if ref.get("kind") == WORKER_SET_KIND and namespace is not None and STATE.worker_sets is not None:
-            STATE.worker_sets.enqueue(namespace, str(ref["name"]))
+        if ref.get("kind") == WORKER_SET_KIND:
+            STATE.worker_sets.enqueue(str(meta.get("namespace")), str(ref["name"]))
 
 
 @kopf.on.event("", "v1", "persistentvolumeclaims", labels={**MANAGED, COMPONENT: "jail"})

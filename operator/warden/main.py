@@ -47,6 +47,7 @@ def main(argv: list[str] | None = None) -> int:
         f" {Names(cluster='{name}', namespace='{namespace}').restapi_url})",
     )  # fmt: skip
     args = parser.parse_args(argv)
+    handlers.STATE.namespaces = list(args.namespace)
     handlers.STATE.sync_settings = Settings(
         interval=args.slurm_sync_interval, register_timeout=args.register_timeout, restapi_url=args.slurmrestd_url
     )

@@ -1,5 +1,6 @@
 """Every few seconds, for each SlurmCluster the operator handles: read the worker nodes from slurmctld
-(through slurmrestd) and the worker pods and their Kubernetes nodes, plan (``warden.nodesync``) and
+(through slurmrestd), the worker pods (from the pod cache) and which Kubernetes nodes are cordoned (one
+list, however many nodes), plan (``warden.nodesync``) and
 carry out what concerns the whole cluster: pod conditions, drains and resumes for cordoned Kubernetes
 nodes, ghost node records deleted, Events, and the status's Slurm view. With backup controllers it also
 pings them and marks the controller pods with which slurmctld is in charge (``warden.controllersync``).
@@ -195,13 +196,8 @@ class SlurmSync:
                 api.set_pod_condition(namespace, pod_name, condition_manifest(controllersync.CONDITION, cond, stamp))
             for event in charge.events:
                 self.recorder.post_event(Event(cluster, event.reason, event.message, Ref.pod(namespace, event.pod)))
-        raw_pods = api.list("v1", "Pod", namespace, names.selector("worker"))
-        pods = [worker_pod(p) for p in raw_pods]
-        cordoned: dict[str, bool] = {}
-        for k8s_node in {p.k8s_node for p in pods if p.k8s_node}:
-            node = api.get_node(k8s_node)
-            cordoned[k8s_node] = bool(node and (node.get("spec") or {}).get("unschedulable"))
-        todo = plan(pods, nodes, cordoned)
+        pods = [worker_pod(p) for p in api.list("v1", "Pod", namespace, names.selector("worker"))]
+        todo = plan(pods, nodes, dict.fromkeys(api.cordoned_nodes(), True))
         for node_name, why in todo.drains:
             drain = partial(rest.drain, node_name, why)
             self.actions.act(cluster, node_name, drain, "SlurmNodeCordoned", f"{node_name}: drained: {why}")
@@ -211,10 +207,17 @@ class SlurmSync:
         for node_name in todo.delete_nodes:
             ghost = partial(rest.delete_node, node_name)
             self.actions.act(cluster, node_name, ghost, "GhostNodeRemoved", f"{node_name}: its pod is gone")
-        for pod_name, cond in todo.conditions.items():
-            api.set_pod_condition(namespace, pod_name, condition_manifest(CONDITION, cond, stamp))
-        for pod_name, busy in todo.busy.items():
-            api.set_pod_label(namespace, pod_name, naming.BUSY_LABEL, "true" if busy else None)
+        writes = [
+            partial(api.set_pod_condition, namespace, pod_name, condition_manifest(CONDITION, cond, stamp))
+            for pod_name, cond in todo.conditions.items()
+        ] + [
+            partial(api.set_pod_label, namespace, pod_name, naming.BUSY_LABEL, "true" if busy else None)
+            for pod_name, busy in todo.busy.items()
+        ]
+        written = api.fanout.run(writes)
+        if written.error is not None:  # the rest next round: the plan is level-based
+            log.warning("SlurmCluster %s/%s: %s of %s pod updates written: %s", namespace, name,
+                        len(written.results), len(writes), written.error)  # fmt: skip
         for event in todo.events:
             self.recorder.post_event(Event(cluster, event.reason, event.message, Ref.pod(namespace, event.pod)))
         self.refresh(namespace, name, todo.summary, slurmctld)

@@ -459,7 +459,8 @@ def test_chart_rbac_is_enough_for_the_real_operator(
             "subjects": [{"kind": "ServiceAccount", "name": sa["metadata"]["name"], "namespace": op_ns}],
         }
         refused: dict[str, Callable[[], object]] = {
-            "list nodes": lambda: core.list_node(),
+            # it lists nodes (which are cordoned), never changes one
+            "cordon a node": lambda: core.patch_node("kwok-node-1", {"spec": {"unschedulable": True}}, dry_run="All"),
             "delete a namespace": lambda: core.delete_namespace(cluster_namespace, dry_run="All"),
             "read secrets outside watched namespaces": lambda: core.list_namespaced_secret(op_ns),
             # Secrets of the watched namespace are listed and watched (a deleted generated Secret is made

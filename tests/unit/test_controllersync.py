@@ -19,6 +19,7 @@ from warden.controllersync import CONDITION, ControllerPod, condition_of, in_cha
 from warden.events import Event
 from warden.kube.client import Kube
 from warden.kube.events import EventRecorder
+from warden.kube.fanout import Fanout
 from warden.model import SlurmNodesStatus
 from warden.naming import Names
 from warden.nodesync import PodCondition
@@ -167,6 +168,7 @@ class FakeKube:
         self.pods = pods
         self.conditions: list[tuple[str, Manifest]] = []
         self.listed: list[str] = []
+        self.fanout = Fanout(4)
 
     def get(self, api_version: str, kind: str, namespace: str, name: str) -> Manifest | None:
         return self.objects.get((kind, name))
@@ -178,8 +180,8 @@ class FakeKube:
             return []
         return [p for p in self.pods if p["metadata"]["labels"]["app.kubernetes.io/component"] == component]
 
-    def get_node(self, name: str) -> Manifest | None:
-        return None
+    def cordoned_nodes(self) -> set[str]:
+        return set()
 
     def set_pod_condition(self, namespace: str, pod: str, condition: Manifest) -> None:
         self.conditions.append((pod, condition))

@@ -11,6 +11,7 @@ from typing import Any, cast
 from warden.events import Event, Ref
 from warden.kube import events
 from warden.kube.client import Kube
+from warden.kube.fanout import Fanout
 from warden.slurm.model import Node
 from warden.slurm.rest import SlurmRest
 from warden.slurmactions import SlurmActions
@@ -38,6 +39,7 @@ class FakeKube:
         self.workerset = workerset
         self.pods: dict[str, dict[str, Any]] = {}
         self.deleted: list[str] = []
+        self.fanout = Fanout(4)  # the real one: pods are made several at a time
 
     def get(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
         return copy.deepcopy(self.workerset) if name == self.workerset["metadata"]["name"] else None

@@ -4,12 +4,17 @@ Paths come from ``warden.kube.kinds`` (a fixed table: no discovery round trips),
 counted (``warden_api_writes_total``). API discovery is asked only for kinds served where a CRD is
 installed (``serves``). Server-side apply with its rules is ``warden.kube.apply``'s; Events are
 ``warden.kube.events``'s.
+
+Reads of the cached kinds come from memory once their watch caches run (``use_caches``; see
+``warden.kube.cache``): what they return is shared, read it and never change it. The answers to
+writes of those kinds go to the caches, so the operator reads what it wrote.
 """
 
 from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from kubernetes import client
@@ -17,18 +22,46 @@ from kubernetes.client.exceptions import ApiException
 
 from warden import opmetrics
 from warden.kube import kinds
+from warden.kube.cache import Caches, Informer, OnChange
+from warden.kube.fanout import Fanout
 from warden.model import API_GROUP, API_VERSION
 from warden.naming import FIELD_MANAGER
 from warden.render.pods import Manifest
 
 #: how long an answer of API discovery (``Kube.serves``) is trusted
 DISCOVERY_TTL_SECONDS = 60.0
+#: writes in flight at once when many go together (``Kube.fanout``: pods made, pod conditions set)
+WRITERS = 16
+#: HTTP connections kept to the API server: the writers', the watch caches' and a few more
+CONNECTIONS = 48
 
 
 class Kube:
     def __init__(self, api: client.ApiClient) -> None:
         self.api = api
         self._served: dict[tuple[str, str], tuple[float, bool]] = {}
+        self.caches: Caches | None = None
+        #: many independent writes at once (``warden.kube.fanout``)
+        self.fanout = Fanout(WRITERS)
+
+    def use_caches(
+        self, namespaces: list[str], on_change: dict[tuple[str, str], OnChange], sync_timeout: float = 120.0
+    ) -> bool:
+        """Start the watch caches of the cached kinds (over ``namespaces``; none: every namespace) and
+        wait for their first lists; whether all were listed in ``sync_timeout`` (reads of a kind not
+        listed yet go to the API server until it is)."""
+        self.caches = Caches(self.call, self.stream_lines, namespaces, on_change)
+        self.caches.start()
+        return self.caches.wait_synced(sync_timeout)
+
+    def _cache(self, api_version: str, kind: str, namespace: str) -> Informer | None:
+        return self.caches.covering(api_version, kind, namespace) if self.caches is not None else None
+
+    def _offer(self, api_version: str, kind: str, namespace: str, answer: Any) -> None:
+        """The API server's answer to a write: to the cache of its kind, if any."""
+        informer = self._cache(api_version, kind, namespace)
+        if informer is not None:
+            informer.offer(answer)
 
     def serves(self, api_version: str, kind: str) -> bool:
         """Whether the API serves this kind now (a CRD installed), asked at most once a minute."""
@@ -80,7 +113,34 @@ class Kube:
             raise ApiException.from_response(http_resp=response, body=text, data=None)
         return json.loads(text) if text else {}
 
+    def stream_lines(self, path: str, query: list[tuple[str, str]], timeout: float) -> Iterator[bytes]:
+        """GET ``path`` and yield its body line by line as it comes (a watch)."""
+        method, url, headers, data, post = self.api.param_serialize(
+            method="GET",
+            resource_path=path,
+            query_params=query,
+            header_params={"Accept": "application/json"},
+            auth_settings=["BearerToken"],
+        )
+        response = self.api.call_api(method, url, header_params=headers, body=data, post_params=post,
+                                     _request_timeout=(10, timeout))  # fmt: skip
+        raw = response.response
+        try:
+            if not 200 <= response.status <= 299:
+                text = raw.read().decode(errors="replace")
+                raise ApiException(status=response.status, reason=f"{response.reason}: {text[:300]}")
+            pending = b""
+            for chunk in raw.stream(65536):
+                pending += chunk
+                *lines, pending = pending.split(b"\n")
+                yield from (line for line in lines if line.strip())
+        finally:
+            raw.release_conn()
+
     def get(self, api_version: str, kind: str, namespace: str, name: str) -> Manifest | None:
+        informer = self._cache(api_version, kind, namespace)
+        if informer is not None:
+            return informer.get(namespace, name)
         try:
             out: Manifest = self.call("GET", self.path(api_version, kind, namespace, name))
             return out
@@ -90,15 +150,27 @@ class Kube:
             raise
 
     def list(self, api_version: str, kind: str, namespace: str, selector: dict[str, str]) -> list[Manifest]:
+        informer = self._cache(api_version, kind, namespace)
+        if informer is not None:
+            return informer.list(namespace, selector)
         query = [("labelSelector", ",".join(f"{k}={v}" for k, v in sorted(selector.items())))]
         out = self.call("GET", self.path(api_version, kind, namespace), query=query)
         items: list[Manifest] = out.get("items", [])
         return items
 
+    def cordoned_nodes(self) -> set[str]:
+        """The Kubernetes nodes marked unschedulable (``kubectl cordon``): one list, selected server-side,
+        however many nodes the cluster has."""
+        query = [("fieldSelector", "spec.unschedulable=true")]
+        out = self.call("GET", self.path("v1", "Node", ""), query=query)
+        return {str(n["metadata"]["name"]) for n in out.get("items", [])}
+
     def delete(self, api_version: str, kind: str, namespace: str, name: str, propagation: str) -> bool:
         body = {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": propagation}
         try:
-            self.call("DELETE", self.path(api_version, kind, namespace, name), body=body)
+            out = self.call("DELETE", self.path(api_version, kind, namespace, name), body=body)
+            if isinstance(out, dict) and (out.get("metadata") or {}).get("deletionTimestamp"):
+                self._offer(api_version, kind, namespace, out)  # being deleted (graceful): seen so at once
             return True
         except ApiException as e:
             if e.status == 404:
@@ -106,19 +178,22 @@ class Kube:
             raise
 
     def merge_patch(self, api_version: str, kind: str, namespace: str, name: str, patch: Manifest) -> None:
-        self.call("PATCH", self.path(api_version, kind, namespace, name), body=patch,
-                  content_type="application/merge-patch+json")  # fmt: skip
+        out = self.call("PATCH", self.path(api_version, kind, namespace, name), body=patch,
+                        content_type="application/merge-patch+json")  # fmt: skip
+        self._offer(api_version, kind, namespace, out)
 
     def server_side_apply(self, obj: Manifest) -> Manifest:
         meta = obj["metadata"]
         path = self.path(obj["apiVersion"], obj["kind"], meta["namespace"], meta["name"])
         query = [("fieldManager", FIELD_MANAGER), ("force", "true")]
         out: Manifest = self.call("PATCH", path, body=obj, query=query, content_type="application/apply-patch+yaml")
+        self._offer(obj["apiVersion"], obj["kind"], meta["namespace"], out)
         return out
 
     def patch_status(self, name: str, namespace: str, status: Manifest, kind: str = "SlurmCluster") -> None:
         path = self.path(f"{API_GROUP}/{API_VERSION}", kind, namespace, name) + "/status"
-        self.call("PATCH", path, body={"status": status}, content_type="application/merge-patch+json")
+        out = self.call("PATCH", path, body={"status": status}, content_type="application/merge-patch+json")
+        self._offer(f"{API_GROUP}/{API_VERSION}", kind, namespace, out)
 
     def create(self, obj: Manifest) -> bool:
         """Create an object as given (worker pods: made once, never applied again); False when one of
@@ -126,16 +201,13 @@ class Kube:
         meta = obj["metadata"]
         path = self.path(obj["apiVersion"], obj["kind"], meta["namespace"])
         try:
-            self.call("POST", path, body=obj, query=[("fieldManager", FIELD_MANAGER)])
+            out = self.call("POST", path, body=obj, query=[("fieldManager", FIELD_MANAGER)])
+            self._offer(obj["apiVersion"], obj["kind"], meta["namespace"], out)
             return True
         except ApiException as e:
             if e.status == 409:
                 return False
             raise
-
-    def get_node(self, name: str) -> Manifest | None:
-        """A Kubernetes Node (cluster-scoped)."""
-        return self.get("v1", "Node", "", name)
 
     def set_pod_condition(self, namespace: str, pod: str, condition: Manifest) -> None:
         """Add or replace one condition of a pod's status (conditions merge by type; the kubelet keeps
@@ -155,7 +227,9 @@ class Kube:
     def patch_pod(self, path: str, body: Manifest, content_type: str = "application/merge-patch+json") -> bool:
         """PATCH a pod (or its status); False when it is gone meanwhile, which then needs nothing."""
         try:
-            self.call("PATCH", path, body=body, content_type=content_type)
+            out = self.call("PATCH", path, body=body, content_type=content_type)
+            namespace = str((out.get("metadata") or {}).get("namespace") or "") if isinstance(out, dict) else ""
+            self._offer("v1", "Pod", namespace, out)
             return True
         except ApiException as e:
             if e.status != 404:

@@ -35,6 +35,8 @@ class Kind:
     subresources: tuple[tuple[str, tuple[str, ...]], ...] = ()
     #: served only where a CRD is installed (asked by API discovery before use)
     optional: bool = False
+    #: kept in memory by a watch (``warden.kube.cache``): reads of it never reach the API server
+    cached: bool = False
 
     @property
     def group(self) -> str:
@@ -56,13 +58,13 @@ _CLUSTER = f"{API_GROUP}/{API_VERSION}"
 
 REGISTRY: tuple[Kind, ...] = (
     # kopf lists and watches SlurmClusters and patches its annotations; status is written on its own
-    Kind(_CLUSTER, "SlurmCluster", PLURAL, ("get", "list", "watch", "patch"), watch="own",
+    Kind(_CLUSTER, "SlurmCluster", PLURAL, ("get", "list", "watch", "patch"), watch="own", cached=True,
          subresources=(("status", ("patch",)), ("finalizers", ("update",)))),
-    Kind(_CLUSTER, WORKER_SET_KIND, WORKER_SET_PLURAL, _OWN, pruned=True, watch="own",
+    Kind(_CLUSTER, WORKER_SET_KIND, WORKER_SET_PLURAL, _OWN, pruned=True, watch="own", cached=True,
          subresources=(("status", ("patch",)), ("finalizers", ("update",)))),
     # "update": the operator makes a Role granting it on the health report, and RBAC lets nobody grant
     # what they do not hold
-    Kind("v1", "ConfigMap", "configmaps", (*_OWN[:5], "update", "delete"), pruned=True, watch="heal"),
+    Kind("v1", "ConfigMap", "configmaps", (*_OWN[:5], "update", "delete"), pruned=True, watch="heal", cached=True),
     # generated once when absent, never changed or deleted; put back (made afresh) when deleted
     Kind("v1", "Secret", "secrets", (*_READ, "create"), watch="heal"),
     Kind("v1", "Service", "services", _OWN, pruned=True, watch="heal"),
@@ -71,10 +73,11 @@ REGISTRY: tuple[Kind, ...] = (
     # controllers' shared state claim, made once and owned by the cluster)
     Kind("v1", "PersistentVolumeClaim", "persistentvolumeclaims", (*_READ, "create", "patch"), watch="own"),
     # worker pods are the operator's to make (WorkerSets), carry their Slurm node state as a condition
-    Kind("v1", "Pod", "pods", _OWN, watch="own", subresources=(("status", ("patch",)),)),
-    Kind("apps/v1", "StatefulSet", "statefulsets", _OWN, pruned=True, watch="own"),
-    Kind("apps/v1", "Deployment", "deployments", _OWN, pruned=True, watch="heal"),
-    Kind("batch/v1", "Job", "jobs", _OWN, pruned=True, watch="own"),
+    # (watched by the pod cache alone, trimmed to what the operator reads: warden.kube.cache.slim_pod)
+    Kind("v1", "Pod", "pods", _OWN, watch="own", cached=True, subresources=(("status", ("patch",)),)),
+    Kind("apps/v1", "StatefulSet", "statefulsets", _OWN, pruned=True, watch="own", cached=True),
+    Kind("apps/v1", "Deployment", "deployments", _OWN, pruned=True, watch="heal", cached=True),
+    Kind("batch/v1", "Job", "jobs", _OWN, pruned=True, watch="own", cached=True),
     Kind("batch/v1", "CronJob", "cronjobs", _OWN, pruned=True, watch="heal"),
     Kind("policy/v1", "PodDisruptionBudget", "poddisruptionbudgets", _OWN, pruned=True, watch="heal"),
     Kind("networking.k8s.io/v1", "NetworkPolicy", "networkpolicies", _OWN, pruned=True, watch="heal"),
@@ -84,8 +87,9 @@ REGISTRY: tuple[Kind, ...] = (
          optional=True),
     # the operator's Events; a repeat counts up the first one's series
     Kind("events.k8s.io/v1", "Event", "events", ("create", "patch")),
-    # cluster-scoped: is a worker pod's Kubernetes node cordoned; the jail's volume kept (Retain)
-    Kind("v1", "Node", "nodes", ("get",), namespaced=False),
+    # cluster-scoped: which Kubernetes nodes are cordoned (one list per Slurm sync round, selected by
+    # spec.unschedulable server-side); the jail's volume kept (Retain)
+    Kind("v1", "Node", "nodes", ("list",), namespaced=False),
     Kind("v1", "PersistentVolume", "persistentvolumes", ("get", "list", "patch"), namespaced=False),
     # backup controllers' shared state volume: does its class give single-node volumes
     Kind("storage.k8s.io/v1", "StorageClass", "storageclasses", ("get", "list"), namespaced=False),
@@ -100,6 +104,8 @@ BY_KIND: dict[tuple[str, str], Kind] = {(k.api_version, k.kind): k for k in REGI
 PRUNED: tuple[Kind, ...] = tuple(k for k in REGISTRY if k.pruned)
 #: children whose only business with the operator is to stay as rendered (the generic heal handler)
 HEALED: tuple[Kind, ...] = tuple(k for k in REGISTRY if k.watch == "heal")
+#: kinds kept in memory by a watch (``warden.kube.cache``)
+CACHED: tuple[Kind, ...] = tuple(k for k in REGISTRY if k.cached)
 
 
 def of(api_version: str, kind: str) -> Kind:

@@ -3,7 +3,8 @@
 Events of WorkerSets and their pods, and each round of the Slurm sync, only name a set to look at
 (``enqueue``); one thread looks at each named set in turn. A burst of events about one set (a thousand
 pods starting) is one look, not a thousand: a set named again while it waits is not queued twice.
-Every look lists the set's pods afresh, so a lost event costs nothing but delay.
+Every look reads the set's pods afresh (from the pod cache, ``warden.kube.cache``: no request), so a
+lost event costs nothing but delay. Missing pods are made many at a time (``warden.kube.fanout``).
 """
 
 from __future__ import annotations
@@ -216,9 +217,12 @@ class WorkerSets:
             log.info("WorkerSet %s/%s: deleting pod %s: %s", namespace, name, pod, why)
             self.kube.delete("v1", "Pod", namespace, pod, "Background")
         current = podset.template_hash(ws)
-        for i in todo.create:
-            if self.kube.create(podset.pod_manifest(ws, i, current)):
-                log.info("WorkerSet %s/%s: made pod %s-%d", namespace, name, name, i)
+        made = self.kube.fanout.run([partial(self.kube.create, podset.pod_manifest(ws, i, current))
+                                     for i in todo.create])  # fmt: skip
+        if any(made.results):
+            log.info("WorkerSet %s/%s: made %d pods", namespace, name, sum(made.results))
+        if made.error is not None:
+            raise made.error  # the rest at the next look, shortly
         return bool(todo.create or todo.delete)
 
     def _delete_pod(self, namespace: str, pod: str) -> None:

@@ -1,0 +1,138 @@
+"""The pure parts of the watch caches and the fan-out of writes (``warden.kube.cache``,
+``warden.kube.fanout``); the informers themselves run against a real API server in
+tests/integration/test_kube_cache.py."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+
+from warden.kube.cache import matches, newer, slim_pod, without_managed_fields
+from warden.kube.fanout import Fanout, batches
+
+POD: dict[str, Any] = {
+    "apiVersion": "v1",
+    "kind": "Pod",
+    "metadata": {
+        "name": "big-worker-cpu-7",
+        "namespace": "team-a",
+        "uid": "u-7",
+        "resourceVersion": "120",
+        "labels": {"app.kubernetes.io/component": "worker", "slurm.warden.dev/busy": "true"},
+        "annotations": {"slurm.warden.dev/pod-template": "abc", "kubectl.kubernetes.io/last-applied-configuration": "{}"},
+        "ownerReferences": [{"kind": "WorkerSet", "name": "big-worker-cpu"}],
+        "managedFields": [{"manager": "warden-operator", "fieldsV1": {"f:spec": {}}}],
+    },
+    "spec": {
+        "nodeName": "kwok-3",
+        "volumes": [{"name": "jail", "persistentVolumeClaim": {"claimName": "big-jail"}}],
+        "containers": [
+            {
+                "name": "slurmd",
+                "image": "warden/worker:1",
+                "env": [{"name": "WARDEN_SLURM_SERIES", "value": "26.05"}, {"name": "PATH", "value": "/bin"}],
+                "volumeMounts": [{"name": "jail", "mountPath": "/jail"}],
+            }
+        ],
+    },
+    "status": {
+        "phase": "Running",
+        "podIP": "10.0.0.7",
+        "conditions": [{"type": "Ready", "status": "True", "lastProbeTime": None}],
+        "containerStatuses": [
+            {"name": "slurmd", "ready": True, "restartCount": 1, "state": {"running": {"startedAt": "x"}},
+             "imageID": "sha256:1", "lastState": {}},
+        ],
+    },
+}  # fmt: skip
+
+
+def test_a_cached_pod_keeps_what_the_operator_reads_and_nothing_else() -> None:
+    slim = slim_pod(POD)
+    meta = slim["metadata"]
+    assert meta["labels"] == POD["metadata"]["labels"]
+    assert meta["annotations"] == {"slurm.warden.dev/pod-template": "abc"}
+    assert meta["ownerReferences"] == POD["metadata"]["ownerReferences"]
+    assert "managedFields" not in meta
+    assert slim["spec"] == {
+        "nodeName": "kwok-3",
+        "containers": [{"name": "slurmd", "env": [{"name": "WARDEN_SLURM_SERIES", "value": "26.05"}]}],
+    }
+    assert slim["status"]["phase"] == "Running"
+    assert slim["status"]["conditions"] == [{"type": "Ready", "status": "True"}]
+    assert slim["status"]["containerStatuses"] == [
+        {"name": "slurmd", "ready": True, "restartCount": 1, "state": {"running": {"startedAt": "x"}}, "lastState": {}}
+    ]
+
+
+def test_a_later_resource_version_replaces_an_earlier_one_and_never_the_reverse() -> None:
+    older = {"metadata": {"resourceVersion": "99"}}
+    later = {"metadata": {"resourceVersion": "120"}}
+    assert newer(later, older)
+    assert not newer(older, later)
+    assert not newer(later, later)
+    assert newer(older, None)
+
+
+def test_managed_fields_are_left_out_and_selectors_match_labels_and_namespace() -> None:
+    trimmed = without_managed_fields(POD)
+    assert "managedFields" not in trimmed["metadata"] and trimmed["metadata"]["name"] == "big-worker-cpu-7"
+    assert "managedFields" in POD["metadata"]  # the object read is left as it was
+    assert matches(POD, "team-a", {"app.kubernetes.io/component": "worker"})
+    assert matches(POD, "", {})
+    assert not matches(POD, "team-b", {})
+    assert not matches(POD, "team-a", {"app.kubernetes.io/component": "login"})
+
+
+def test_slow_start_batches_double_until_everything_is_sent() -> None:
+    assert batches(0) == []
+    assert batches(1) == [1]
+    assert batches(10) == [1, 2, 4, 3]
+    assert batches(1000) == [1, 2, 4, 8, 16, 32, 64, 128, 256, 489]
+    assert sum(batches(10_000)) == 10_000
+
+
+def test_a_fanout_runs_every_call_with_at_most_its_limit_in_flight() -> None:
+    lock = threading.Lock()
+    in_flight, most = 0, 0
+    gate = threading.Barrier(4, timeout=10)  # the limit's worth of calls meet: they really run together
+
+    def call(i: int) -> int:
+        nonlocal in_flight, most
+        with lock:
+            in_flight += 1
+            most = max(most, in_flight)
+        if i in range(3, 7):  # the third batch (4 calls): all four in flight at once
+            gate.wait()
+        with lock:
+            in_flight -= 1
+        return i
+
+    out = Fanout(4).run([lambda i=i: call(i) for i in range(100)])
+    assert out.error is None
+    assert sorted(out.results) == list(range(100))
+    assert most == 4
+
+
+def test_a_fanout_stops_after_the_batch_where_a_call_failed() -> None:
+    ran: list[int] = []
+    lock = threading.Lock()
+
+    def call(i: int) -> int:
+        with lock:
+            ran.append(i)
+        if i == 4:
+            raise RuntimeError("quota exceeded")
+        return i
+
+    out = Fanout(8).run([lambda i=i: call(i) for i in range(100)])
+    assert isinstance(out.error, RuntimeError) and "quota" in str(out.error)
+    assert sorted(ran) == list(range(7))  # batches 1, 2 and 4: the one with the failure ends the run
+    assert sorted(out.results) == [0, 1, 2, 3, 5, 6]
+
+
+def test_a_fanout_needs_a_positive_limit() -> None:
+    with pytest.raises(ValueError, match="at least one"):
+        Fanout(0)
