@@ -6,7 +6,7 @@ runs the real operator process, applies the cluster and prints:
 - the operator's resident memory (idle after start, peak while converging, after converging),
 - the number of status refreshes the WorkerSet's watch caused (from its log),
 - beside it, in the same run on the same API server: a bare client creating the same worker pods
-  one after another (the operator also makes them one at a time), until they are all Ready: the limit
+  one after another, until they are all Ready: the limit
   the operator's convergence is measured against.
 The operator runs twice, side by side in one run: with its /metrics on and scraped every 5 s (as a
 Prometheus would), then with it off; the RSS figures are printed for both with their ratio, and the
@@ -55,7 +55,7 @@ class RssSampler(threading.Thread):
 
 
 def bare_client(api: Any, ns: str, workerset: dict[str, Any], workers: int) -> tuple[float, float]:
-    """Create the WorkerSet's pods with a bare client, one POST after another, as the operator does
+    """Create the WorkerSet's pods with a bare client, one POST after another
     (same template, its own names, no owner; raw JSON both ways, no model objects): seconds until all
     are created, and until all are Ready."""
     core = client.CoreV1Api(api)

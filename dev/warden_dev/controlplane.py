@@ -276,6 +276,12 @@ class ControlPlane:
     work_dir: Path | None = None
     detach: bool = False
     keep: bool = field(default_factory=lambda: os.environ.get("WARDEN_CONTROLPLANE_KEEP", "") == "1")
+    #: every request the API server serves written to ``logs/audit.log`` (one JSON line each, with the
+    #: client's user agent): how benchmarks count each client's requests
+    audit: bool = False
+    #: for thousands of kwok nodes: no node leases and no node lifecycle controller (10,000 leases renewed
+    #: every 10 s would be the whole load of this machine); nodes stay Ready as kwok made them
+    quiet_nodes: bool = False
 
     components: list[Component] = field(default_factory=list, init=False)
     ports: dict[str, int] = field(default_factory=dict, init=False)
@@ -487,8 +493,26 @@ class ControlPlane:
                 # the "kubernetes" Service would point at 127.0.0.1, which Endpoints reject
                 "--endpoint-reconciler-type=none",
                 "--profiling=false",
+                *self._audit_args(),
             ],
         )
+
+    def _audit_args(self) -> list[str]:
+        if not self.audit:
+            return []
+        policy = self.dir / "audit-policy.yaml"
+        policy.write_text(
+            "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\nrules:\n"
+            "  - level: None\n    resources: [{group: coordination.k8s.io, resources: [leases]}]\n"
+            "  - level: Metadata\n"
+        )
+        return [
+            f"--audit-policy-file={policy}",
+            f"--audit-log-path={self.log_dir / 'audit.log'}",
+            "--audit-log-format=json",
+            "--audit-log-mode=batch",
+            "--audit-log-batch-max-wait=1s",  # written within a second (warden_dev.audit.wait_written)
+        ]
 
     def _start_others(self) -> None:
         pki = self.pki
@@ -508,7 +532,7 @@ class ControlPlane:
                 f"--root-ca-file={pki.ca_crt}",
                 f"--cluster-signing-cert-file={pki.ca_crt}",
                 f"--cluster-signing-key-file={pki.ca_key}",
-                "--controllers=*",
+                "--controllers=*,-nodelifecycle" if self.quiet_nodes else "--controllers=*",
                 "--profiling=false",
             ],
         )
@@ -537,7 +561,7 @@ class ControlPlane:
                 f"--manage-nodes-with-annotation-selector={key}={value}",
                 f"--cidr={POD_CIDR}",
                 "--node-ip=10.240.0.1",
-                "--node-lease-duration-seconds=40",
+                "--node-lease-duration-seconds=0" if self.quiet_nodes else "--node-lease-duration-seconds=40",
             ],
         )
 

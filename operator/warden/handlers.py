@@ -67,6 +67,7 @@ log = logging.getLogger(__name__)
 
 MANAGED = {"app.kubernetes.io/managed-by": "warden"}
 MANAGED_SELECTOR = "app.kubernetes.io/managed-by=warden"
+USER_AGENT = "warden-operator"
 COMPONENT, HEALTH = "app.kubernetes.io/component", "health-check"
 RETRY_DELAY_SECONDS = 10
 
@@ -130,7 +131,9 @@ def _load_kube_config() -> client.ApiClient:
         config.load_kube_config()  # type: ignore[no-untyped-call]
     configuration = client.Configuration.get_default_copy()
     configuration.connection_pool_maxsize = CONNECTIONS
-    return client.ApiClient(configuration)
+    api = client.ApiClient(configuration)
+    api.user_agent = USER_AGENT  # what the API server's audit log and metrics call the operator
+    return api
 
 
 @kopf.on.startup()

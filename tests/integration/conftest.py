@@ -30,7 +30,7 @@ def controlplane() -> Iterator[ControlPlane]:
         bins = ensure_binaries(build=os.environ.get("WARDEN_BUILD_K8S_BINS") == "1")
     except ControlPlaneError as e:
         pytest.fail(str(e), pytrace=False)
-    cp = ControlPlane(bins)
+    cp = ControlPlane(bins, audit=True)  # the operator's requests are counted (warden_dev.audit)
     try:
         cp.start()
         cp.add_fake_nodes(DEFAULT_NODES)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import base64
 import sys
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -32,6 +33,7 @@ from tests.support.fake_slurmrestd import Action, FakeSlurmrestd
 from tests.support.operator import OperatorProcess, apply_cluster, get_cluster, load_example, wait_ready
 from warden.naming import BUSY_LABEL, JWT_KEY, LEAVING_ANNOTATION, Names
 from warden.nodesync import CONDITION
+from warden_dev.audit import audit_requests, rfc3339, wait_written
 from warden_dev.controlplane import ControlPlane, wait_for
 
 CLUSTER = "cpu"  # docs/examples/cpu-only.yaml: one worker group "cpu" of 2, a login node
@@ -186,6 +188,33 @@ def test_pods_and_status_carry_slurms_node_states(
     assert slurm.actions == []
     # every request carried a token signed with the cluster's key, for this cluster's URL
     assert slurm.verified > 0 and slurm.auth_failures == [] and slurm.strays == []
+
+
+def test_steady_sync_rounds_read_kubernetes_from_the_watch_caches(
+    api_client: Any,
+    controlplane: ControlPlane,
+    cluster_namespace: str,
+    slurm: FakeSlurmrestd,
+    synced_operator: OperatorProcess,
+) -> None:
+    """What a platform team's API server sees of a quiet cluster: each sync round lists the cordoned
+    Kubernetes nodes once, and asks for nothing else of Kubernetes (the cluster, its pods, WorkerSets and
+    slurmrestd's Deployment come from the watch caches; the JWT key Secret is read each round)."""
+    ns, op = cluster_namespace, synced_operator
+    _up(api_client, ns, slurm, op)
+    _rounds(slurm, 3, op)  # settled: conditions set, status written
+    since, start = rfc3339(time.time()), slurm.reads()
+    _rounds(slurm, 5, op)
+    rounds, until, log = slurm.reads() - start, rfc3339(time.time()), controlplane.log_dir / "audit.log"
+    wait_written(log, until)
+    requests = audit_requests(log, ("warden-operator",), since, until, namespace=ns)
+    assert rounds >= 5
+    # a round is one list of the cordoned nodes (give or take the round in flight at either end) and one
+    # read of the JWT key; a quiet cluster needs no write
+    assert rounds - 1 <= requests.by["list nodes"] <= rounds + 1, requests.by
+    assert requests.by["get secrets"] <= rounds + 1, requests.by
+    others = {k: v for k, v in requests.by.items() if k not in ("list nodes", "get secrets")}
+    assert others == {}, f"{rounds} rounds asked Kubernetes for more: {others}"
 
 
 def test_cordon_drains_the_slurm_node_and_uncordon_resumes_it(

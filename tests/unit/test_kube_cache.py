@@ -5,6 +5,7 @@ tests/integration/test_kube_cache.py."""
 from __future__ import annotations
 
 import threading
+from functools import partial
 from typing import Any
 
 import pytest
@@ -21,7 +22,10 @@ POD: dict[str, Any] = {
         "uid": "u-7",
         "resourceVersion": "120",
         "labels": {"app.kubernetes.io/component": "worker", "slurm.warden.dev/busy": "true"},
-        "annotations": {"slurm.warden.dev/pod-template": "abc", "kubectl.kubernetes.io/last-applied-configuration": "{}"},
+        "annotations": {
+            "slurm.warden.dev/pod-template": "abc",
+            "kubectl.kubernetes.io/last-applied-configuration": "{}",
+        },
         "ownerReferences": [{"kind": "WorkerSet", "name": "big-worker-cpu"}],
         "managedFields": [{"manager": "warden-operator", "fieldsV1": {"f:spec": {}}}],
     },
@@ -110,7 +114,7 @@ def test_a_fanout_runs_every_call_with_at_most_its_limit_in_flight() -> None:
             in_flight -= 1
         return i
 
-    out = Fanout(4).run([lambda i=i: call(i) for i in range(100)])
+    out = Fanout(4).run([partial(call, i) for i in range(100)])
     assert out.error is None
     assert sorted(out.results) == list(range(100))
     assert most == 4
@@ -127,7 +131,7 @@ def test_a_fanout_stops_after_the_batch_where_a_call_failed() -> None:
             raise RuntimeError("quota exceeded")
         return i
 
-    out = Fanout(8).run([lambda i=i: call(i) for i in range(100)])
+    out = Fanout(8).run([partial(call, i) for i in range(100)])
     assert isinstance(out.error, RuntimeError) and "quota" in str(out.error)
     assert sorted(ran) == list(range(7))  # batches 1, 2 and 4: the one with the failure ends the run
     assert sorted(out.results) == [0, 1, 2, 3, 5, 6]
