@@ -11,12 +11,13 @@ import hashlib
 import hmac
 import json
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.support.jsonserver import JsonServer
-from warden.slurm.model import Job, SlurmNodeUnknown, SlurmParseError
+from warden.slurm.model import Job, SlurmNodeUnknown, SlurmParseError, nodes_from_doc, nodes_from_text
 from warden.slurm.rest import SlurmRest, SlurmRestError, SlurmUnreachable, mint_token
 
 
@@ -60,6 +61,7 @@ def server() -> Iterator[tuple[FakeSlurmrestd, str]]:
         httpd.stop()
 
 
+FIXTURES = Path(__file__).parent / "fixtures" / "slurm"
 NODE = {"name": "demo-worker-cpu-0", "state": ["IDLE", "DRAIN"], "reason": "maintenance", "gres": "", "features": []}
 
 
@@ -95,6 +97,27 @@ def test_jobs_are_listed_with_their_nodes_and_end(server: tuple[FakeSlurmrestd, 
     ]
     method, path, headers, _ = fake.requests[0]
     assert (method, path, headers["X-SLURM-USER-TOKEN"]) == ("GET", "/slurm/v0.0.42/jobs", "TOKEN")
+
+
+def test_node_lists_are_read_record_by_record_as_the_whole_document_would_be(
+    server: tuple[FakeSlurmrestd, str],
+) -> None:
+    """``nodes()`` decodes node records one at a time (``nodes_from_text``): the same nodes as decoding
+    the captured answer whole, the document's errors still told, a cut-off answer refused."""
+    fake, url = server
+    captured = json.loads((FIXTURES / "slurmrestd_nodes_three.json").read_text())
+    fake.replies[("GET", "/slurm/v0.0.42/nodes")] = (200, captured)
+    rest = SlurmRest(url, token=lambda: "T")
+    assert rest.nodes() == nodes_from_doc(captured)
+    text = json.dumps(captured, indent=2)
+    assert nodes_from_text(text) == (nodes_from_doc(captured), captured["errors"])
+    assert nodes_from_text('{"meta": {"a": [1, {"b": "]"}]}, "nodes": [ ], "errors": []}') == ([], [])
+    fake.replies[("GET", "/slurm/v0.0.42/nodes")] = (200, {"nodes": [NODE], "errors": [{"description": "partial"}]})
+    with pytest.raises(SlurmRestError, match="list nodes: HTTP 200: partial"):
+        rest.nodes()
+    for broken in (text[: len(text) // 2], '{"meta": {}}', "[]", ""):
+        with pytest.raises(SlurmParseError):
+            nodes_from_text(broken)
 
 
 def test_job_list_errors_are_named(server: tuple[FakeSlurmrestd, str]) -> None:

@@ -159,6 +159,54 @@ def nodes_from_doc(doc: Any) -> list[Node]:
     return [_node_from_json(n) for n in doc["nodes"] if isinstance(n, dict)]
 
 
+_WHITESPACE = " \t\n\r"
+
+
+def _skip(text: str, i: int, also: str = "") -> int:
+    while i < len(text) and (text[i] in _WHITESPACE or text[i] in also):
+        i += 1
+    return i
+
+
+def nodes_from_text(text: str) -> tuple[list[Node], Any]:
+    """Nodes from the text of a data_parser document, as ``nodes_from_doc`` finds them, and the
+    document's ``errors`` (for the caller to judge), each node record decoded and converted in turn: ten
+    thousand nodes cost their ``Node``s, not a whole document of dictionaries at once (tens of megabytes
+    more at the operator's peak)."""
+    decoder = json.JSONDecoder()
+    nodes: list[Node] | None = None
+    errors: Any = None
+    try:
+        i = _skip(text, 0)
+        if text[i : i + 1] != "{":
+            raise SlurmParseError(f"Slurm's JSON is no object: {text[:200]!r}")
+        i = _skip(text, i + 1)
+        while text[i] != "}":
+            key, i = decoder.raw_decode(text, i)
+            i = _skip(text, i)
+            if text[i] != ":":
+                raise SlurmParseError(f"Slurm's JSON: ':' expected at {i}")
+            i = _skip(text, i + 1)
+            if key == "nodes" and text[i] == "[":
+                nodes, i = [], _skip(text, i + 1)
+                while text[i] != "]":
+                    record, i = decoder.raw_decode(text, i)
+                    if isinstance(record, dict):
+                        nodes.append(_node_from_json(record))
+                    i = _skip(text, i, ",")
+                i += 1
+            else:
+                value, i = decoder.raw_decode(text, i)
+                if key == "errors":
+                    errors = value
+            i = _skip(text, i, ",")
+    except (IndexError, json.JSONDecodeError) as e:
+        raise SlurmParseError(f"Slurm's JSON is cut short or malformed: {e}") from e
+    if nodes is None:
+        raise SlurmParseError(f"no 'nodes' list in Slurm's JSON: {text[:200]!r}")
+    return nodes, errors
+
+
 #: the most names one hostlist expression may expand to (a typo like ``n[0-99999999]`` is an error)
 HOSTLIST_LIMIT = 65536
 _DIGITS = re.compile(r"[0-9]+")

@@ -33,7 +33,7 @@ from warden.slurm.model import (
     SlurmParseError,
     diag_from_doc,
     jobs_from_doc,
-    nodes_from_doc,
+    nodes_from_text,
 )
 
 __all__ = ["ControllerPing", "SlurmRest", "SlurmRestError", "SlurmUnreachable", "mint_token"]
@@ -136,6 +136,18 @@ class SlurmRest:
         self.http = http or urllib3.PoolManager(retries=False)
 
     def _request(self, method: str, path: str, what: str, body: dict[str, Any] | None = None) -> Any:
+        text = self._request_text(method, path, what, body)
+        try:
+            doc = json.loads(text) if text.strip() else {}
+        except json.JSONDecodeError:
+            raise SlurmParseError(f"{what}: slurmrestd sent no JSON: {text[:200]!r}") from None
+        errors = _error_texts(doc)
+        if errors:
+            raise SlurmRestError(what, 200, errors)
+        return doc
+
+    def _request_text(self, method: str, path: str, what: str, body: dict[str, Any] | None = None) -> str:
+        """The text of a successful answer (2xx); an error answer raises what it says."""
         url = f"{self.base_url}/slurm/{RESTAPI_VERSION}/{path}"
         headers = {
             "X-SLURM-USER-NAME": self.user,
@@ -151,21 +163,16 @@ class SlurmRest:
         except urllib3.exceptions.HTTPError as e:
             raise SlurmUnreachable(f"{what}: {self.base_url} did not answer: {e}") from e
         text = response.data.decode(errors="replace")
+        if 200 <= response.status <= 299:
+            return text
         try:
             doc = json.loads(text) if text.strip() else {}
         except json.JSONDecodeError:
             doc = None
-        if not 200 <= response.status <= 299:
-            errors = _error_texts(doc) or ([text.strip()[:200]] if text.strip() else [])
-            if any(silent in e for e in errors for silent in CONTROLLER_SILENT):
-                raise SlurmUnreachable(f"{what}: slurmctld did not answer slurmrestd: {'; '.join(errors)}")
-            raise SlurmRestError(what, response.status, errors)
-        if doc is None:
-            raise SlurmParseError(f"{what}: slurmrestd sent no JSON: {text[:200]!r}")
-        errors = _error_texts(doc)
-        if errors:
-            raise SlurmRestError(what, response.status, errors)
-        return doc
+        errors = _error_texts(doc) or ([text.strip()[:200]] if text.strip() else [])
+        if any(silent in e for e in errors for silent in CONTROLLER_SILENT):
+            raise SlurmUnreachable(f"{what}: slurmctld did not answer slurmrestd: {'; '.join(errors)}")
+        raise SlurmRestError(what, response.status, errors)
 
     def pings(self) -> list[ControllerPing]:
         """Every slurmctld of the cluster (its SlurmctldHost lines, in order) and whether it answered
@@ -184,7 +191,11 @@ class SlurmRest:
 
     def nodes(self) -> list[Node]:
         """Every node slurmctld knows (dynamic worker nodes register themselves)."""
-        return nodes_from_doc(self._request("GET", "nodes", "list nodes"))
+        nodes, errors = nodes_from_text(self._request_text("GET", "nodes", "list nodes"))
+        said = _error_texts({"errors": errors})
+        if said:
+            raise SlurmRestError("list nodes", 200, said)
+        return nodes
 
     def jobs(self) -> list[Job]:
         """Every job slurmctld still lists (pending, running, completing, recently ended), with the nodes
