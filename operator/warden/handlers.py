@@ -240,6 +240,7 @@ def _post_events(body: Mapping[str, Any], result: ApplyResult) -> None:
 @kopf.on.create(API_GROUP, API_VERSION, PLURAL)
 @kopf.on.update(API_GROUP, API_VERSION, PLURAL, field="spec")
 def reconcile_cluster(body: kopf.Body, **_: Any) -> None:
+    kube().observed("MODIFIED", body)
     STATE.seen(body["metadata"]["namespace"], body["metadata"]["name"])
     if STATE.directories is not None:
         STATE.directories.check_soon()  # the directory settings may have changed
@@ -415,7 +416,8 @@ def _heal_if_drifted(type: str | None, meta: kopf.Meta, namespace: str, owner: s
     return True
 
 
-def _on_child_event(type: str | None, meta: kopf.Meta, namespace: str | None, kind: str) -> None:
+def _on_child_event(type: str | None, body: kopf.Body, meta: kopf.Meta, namespace: str | None, kind: str) -> None:
+    kube().observed(type, body)  # what the refresh below reads: this state, not the one before
     if type is None or namespace is None:  # the initial listing: resume handles those clusters
         return
     owner = _owner_name(meta.get("ownerReferences"))
@@ -424,14 +426,15 @@ def _on_child_event(type: str | None, meta: kopf.Meta, namespace: str | None, ki
 
 
 @kopf.on.event("apps", "v1", "statefulsets", labels=MANAGED)
-def statefulset_changed(type: str | None, meta: kopf.Meta, namespace: str | None, **_: Any) -> None:
-    _on_child_event(type, meta, namespace, "StatefulSet")
+def statefulset_changed(type: str | None, body: kopf.Body, meta: kopf.Meta, namespace: str | None, **_: Any) -> None:
+    _on_child_event(type, body, meta, namespace, "StatefulSet")
 
 
 @kopf.on.event("apps", "v1", "deployments", labels={**MANAGED, COMPONENT: "restapi"}, id="restapi-status")
-def restapi_changed(type: str | None, meta: kopf.Meta, namespace: str | None, **_: Any) -> None:
+def restapi_changed(type: str | None, body: kopf.Body, meta: kopf.Meta, namespace: str | None, **_: Any) -> None:
     """slurmrestd's pods came or went: status (and a Slurm upgrade waiting for them) looks again. Drift
     is the heal handler's (``heal-deployments``)."""
+    kube().observed(type, body)
     if type is None or namespace is None or drifted(type, meta):
         return
     owner = _owner_name(meta.get("ownerReferences"))
@@ -440,10 +443,11 @@ def restapi_changed(type: str | None, meta: kopf.Meta, namespace: str | None, **
 
 
 @kopf.on.event(API_GROUP, API_VERSION, WORKER_SET_PLURAL, labels=MANAGED)
-def worker_set_changed(type: str | None, meta: kopf.Meta, namespace: str | None, **_: Any) -> None:
+def worker_set_changed(type: str | None, body: kopf.Body, meta: kopf.Meta, namespace: str | None, **_: Any) -> None:
+    kube().observed(type, body)  # before the WorkerSet controller looks at it
     if namespace is not None and STATE.worker_sets is not None:
         STATE.worker_sets.enqueue(namespace, str(meta["name"]))  # the initial listing too: catch up
-    _on_child_event(type, meta, namespace, WORKER_SET_KIND)
+    _on_child_event(type, body, meta, namespace, WORKER_SET_KIND)
 
 
 def _pod_changed(type_: str, pod: Mapping[str, Any]) -> None:
@@ -479,15 +483,18 @@ def jail_claim_changed(type: str | None, body: kopf.Body, namespace: str | None,
 
 
 @kopf.on.event("batch", "v1", "jobs", labels=MANAGED)
-def job_changed(type: str | None, meta: kopf.Meta, namespace: str | None, **_: Any) -> None:
-    _on_child_event(type, meta, namespace, "Job")
+def job_changed(type: str | None, body: kopf.Body, meta: kopf.Meta, namespace: str | None, **_: Any) -> None:
+    _on_child_event(type, body, meta, namespace, "Job")
 
 
 # Children whose only business with the operator is to stay as rendered (``warden.kube.kinds.HEALED``).
 for _healed in kinds.HEALED:
     _kind = _healed.kind
 
-    def _child_changed(type: str | None, meta: kopf.Meta, namespace: str | None, _kind: str = _kind, **_: Any) -> None:
+    def _child_changed(
+        type: str | None, body: kopf.Body, meta: kopf.Meta, namespace: str | None, _kind: str = _kind, **_: Any
+    ) -> None:
+        kube().observed(type, body)
         if type is None or namespace is None:
             return
         if _kind == "ConfigMap" and type != "DELETED" and (meta.get("labels") or {}).get(COMPONENT) == HEALTH:
@@ -503,6 +510,7 @@ for _healed in kinds.HEALED:
 
 @kopf.on.event("", "v1", "configmaps", labels={**MANAGED, COMPONENT: HEALTH})
 def health_report_changed(type: str | None, body: kopf.Body, meta: kopf.Meta, namespace: str | None, **_: Any) -> None:
+    kube().observed(type, body)
     owner = _owner_name(meta.get("ownerReferences"))
     if namespace is None or owner is None:
         return

@@ -6,6 +6,10 @@ and keeps each object as ``project`` trims it: a worker pod keeps only what the 
 (``slim_pod``), so ten thousand pods cost megabytes, not a gigabyte. ``Kube.get``/``Kube.list`` answer
 from a synced informer of the kind instead of asking the API server, so an event costs no GET.
 
+Read what set you off: kopf watches some of the same kinds for its handlers; a handler first hands
+the object it was given to the cache (``Kube.observed``), so the status refresh it runs reads that
+state, not the one before it, whichever watch is quicker.
+
 Read your own writes: the answer of each of the operator's writes of a cached kind (create, patch,
 delete) is offered to the informer (``offer``) and kept when it is newer than what the cache holds
 (resourceVersions compare as integers: the API server serves etcd's revisions; a watch event older than
@@ -186,6 +190,14 @@ class Informer:
                 return
             self._objects[key] = slim
 
+    def observed(self, type_: str, obj: Manifest) -> None:
+        """A change another watch (kopf's) delivered: applied here first, so that whatever it sets off
+        reads it, not the state before (this informer's own watch may bring it a moment later)."""
+        if type_ == "DELETED":
+            self._apply("DELETED", self.project(obj), tell=False)
+        else:
+            self.offer(obj)
+
     # --- the thread ---------------------------------------------------------------------------------
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name=f"informer {self.path}", daemon=True)
@@ -267,7 +279,7 @@ class Informer:
             self._apply(str(type_), self.project(obj))
             self._version = version or self._version
 
-    def _apply(self, type_: str, obj: Manifest) -> None:
+    def _apply(self, type_: str, obj: Manifest, tell: bool = True) -> None:
         key = key_of(obj)
         with self._lock:
             held = self._objects.get(key)
@@ -280,7 +292,8 @@ class Informer:
                 self._objects[key] = obj
             else:
                 return  # the answer to one of our own writes already brought this (or a later) state
-        self._tell(type_, obj)
+        if tell:
+            self._tell(type_, obj)
 
     def _tell(self, type_: str, obj: Manifest) -> None:
         if self.on_change is None:

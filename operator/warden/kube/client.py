@@ -57,6 +57,16 @@ class Kube:
     def _cache(self, api_version: str, kind: str, namespace: str) -> Informer | None:
         return self.caches.covering(api_version, kind, namespace) if self.caches is not None else None
 
+    def observed(self, type_: str | None, obj: Any) -> None:
+        """An object as a kopf handler was given it (event ``type_``; None: kopf's first listing): to the
+        cache of its kind, if any, before the handler reads anything (``warden.kube.cache``)."""
+        meta = obj.get("metadata") or {}
+        informer = self._cache(
+            str(obj.get("apiVersion", "")), str(obj.get("kind", "")), str(meta.get("namespace") or "")
+        )
+        if informer is not None:
+            informer.observed(type_ or "ADDED", dict(obj))
+
     def _offer(self, api_version: str, kind: str, namespace: str, answer: Any) -> None:
         """The API server's answer to a write: to the cache of its kind, if any."""
         informer = self._cache(api_version, kind, namespace)
