@@ -261,11 +261,15 @@ def run_slinky(cp: ControlPlane, manager: Path, workers: int, tag: str) -> Run:
         custom.create_namespaced_custom_object("slinky.slurm.net", "v1beta1", ns, "controllers", {
             "apiVersion": "slinky.slurm.net/v1beta1", "kind": "Controller", "metadata": {"name": "big"},
             "spec": {"slurmKeyRef": {"name": "slurm-key", "key": "slurm.key"},
-                     "jwtHs256KeyRef": {"name": "jwt-key", "key": "jwt_hs256.key"}},
+                     "jwtHs256KeyRef": {"name": "jwt-key", "key": "jwt_hs256.key"},
+                     # images are the user's to give (kwok pulls nothing)
+                     "slurmctld": {"image": "slurmctld:bench"}, "reconfigure": {"image": "slurmctld:bench"},
+                     "logfile": {"image": "logfile:bench"}},
         })  # fmt: skip
         custom.create_namespaced_custom_object("slinky.slurm.net", "v1beta1", ns, "nodesets", {
             "apiVersion": "slinky.slurm.net/v1beta1", "kind": "NodeSet", "metadata": {"name": "big"},
-            "spec": {"controllerRef": {"name": "big"}, "replicas": workers},
+            "spec": {"controllerRef": {"name": "big"}, "replicas": workers,
+                     "slurmd": {"image": "slurmd:bench"}, "logfile": {"image": "logfile:bench"}},
         })  # fmt: skip
         run.ready_s, run.ready = wait_workers(api, ns, SLINKY_WORKERS, workers, start)
         time.sleep(10)
@@ -329,7 +333,7 @@ def scrape(url: str) -> dict[str, float]:
         text = response.read().decode()
     out: dict[str, float] = {}
     for line in text.splitlines():
-        m = re.match(r"^(warden_slurm_sync_seconds_(?:sum|count|bucket)(?:\{[^}]*\})?) ([0-9.e+-]+)$", line)
+        m = re.match(r"^(warden_slurm_sync_duration_seconds_(?:sum|count|bucket)(?:\{[^}]*\})?) ([0-9.e+-]+)$", line)
         if m:
             out[m[1]] = float(m[2])
     return out
@@ -363,7 +367,7 @@ def slurm_side(cp: ControlPlane, workers: int) -> list[str]:
                 break
             time.sleep(2)
         took = time.monotonic() - start
-        registered = (status.get("slurm") or {}).get("registered")
+        registered = (status.get("slurmNodes") or {}).get("registered")
         lines.append(f"SlurmCluster Ready (Slurm sync on)  {took:.1f} s: {status.get('phase')}, "
                      f"workers {status.get('workers')}, Slurm registered {registered}")  # fmt: skip
         # steady rounds: nothing changes; what does a round cost
@@ -371,8 +375,8 @@ def slurm_side(cp: ControlPlane, workers: int) -> list[str]:
         before, since = scrape(op.metrics_url), time.time()
         time.sleep(60)
         after, until = scrape(op.metrics_url), time.time()
-        rounds = after["warden_slurm_sync_seconds_count"] - before["warden_slurm_sync_seconds_count"]
-        seconds = after["warden_slurm_sync_seconds_sum"] - before["warden_slurm_sync_seconds_sum"]
+        rounds = after["warden_slurm_sync_duration_seconds_count"] - before["warden_slurm_sync_duration_seconds_count"]
+        seconds = after["warden_slurm_sync_duration_seconds_sum"] - before["warden_slurm_sync_duration_seconds_sum"]
         requests = audit_requests(cp.log_dir / "audit.log", WARDEN_AGENTS, rfc3339(since), rfc3339(until))
         within = slowest_bucket(before, after, rounds)
         lines.append(f"steady sync rounds over {workers} nodes  {rounds:.0f} in 60 s, mean "
@@ -399,14 +403,14 @@ def slurm_side(cp: ControlPlane, workers: int) -> list[str]:
             fake.set_state(node, "ALLOCATED", "DRAIN", reason="bench: drained by hand")
         marked = time.monotonic()
         while time.monotonic() - marked < 120:
-            slurm = get_cluster(api, ns, "big").get("status", {}).get("slurm", {})
+            slurm = get_cluster(api, ns, "big").get("status", {}).get("slurmNodes", {})
             if len(slurm.get("drained") or []) >= len(drained) and all(
                 condition(p).startswith("False/Draining") for p in drained[:3]
             ):
                 break
             time.sleep(1)
-        slurm = get_cluster(api, ns, "big").get("status", {}).get("slurm", {})
-        lines.append(f"  10 nodes drained in Slurm: status.slurm.drained lists {len(slurm.get('drained') or [])} "
+        slurm = get_cluster(api, ns, "big").get("status", {}).get("slurmNodes", {})
+        lines.append(f"  10 nodes drained in Slurm: status.slurmNodes.drained lists {len(slurm.get('drained') or [])} "
                      f"after {time.monotonic() - marked:.1f} s; {drained[0]} {condition(drained[0])}")  # fmt: skip
         sampler.stop.set()
         sampler.join()
