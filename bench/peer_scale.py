@@ -32,7 +32,6 @@ import os
 import re
 import subprocess
 import sys
-import threading
 import time
 import urllib.request
 from collections import Counter
@@ -42,6 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench.operator_scale import RssSampler, rss_mib
 from kubernetes import client
 
 from tests.support.fake_slurmrestd import FakeSlurmrestd
@@ -57,27 +57,6 @@ BARE_AGENTS = ("warden-bench-bare",)
 
 
 # --- measuring ------------------------------------------------------------------------------------------
-def rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
-
-
-class RssSampler(threading.Thread):
-    def __init__(self, pid: int) -> None:
-        super().__init__(daemon=True)
-        self.pid, self.peak, self.stop = pid, 0.0, threading.Event()
-
-    def run(self) -> None:
-        while not self.stop.is_set():
-            try:
-                self.peak = max(self.peak, rss_mib(self.pid))
-            except OSError:
-                return
-            time.sleep(0.2)
-
-
 def ready_pods(api: Any, namespace: str, selector: str) -> int:
     """Worker pods Ready, counted from the API server's table of pods (a few bytes a pod, cheap at 10,000)."""
     response = api.call_api(
