@@ -466,6 +466,10 @@ def main(argv: list[str]) -> int:
         if w and s and b:
             print(f"{size:>6} workers: Warden / bare client {w.ready_s / b.ready_s:.2f}x, "
                   f"Slinky / Warden {s.ready_s / w.ready_s:.1f}x")  # fmt: skip
+    print("requests per worker, the most made (audit log, by user agent):")
+    for r in runs:
+        top = ", ".join(f"{k} {v / r.workers:.2f}" for k, v in r.requests.by.most_common(5))
+        print(f"  {r.who} {r.workers}: {top}")
     for line in sync_lines:
         print(line)
     return 0

@@ -61,6 +61,25 @@ def test_a_pod_is_its_template_with_a_stable_dns_name_owned_by_its_set() -> None
     assert p["spec"]["containers"] == ws["spec"]["template"]["spec"]["containers"]
 
 
+def test_a_pod_is_made_with_the_configuration_its_set_was_last_applied_with() -> None:
+    ws = worker_set()
+    assert naming.POD_CONFIG_ANNOTATION not in pod_manifest(ws, 0, template_hash(ws))["metadata"]["annotations"]
+    ws["metadata"]["annotations"] = {naming.POD_CONFIG_ANNOTATION: "cfg-1"}
+    p = pod_manifest(ws, 0, template_hash(ws))
+    assert p["metadata"]["annotations"][naming.POD_CONFIG_ANNOTATION] == "cfg-1"  # nothing left to mark
+    assert template_hash(ws) == template_hash(worker_set())  # the set's mark is no change of make-up
+
+
+def test_a_reconcile_marks_worker_sets_only_and_never_their_template() -> None:
+    from warden.reconcile import stamp_config
+
+    ws, cm = worker_set(), {"kind": "ConfigMap", "metadata": {"name": "demo-slurm"}, "data": {"a": "1"}}
+    stamped = stamp_config([ws, cm], "cfg-2")
+    assert stamped[0]["metadata"]["annotations"] == {naming.POD_CONFIG_ANNOTATION: "cfg-2"}
+    assert stamped[0]["spec"] == ws["spec"] and stamped[1] == cm
+    assert "annotations" not in ws["metadata"]  # the rendered object is left as it was
+
+
 def test_the_template_hash_follows_the_pod_make_up_only() -> None:
     a, b = worker_set(2), worker_set(5)
     assert template_hash(a) == template_hash(b), "a size change is no upgrade"

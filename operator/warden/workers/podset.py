@@ -88,11 +88,14 @@ def plan(desired: int, pods: Iterable[Pod], shrink: bool) -> PodSetPlan:
 
 def pod_manifest(workerset: Manifest, i: int, template: str) -> Manifest:
     """Pod ``i`` of a WorkerSet: its template, a stable DNS name, owned by the set (garbage collection
-    removes the pods with it)."""
+    removes the pods with it), marked with the configuration the set was last applied with."""
     meta, spec = workerset["metadata"], workerset["spec"]
     name = f"{meta['name']}-{i}"
     tmeta = spec["template"].get("metadata") or {}
     annotations = {**(tmeta.get("annotations") or {}), naming.POD_TEMPLATE_ANNOTATION: template}
+    config = (meta.get("annotations") or {}).get(naming.POD_CONFIG_ANNOTATION)
+    if config:  # made with the current configuration: nothing to tell its kubelet (Applier.mark_pods)
+        annotations[naming.POD_CONFIG_ANNOTATION] = config
     owner = {
         "apiVersion": workerset["apiVersion"],
         "kind": workerset["kind"],
