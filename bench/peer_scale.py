@@ -104,7 +104,9 @@ class Run:
 
 # --- the control plane and its nodes ---------------------------------------------------------------
 def add_nodes(cp: ControlPlane, count: int, prefix: str, pods: str) -> None:
-    """``count`` kwok nodes at once (16 creates in flight), then wait until kwok has them all Ready."""
+    """``count`` kwok nodes at once (16 creates in flight), then wait until kwok has them all Ready and the
+    node lifecycle controller has taken its not-ready taint off each (it does so at its own pace, some ten
+    nodes a second: a run started before would wait on that, not on the operator)."""
     api = cp.api_client()
     core: Any = client.CoreV1Api(api)
     resources = {"cpu": "64", "memory": "512Gi", "pods": pods}
@@ -128,12 +130,13 @@ def add_nodes(cp: ControlPlane, count: int, prefix: str, pods: str) -> None:
         nodes = json.loads(listed.read())["items"]
         ready = sum(
             any(c["type"] == "Ready" and c["status"] == "True" for c in (n.get("status") or {}).get("conditions", []))
+            and not (n.get("spec") or {}).get("taints")
             for n in nodes
         )
         if ready >= count:
             return
         time.sleep(2)
-    raise RuntimeError(f"kwok did not make {count} {prefix} nodes Ready in 600 s")
+    raise RuntimeError(f"kwok did not make {count} {prefix} nodes Ready (and untainted) in 600 s")
 
 
 def delete_namespace(cp: ControlPlane, namespace: str) -> None:
@@ -325,10 +328,6 @@ def slurm_side(cp: ControlPlane, workers: int) -> list[str]:
     volumes_for(cp, ns)
     lines: list[str] = []
     with FakeSlurmrestd(ns, "big") as fake:
-        for i in range(workers):
-            fake.register(f"big-worker-cpu-{i}")
-        for i in range(workers):
-            fake.run_job(f"big-worker-cpu-{i}", 3600)
         op = OperatorProcess(cp.kubeconfig, ns, cp.log_dir, metrics=True, slurm_sync_interval=5,
                              extra_args=["--slurmrestd-url", fake.url_template])  # fmt: skip
         op.start()
@@ -339,6 +338,12 @@ def slurm_side(cp: ControlPlane, workers: int) -> list[str]:
         client.CustomObjectsApi(api).create_namespaced_custom_object(
             "slurm.warden.dev", "v1alpha1", ns, "slurmclusters", warden_body(ns, workers)
         )
+        # a slurmd registers once its pod runs (a node Slurm lists before its pod exists is a ghost record,
+        # which the sync deletes): the nodes and their jobs come when every worker pod is Ready
+        wait_workers(api, ns, WARDEN_WORKERS, workers, start)
+        for i in range(workers):
+            fake.register(f"big-worker-cpu-{i}")
+            fake.run_job(f"big-worker-cpu-{i}", 3600)
         status: dict[str, Any] = {}
         while time.monotonic() - start < RUN_LIMIT_S:
             status = get_cluster(api, ns, "big").get("status", {})

@@ -122,3 +122,27 @@ def test_the_queue_holds_a_set_once_however_many_events_name_it() -> None:
     q.close()
     t.join(5)
     assert got == [None], "closing wakes a waiting reader"
+
+
+def test_a_set_looked_at_a_moment_ago_waits_while_others_go_first() -> None:
+    q = WorkQueue(gap=600.0)
+    q.add(("ns", "a"))
+    assert q.get() == ("ns", "a")
+    q.add(("ns", "a"))  # its pods changed while it was looked at
+    q.add(("ns", "b"))
+    assert q.get() == ("ns", "b"), "a set just looked at does not hold up the others"
+    got: list[object] = []
+    t = threading.Thread(target=lambda: got.append(q.get()))
+    t.start()
+    q.close()
+    t.join(5)
+    assert got == [None], "the held set is not handed out before its time"
+
+
+def test_a_held_set_is_looked_at_again_once_its_gap_has_passed() -> None:
+    q = WorkQueue(gap=0.05)
+    q.add(("ns", "a"))
+    assert q.get() == ("ns", "a")
+    q.add(("ns", "a"))
+    q.add(("ns", "a"))
+    assert q.get() == ("ns", "a"), "the events named it twice: one more look"

@@ -2,7 +2,8 @@
 
 Events of WorkerSets and their pods, and each round of the Slurm sync, only name a set to look at
 (``enqueue``); one thread looks at each named set in turn. A burst of events about one set (a thousand
-pods starting) is one look, not a thousand: a set named again while it waits is not queued twice.
+pods starting) is a look a second, not a thousand: a set named again while it waits is not queued twice,
+and a set looked at less than ``LOOK_GAP_S`` ago waits that long.
 Every look reads the set's pods afresh (from the pod cache, ``warden.kube.cache``: no request), so a
 lost event costs nothing but delay. Missing pods are made many at a time (``warden.kube.fanout``).
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 import datetime
 import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
@@ -32,6 +34,10 @@ log = logging.getLogger(__name__)
 
 Key = tuple[str, str]  # (namespace, WorkerSet)
 Live = list[tuple[Manifest, "podset.Pod"]]  # a set's pods as read and as podset sees them
+
+#: the least time between two looks at one set: each look reads all its pods and may write its status,
+#: so a burst of pod events (10,000 pods turning Ready) costs a look a second, not a look per event
+LOOK_GAP_S = 1.0
 
 
 def parse_time(text: str) -> datetime.datetime:
@@ -80,31 +86,36 @@ class SlurmView:
 
 
 class WorkQueue:
-    """Keys to handle, each at most once in the queue; FIFO."""
+    """Keys to handle, each at most once in the queue, in the order first named. A key handed out less
+    than ``gap`` seconds ago is held until then: the events that name one set while it is looked at
+    (a thousand pods turning Ready) make one more look a moment later, not one look each."""
 
-    def __init__(self) -> None:
-        self._order: list[Key] = []
-        self._queued: set[Key] = set()
+    def __init__(self, gap: float = 0.0) -> None:
+        self.gap = gap
+        self._due: dict[Key, float] = {}  # queued keys (in the order named) -> when each may be handed out
+        self._last: dict[Key, float] = {}  # keys handed out within ``gap`` -> when
         self._cond = threading.Condition()
         self._closed = False
 
     def add(self, key: Key) -> None:
         with self._cond:
-            if key not in self._queued:
-                self._queued.add(key)
-                self._order.append(key)
+            if key not in self._due:
+                self._due[key] = max(time.monotonic(), self._last.get(key, 0.0) + self.gap)
                 self._cond.notify()
 
     def get(self) -> Key | None:
-        """The next key (waiting for one); None once closed."""
+        """The next key that is due (waiting for one); None once closed."""
         with self._cond:
-            while not self._order and not self._closed:
-                self._cond.wait()
-            if self._closed:
-                return None
-            key = self._order.pop(0)
-            self._queued.discard(key)
-            return key
+            while not self._closed:
+                now = time.monotonic()
+                key = next((k for k, due in self._due.items() if due <= now), None)
+                if key is not None:
+                    del self._due[key]
+                    self._last = {k: t for k, t in self._last.items() if t > now - self.gap}
+                    self._last[key] = now
+                    return key
+                self._cond.wait(min(self._due.values()) - now if self._due else None)
+            return None
 
     def close(self) -> None:
         with self._cond:
@@ -133,7 +144,7 @@ class WorkerSets:
         self.actions = actions
         self.slurm = slurm
         self.register_timeout = register_timeout
-        self.queue = WorkQueue()
+        self.queue = WorkQueue(gap=LOOK_GAP_S)
         self._views: dict[tuple[str, str], SlurmView] = {}  # (namespace, cluster) -> the latest round
         self._acted: dict[Key, int] = {}  # set -> the round its Slurm steps last ran on
         self._lock = threading.Lock()
@@ -181,19 +192,19 @@ class WorkerSets:
                 self._acted.pop((namespace, name), None)
             return  # garbage collection takes its pods
         view = self._new_view(namespace, name, _owner(ws))
-        pods = self._list_pods(ws)
+        pods = self._read_pods(ws)
         if self._pods(ws, pods, shrink=not self.slurm):  # 1
-            pods = self._list_pods(ws)
+            pods = self._read_pods(ws)
         changed = False
         if view is not None:
-            live = _live(ws, pods)
+            live = _live(pods)
             leaving = self._scale_in(ws, view, live)  # 2
-            changed |= self._roll(ws, view, _live(ws, pods, deleting=True), leaving)  # 3
+            changed |= self._roll(ws, view, _live(pods, deleting=True), leaving)  # 3
             changed |= self._registration(ws, view, live)  # 4
             changed |= bool(leaving)
             with self._lock:
                 self._acted[(namespace, name)] = view.round
-        self._status(ws, self._list_pods(ws) if changed else pods)  # 5
+        self._status(ws, self._read_pods(ws) if changed else pods)  # 5
 
     def _new_view(self, namespace: str, name: str, cluster: Ref | None) -> SlurmView | None:
         """The cluster's latest Slurm round, if this set has not acted on it yet."""
@@ -205,14 +216,16 @@ class WorkerSets:
                 return None
             return view
 
-    def _list_pods(self, ws: Manifest) -> list[Manifest]:
-        return self.kube.list("v1", "Pod", ws["metadata"]["namespace"], ws["spec"]["selector"]["matchLabels"])
+    def _read_pods(self, ws: Manifest) -> Live:
+        """The set's own pods (``<set>-<i>``, ended and leaving ones too), as read and as ``podset`` sees them."""
+        name = ws["metadata"]["name"]
+        raw = self.kube.list("v1", "Pod", ws["metadata"]["namespace"], ws["spec"]["selector"]["matchLabels"])
+        return [(r, p) for r, p in ((r, podset.pod_of(name, r)) for r in raw) if p is not None]
 
-    def _pods(self, ws: Manifest, raw: list[Manifest], shrink: bool) -> bool:
+    def _pods(self, ws: Manifest, read: Live, shrink: bool) -> bool:
         """Step 1: make missing pods, clear ended ones (and, with ``shrink``, those above the size)."""
         namespace, name = ws["metadata"]["namespace"], ws["metadata"]["name"]
-        pods = [p for p in (podset.pod_of(name, r) for r in raw) if p is not None]
-        todo = podset.plan(int(ws["spec"].get("replicas", 0)), pods, shrink)
+        todo = podset.plan(int(ws["spec"].get("replicas", 0)), [p for _, p in read], shrink)
         for pod, why in todo.delete:
             log.info("WorkerSet %s/%s: deleting pod %s: %s", namespace, name, pod, why)
             self.kube.delete("v1", "Pod", namespace, pod, "Background")
@@ -289,24 +302,16 @@ class WorkerSets:
             self._act(view, pod, partial(self._delete_pod, namespace, pod), "WorkerRecreated", note)
         return bool(todo)
 
-    def _status(self, ws: Manifest, raw: list[Manifest]) -> None:
+    def _status(self, ws: Manifest, read: Live) -> None:
         """Step 5: the set's status, from its pods as they are after the steps above."""
-        name = ws["metadata"]["name"]
-        pods = [p for p in (podset.pod_of(name, r) for r in raw) if p is not None]
-        status = podset.status(ws, pods)
+        status = podset.status(ws, [p for _, p in read])
         if ws.get("status") != status:
-            self.kube.patch_status(name, ws["metadata"]["namespace"], status, kind=WORKER_SET_KIND)
+            self.kube.patch_status(ws["metadata"]["name"], ws["metadata"]["namespace"], status, kind=WORKER_SET_KIND)
 
 
-def _live(ws: Manifest, raw: list[Manifest], deleting: bool = False) -> Live:
-    """The set's own pods (``<set>-<i>``) that have not ended, as read and as ``podset`` sees them;
-    with ``deleting``, those going too."""
-    out = []
-    for item in raw:
-        pod = podset.pod_of(ws["metadata"]["name"], item)
-        if pod is not None and not pod.ended and (deleting or not pod.deleting):
-            out.append((item, pod))
-    return out
+def _live(read: Live, deleting: bool = False) -> Live:
+    """The pods that have not ended; with ``deleting``, those going too."""
+    return [(raw, pod) for raw, pod in read if not pod.ended and (deleting or not pod.deleting)]
 
 
 def _scalein_pod(raw: Manifest, pod: podset.Pod) -> scalein.Pod:
