@@ -10,7 +10,8 @@ first:
   size (its Slurm sync off: Slinky, given no RestApi, makes no Slurm calls either);
 - Slinky: its manager (hack/build-slinky.sh builds it from its source archive), its CRDs, a Controller
   and a NodeSet of that size;
-- a bare client: the same worker pods as Warden's, one POST after another, no operator.
+- a bare client: Warden's worker pods once more, one POST after another, in the namespace of Warden's
+  run (everything else the cluster holds still there, the operator stopped): the floor for these pods.
 For each: seconds from the create to all worker pods Ready, the operator's resident memory (idle before
 the create, peak, after), and the API requests it made per worker, from the API server's own audit log
 (by user agent: reads are gets, lists and watches; writes are the rest).
@@ -90,6 +91,14 @@ def wait_workers(api: Any, namespace: str, selector: str, workers: int, start: f
 
 
 @dataclass
+class Bare:
+    """Where the bare client makes Warden's worker pods again: the namespace of Warden's run, and its WorkerSet."""
+
+    namespace: str
+    workerset: dict[str, Any]
+
+
+@dataclass
 class Run:
     who: str
     workers: int
@@ -139,6 +148,19 @@ def add_nodes(cp: ControlPlane, count: int, prefix: str, pods: str) -> None:
     raise RuntimeError(f"kwok did not make {count} {prefix} nodes Ready (and untainted) in 600 s")
 
 
+def delete_pods(cp: ControlPlane, namespace: str, selector: str) -> None:
+    """Delete the pods ``selector`` picks and wait until they are gone (their nodes are free again)."""
+    core: Any = client.CoreV1Api(cp.api_client())
+    core.delete_collection_namespaced_pod(namespace, label_selector=selector)
+    deadline = time.monotonic() + 1200
+    while time.monotonic() < deadline:
+        listed = core.list_namespaced_pod(namespace, label_selector=selector, limit=1, _preload_content=False)
+        if not json.loads(listed.read())["items"]:
+            return
+        time.sleep(2)
+    raise RuntimeError(f"pods {selector} in {namespace} not gone in 1200 s")
+
+
 def delete_namespace(cp: ControlPlane, namespace: str) -> None:
     """Delete the namespace and wait until it is gone with every pod in it (the nodes are free again)."""
     core: Any = client.CoreV1Api(cp.api_client())
@@ -181,9 +203,11 @@ def warden_body(namespace: str, workers: int) -> dict[str, Any]:
 WARDEN_WORKERS = "app.kubernetes.io/instance=big,app.kubernetes.io/component=worker"
 
 
-def run_warden(cp: ControlPlane, workers: int, tag: str) -> tuple[Run, dict[str, Any]]:
-    """The operator and a SlurmCluster of ``workers`` until every worker pod is Ready: the figures and the
-    WorkerSet (whose pod template the bare client uses)."""
+def run_warden(cp: ControlPlane, workers: int, tag: str) -> tuple[Run, Bare]:
+    """The operator and a SlurmCluster of ``workers`` until every worker pod is Ready: the figures, and
+    what the bare client needs to make the same pods: the namespace with everything else the cluster
+    holds (its claims, ConfigMaps, ServiceAccount, nodes Service) left in place, the operator stopped
+    and the worker pods gone."""
     api = cp.api_client()
     ns = cp.create_namespace(f"warden-{tag}")
     volumes_for(cp, ns)
@@ -211,8 +235,8 @@ def run_warden(cp: ControlPlane, workers: int, tag: str) -> tuple[Run, dict[str,
     run.note = f"status: {phase.get('phase')}, workers {phase.get('workers')}"
     op.stop()
     run.requests = audit_requests(cp.log_dir / "audit.log", WARDEN_AGENTS, rfc3339(begun), rfc3339(time.time()))
-    delete_namespace(cp, ns)
-    return run, workerset
+    delete_pods(cp, ns, WARDEN_WORKERS)
+    return run, Bare(ns, workerset)
 
 
 SLINKY_WORKERS = "app.kubernetes.io/name=slurmd,app.kubernetes.io/instance=big"
@@ -269,43 +293,33 @@ def run_slinky(cp: ControlPlane, manager: Path, workers: int, tag: str) -> Run:
     return run
 
 
-def run_bare(cp: ControlPlane, workerset: dict[str, Any], workers: int, tag: str) -> Run:
-    """The WorkerSet's pods with a bare client, one POST after another (same template, its own names, no
-    owner; raw JSON both ways)."""
+def run_bare(cp: ControlPlane, bare: Bare, workers: int) -> Run:
+    """Warden's worker pods made again by a bare client, one POST after another, in the namespace of
+    Warden's run with the operator stopped: the same spec (volumes, init containers, labels: the nodes
+    Service and the policies select them as they did), their own names, no owner; raw JSON both ways.
+    The namespace goes afterwards."""
     api = cp.new_api_client()
     api.user_agent = BARE_AGENTS[0]
-    ns = cp.create_namespace(f"bare-{tag}")
     core = client.CoreV1Api(api)
-    template = workerset["spec"]["template"]
+    template, ws_name = bare.workerset["spec"]["template"], bare.workerset["metadata"]["name"]
     run = Run("bare client", workers)
     begun = time.time()
     start = time.monotonic()
-    spec = template["spec"]
-    # what this namespace lacks is left out (its claims, ConfigMaps, ServiceAccount): kwok runs nothing
-    bare_spec = {
-        **spec,
-        "volumes": [],
-        "initContainers": [],
-        "serviceAccountName": "default",
-        "containers": [
-            {**c, "volumeMounts": [], "envFrom": [], "env": [e for e in c.get("env") or [] if "valueFrom" not in e]}
-            for c in spec["containers"]
-        ],
-    }
     for i in range(workers):
-        name = f"bare-{i}"
+        name = f"{ws_name}-bare-{i}"
         pod: Any = {  # the API client takes plain dicts as well as its models
             "apiVersion": "v1",
             "kind": "Pod",
-            "metadata": {"name": name, "labels": {"bench": "bare"}},
-            "spec": {**bare_spec, "hostname": name},
-        }
-        response: Any = core.create_namespaced_pod(ns, pod, _preload_content=False)
+            "metadata": {"name": name, "labels": dict(template["metadata"]["labels"]),
+                         "annotations": dict(template["metadata"].get("annotations") or {})},
+            "spec": {**template["spec"], "hostname": name},
+        }  # fmt: skip
+        response: Any = core.create_namespaced_pod(bare.namespace, pod, _preload_content=False)
         response.read()
     run.note = f"all created in {time.monotonic() - start:.1f} s"
-    run.ready_s, run.ready = wait_workers(cp.api_client(), ns, "bench=bare", workers, start)
+    run.ready_s, run.ready = wait_workers(cp.api_client(), bare.namespace, WARDEN_WORKERS, workers, start)
     run.requests = audit_requests(cp.log_dir / "audit.log", BARE_AGENTS, rfc3339(begun), rfc3339(time.time()))
-    delete_namespace(cp, ns)
+    delete_namespace(cp, bare.namespace)
     return run
 
 
@@ -447,17 +461,18 @@ def main(argv: list[str]) -> int:
         time.sleep(3)
         for k, size in enumerate(sizes):
             order = ["Warden", "Slinky"] if k % 2 == 0 else ["Slinky", "Warden"]
-            workerset: dict[str, Any] = {}
+            bare: Bare | None = None
             for who in order:
                 say(f"{who}: {size} workers ...")
                 if who == "Warden":
-                    run, workerset = run_warden(cp, size, f"{size}")
+                    run, bare = run_warden(cp, size, f"{size}")
                 else:
                     run = run_slinky(cp, manager, size, f"{size}")
                 say(f"  Ready in {run.ready_s:.1f} s ({run.ready} Ready)")
                 runs.append(run)
+            assert bare is not None
             say(f"bare client: {size} workers ...")
-            runs.append(run_bare(cp, workerset, size, f"{size}"))
+            runs.append(run_bare(cp, bare, size))
             say(f"  Ready in {runs[-1].ready_s:.1f} s")
         say(f"Slurm side: {max(sizes)} nodes ...")
         sync_lines = slurm_side(cp, max(sizes))
