@@ -44,7 +44,10 @@ POD: dict[str, Any] = {
     "status": {
         "phase": "Running",
         "podIP": "10.0.0.7",
-        "conditions": [{"type": "Ready", "status": "True", "lastProbeTime": None}],
+        "conditions": [{"type": "Ready", "status": "True", "lastProbeTime": None},
+                       {"type": "PodScheduled", "status": "True"},
+                       {"type": "slurm.warden.dev/SlurmNode", "status": "False", "reason": "Draining", "message": "m",
+                        "lastTransitionTime": "t"}],
         "containerStatuses": [
             {"name": "slurmd", "ready": True, "restartCount": 1, "state": {"running": {"startedAt": "x"}},
              "imageID": "sha256:1", "lastState": {}},
@@ -65,7 +68,10 @@ def test_a_cached_pod_keeps_what_the_operator_reads_and_nothing_else() -> None:
         "containers": [{"name": "slurmd", "env": [{"name": "WARDEN_SLURM_SERIES", "value": "26.05"}]}],
     }
     assert slim["status"]["phase"] == "Running"
-    assert slim["status"]["conditions"] == [{"type": "Ready", "status": "True"}]
+    assert slim["status"]["conditions"] == [
+        {"type": "Ready", "status": "True"},
+        {"type": "slurm.warden.dev/SlurmNode", "status": "False", "reason": "Draining", "message": "m"},
+    ]
     assert slim["status"]["containerStatuses"] == [
         {"name": "slurmd", "ready": True, "restartCount": 1, "state": {"running": {"startedAt": "x"}}, "lastState": {}}
     ]

@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import sys
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -33,6 +34,7 @@ from typing import Any
 from kubernetes.client.exceptions import ApiException
 
 from warden.kube import kinds
+from warden.model import API_GROUP
 from warden.render.pods import Manifest
 
 log = logging.getLogger(__name__)
@@ -92,7 +94,7 @@ def _kept_annotations(annotations: dict[str, str] | None) -> dict[str, str]:
 def slim_pod(pod: Manifest) -> Manifest:
     """A pod as the operator reads it (``warden.workers``, ``warden.slurmsync``, ``warden.observe``): its
     identity, labels, annotations, owners, node, containers' names and environment markers, phase,
-    conditions and container states. Everything else (volumes, the full container specs, managedFields)
+    the Ready condition and Warden's own, container states; its strings shared with every other pod's. Everything else (volumes, the full container specs, managedFields)
     stays on the API server."""
     meta, spec, status = pod.get("metadata") or {}, pod.get("spec") or {}, pod.get("status") or {}
     kept_meta = {
@@ -109,17 +111,30 @@ def slim_pod(pod: Manifest) -> Manifest:
         {k: cs[k] for k in ("name", "ready", "restartCount", "state", "lastState") if k in cs}
         for cs in status.get("containerStatuses") or []
     ]
-    conditions = [
-        {k: c[k] for k in ("type", "status", "reason", "message", "lastTransitionTime") if k in c}
+    conditions = [  # Ready and Warden's own (the Slurm node's state); not the four others the kubelet sets
+        {k: c[k] for k in ("type", "status", "reason", "message") if k in c}
         for c in status.get("conditions") or []
+        if c.get("type") == "Ready" or str(c.get("type", "")).startswith(f"{API_GROUP}/")
     ]
-    return {
+    return shared({
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": kept_meta,
         "spec": {"nodeName": spec.get("nodeName"), "containers": containers},
         "status": {"phase": status.get("phase"), "conditions": conditions, "containerStatuses": statuses},
-    }
+    })  # fmt: skip
+
+
+def shared(value: Any) -> Any:
+    """``value`` rebuilt with every string interned: ten thousand pods hold one copy each of the keys,
+    labels, owner, condition words and timestamps they have in common, not one each (half their memory)."""
+    if isinstance(value, str):
+        return sys.intern(value)
+    if isinstance(value, dict):
+        return {sys.intern(k): shared(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [shared(v) for v in value]
+    return value
 
 
 class Gone(Exception):
