@@ -25,8 +25,8 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -94,8 +94,8 @@ def _kept_annotations(annotations: dict[str, str] | None) -> dict[str, str]:
 def slim_pod(pod: Manifest) -> Manifest:
     """A pod as the operator reads it (``warden.workers``, ``warden.slurmsync``, ``warden.observe``): its
     identity, labels, annotations, owners, node, containers' names and environment markers, phase,
-    the Ready condition and Warden's own, container states; its strings shared with every other pod's. Everything else (volumes, the full container specs, managedFields)
-    stays on the API server."""
+    the Ready condition and Warden's own, container states; its strings shared with every other pod's.
+    Everything else (volumes, the full container specs, managedFields) stays on the API server."""
     meta, spec, status = pod.get("metadata") or {}, pod.get("spec") or {}, pod.get("status") or {}
     kept_meta = {
         k: meta[k]
