@@ -116,13 +116,14 @@ def slim_pod(pod: Manifest) -> Manifest:
         for c in status.get("conditions") or []
         if c.get("type") == "Ready" or str(c.get("type", "")).startswith(f"{API_GROUP}/")
     ]
-    return shared({
+    slim: Manifest = shared({
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": kept_meta,
         "spec": {"nodeName": spec.get("nodeName"), "containers": containers},
         "status": {"phase": status.get("phase"), "conditions": conditions, "containerStatuses": statuses},
     })  # fmt: skip
+    return slim
 
 
 def shared(value: Any) -> Any:
