@@ -79,6 +79,20 @@ def ready_pods(api: Any, namespace: str, selector: str) -> int:
     return count
 
 
+def running_pods(api: Any, namespace: str, selector: str) -> set[str]:
+    """The names of the pods ``selector`` picks that run (the API server's table of pods: names only)."""
+    response = api.call_api(
+        *api.param_serialize(
+            method="GET",
+            resource_path=f"/api/v1/namespaces/{namespace}/pods",
+            query_params=[("labelSelector", selector), ("fieldSelector", "status.phase=Running")],
+            header_params={"Accept": "application/json;as=Table;g=meta.k8s.io;v=v1"},
+            auth_settings=["BearerToken"],
+        )[:5]
+    )
+    return {row["cells"][0] for row in json.loads(response.read()).get("rows", [])}
+
+
 def wait_workers(api: Any, namespace: str, selector: str, workers: int, start: float) -> tuple[float, int]:
     """Seconds from ``start`` until ``workers`` pods are Ready (or RUN_LIMIT_S), and how many were."""
     ready = 0
@@ -352,14 +366,15 @@ def slurm_side(cp: ControlPlane, workers: int) -> list[str]:
         client.CustomObjectsApi(api).create_namespaced_custom_object(
             "slurm.warden.dev", "v1alpha1", ns, "slurmclusters", warden_body(ns, workers)
         )
-        # a slurmd registers once its pod runs (a node Slurm lists before its pod exists is a ghost record,
-        # which the sync deletes): the nodes and their jobs come when every worker pod is Ready
-        wait_workers(api, ns, WARDEN_WORKERS, workers, start)
-        for i in range(workers):
-            fake.register(f"big-worker-cpu-{i}")
-            fake.run_job(f"big-worker-cpu-{i}", 3600)
+        # a slurmd registers once its pod runs: a node Slurm lists before its pod exists is a ghost record
+        # (the sync deletes it), a pod running five minutes unregistered is made afresh
         status: dict[str, Any] = {}
+        registered: set[str] = set()
         while time.monotonic() - start < RUN_LIMIT_S:
+            for pod in running_pods(api, ns, WARDEN_WORKERS) - registered:
+                fake.register(pod)
+                fake.run_job(pod, 3600)
+                registered.add(pod)
             status = get_cluster(api, ns, "big").get("status", {})
             if status.get("phase") == "Ready":
                 break

@@ -513,6 +513,7 @@ class ControlPlane:
             "--audit-log-format=json",
             "--audit-log-mode=batch",
             "--audit-log-batch-max-wait=1s",  # written within a second (warden_dev.audit.wait_written)
+            "--audit-log-maxsize=1048576",  # MB: one file however long the run (the default rotates at 100 MB)
         ]
 
     def _start_others(self) -> None:
