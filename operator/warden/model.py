@@ -71,6 +71,7 @@ OPERATOR_OWNED_SLURM_KEYS = (
     "PlugStackConfig",
     "PrivateData",
     "ProctrackType",
+    "SelectType",
     "SlurmctldHost",
     "SlurmctldPort",
     "SlurmdPort",
@@ -88,6 +89,11 @@ REFUSED_SLURM_KEYS = (
     "AuthInfo",
     "Epilog",
     "EpilogSlurmctld",
+    # plugins the jail and the cgroups depend on, which Warden leaves at Slurm's default: a private /tmp
+    # namespace per job, another launcher or switch plugin would break the SPANK plugin's pivot_root
+    "JobContainerType",
+    "LaunchType",
+    "SwitchType",
     "JobCompLoc",
     "JobCredentialPrivateKey",
     "JobCredentialPublicCertificate",
@@ -274,11 +280,40 @@ class Images(Spec):
     )
 
 
+REQUEST_ABOVE_LIMIT = (
+    "a request is larger than its limit, which Kubernetes refuses in a pod: make each resources.requests "
+    "entry at most the resources.limits entry of the same name"
+)
+
+
 class ResourceRequirements(Spec):
-    """Kubernetes resource requests and limits (e.g. `cpu: "4"`, `memory: 16Gi`)."""
+    """Kubernetes resource requests and limits (e.g. `cpu: "4"`, `memory: 16Gi`); a request is at most
+    the limit of the same name."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "!has(self.requests) || !has(self.limits) || self.requests.all(k, !(k in self.limits)"
+                    " || !isQuantity(string(self.requests[k])) || !isQuantity(string(self.limits[k]))"
+                    " || quantity(string(self.requests[k])).compareTo(quantity(string(self.limits[k]))) <= 0)",
+                    "message": REQUEST_ABOVE_LIMIT,
+                    "fieldPath": ".requests",
+                }
+            ]
+        }
+    )
 
     requests: dict[str, Quantity] = Field(default_factory=dict, max_length=16, description="Minimum resources.")
     limits: dict[str, Quantity] = Field(default_factory=dict, max_length=16, description="Maximum resources.")
+
+    @model_validator(mode="after")
+    def _requests_within_limits(self) -> ResourceRequirements:
+        for name, request in self.requests.items():
+            limit = self.limits.get(name)
+            if limit is not None and quantity_mod.parse(request) > quantity_mod.parse(limit):
+                raise ValueError(f"requests.{name} {request} is above limits.{name} {limit}; {REQUEST_ABOVE_LIMIT}")
+        return self
 
 
 class Toleration(Spec):
@@ -490,6 +525,21 @@ JAIL_SYSTEM_DIRS = ("/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/lib64", 
                     "/sbin", "/sys", "/usr", "/usr/bin", "/usr/lib", "/usr/local", "/var", "/var/lib")  # fmt: skip
 
 
+# Trees of the jail that Slurm, the login and the users' programs need as the jail image and the operator
+# made them (Slurm's configuration, plugins and spool, munge's socket, libraries, homes): no node-local
+# mount anywhere inside them. /dev/shm is the one exception (shared memory, a tmpfs on every node).
+JAIL_SYSTEM_TREES = ("/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/lib64", "/proc", "/root", "/run",
+                     "/sbin", "/sys", "/usr", "/var/lib", "/var/log", "/var/run", "/var/spool")  # fmt: skip
+JAIL_MOUNT_ALLOWED = ("/dev/shm",)
+
+
+def hides_jail_system_files(path: str) -> bool:
+    """Whether a node-local mount at ``path`` would hide a system directory of the jail or what is inside one."""
+    if path in JAIL_SYSTEM_DIRS:
+        return True
+    return path not in JAIL_MOUNT_ALLOWED and any(path.startswith(f"{tree}/") for tree in JAIL_SYSTEM_TREES)
+
+
 class LocalMount(Spec):
     """A node-local directory bound into the jail for every job step (tmp, shm, scratch)."""
 
@@ -500,7 +550,17 @@ class LocalMount(Spec):
                     "rule": f"!({' || '.join(f'self.jailPath == {d!r}' for d in JAIL_SYSTEM_DIRS)})",
                     "message": "jailPath is a system directory of the jail; a node-local mount would hide it",
                     "fieldPath": ".jailPath",
-                }
+                },
+                {
+                    "rule": " || ".join(f"self.jailPath == {d!r}" for d in JAIL_MOUNT_ALLOWED)
+                    + " || !("
+                    + " || ".join(f"self.jailPath.startsWith('{d}/')" for d in JAIL_SYSTEM_TREES)
+                    + ")",
+                    "message": "jailPath is inside a system directory of the jail (Slurm's configuration, plugins"
+                    " and spool, libraries, homes); a node-local mount would hide what is there: use a path"
+                    " such as /scratch, /tmp or /var/tmp",
+                    "fieldPath": ".jailPath",
+                },
             ]
         }
     )
@@ -509,8 +569,9 @@ class LocalMount(Spec):
     jail_path: str = Field(
         pattern=ABSOLUTE_PATH,
         max_length=255,
-        description="Absolute path inside the jail (plain names: no `..`, spaces or hidden components); not one of"
-        " the jail's system directories (/etc, /usr, /home...), which it would hide from job steps.",
+        description="Absolute path inside the jail (plain names: no `..`, spaces or hidden components); neither one"
+        " of the jail's system directories (/etc, /usr, /home...) nor inside one (/etc/slurm, /var/spool/slurmd,"
+        " /home/alice...), which it would hide from job steps; /dev/shm is allowed.",
     )
     medium: Literal["Disk", "Memory"] = Field(default="Disk", description="`Memory` makes a tmpfs.")
     size_limit: Size | None = Field(default=None, description="Size limit of the emptyDir.")
@@ -520,6 +581,11 @@ class LocalMount(Spec):
     def _not_a_system_dir(cls, path: str) -> str:
         if path in JAIL_SYSTEM_DIRS:
             raise ValueError(f"{path} is a system directory of the jail; a node-local mount would hide it")
+        if hides_jail_system_files(path):
+            raise ValueError(
+                f"{path} is inside a system directory of the jail; a node-local mount would hide what is there:"
+                " use a path such as /scratch, /tmp or /var/tmp"
+            )
         return path
 
 
@@ -576,7 +642,16 @@ class WorkerGroup(Spec):
             LocalMount(name="shm", jail_path="/dev/shm", medium="Memory"),
         ],
         max_length=16,
-        description="Node-local directories bound into the jail.",
+        description="Node-local directories bound into the jail; each name and each jailPath once.",
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {"rule": "self.all(m, self.exists_one(n, n.name == m.name))", "message": "duplicate name"},
+                {
+                    "rule": "self.all(m, self.exists_one(n, n.jailPath == m.jailPath))",
+                    "message": "duplicate jailPath: two mounts at one path, the second would hide the first",
+                },
+            ]
+        },
     )
 
     @field_validator("node_selector")
@@ -601,13 +676,40 @@ class WorkerGroup(Spec):
             for m in mounts:
                 value = getattr(m, attr)
                 if value in seen:
-                    raise ValueError(f"duplicate {to_camel(attr)} {value!r}")
+                    raise ValueError(f"duplicate {to_camel(attr)} {value!r}: each mount needs its own name and path")
                 seen.add(value)
         return mounts
 
 
+#: names slurm.conf reads as keywords: `PartitionName=DEFAULT` sets every partition's defaults (the
+#: partition would not exist), `AllowGroups=ALL` lets everyone in; Slurm compares them in any case
+SLURM_RESERVED_PARTITION_NAMES = ("default",)
+SLURM_RESERVED_GROUP_NAMES = ("all",)
+
+
 class Partition(Spec):
     """A Slurm partition made of whole worker groups."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": " && ".join(f"self.name.lowerAscii() != {n!r}" for n in SLURM_RESERVED_PARTITION_NAMES),
+                    "message": "DEFAULT (in any case) is Slurm's keyword for every partition's defaults, no"
+                    " partition: choose another name",
+                    "fieldPath": ".name",
+                },
+                {
+                    "rule": "!has(self.allowGroups) || self.allowGroups.all(g, "
+                    + " && ".join(f"g.lowerAscii() != {n!r}" for n in SLURM_RESERVED_GROUP_NAMES)
+                    + ")",
+                    "message": "ALL (in any case) is Slurm's keyword for everyone, no Unix group: leave allowGroups"
+                    " empty to let everyone in",
+                    "fieldPath": ".allowGroups",
+                },
+            ]
+        }
+    )
 
     name: Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]+$", min_length=1, max_length=32)] = Field(
         description="Partition name (`sbatch -p`)."
@@ -626,6 +728,21 @@ class Partition(Spec):
         " AllowGroups; root and SlurmUser always may). Empty: everyone.",
         json_schema_extra={"x-kubernetes-list-type": "set"},
     )
+
+    @field_validator("name")
+    @classmethod
+    def _not_a_keyword(cls, name: str) -> str:
+        if name.lower() in SLURM_RESERVED_PARTITION_NAMES:
+            raise ValueError(f"{name}: Slurm's keyword for every partition's defaults, no partition: choose another")
+        return name
+
+    @field_validator("allow_groups")
+    @classmethod
+    def _no_keyword_group(cls, groups: list[str]) -> list[str]:
+        for g in groups:
+            if g.lower() in SLURM_RESERVED_GROUP_NAMES:
+                raise ValueError(f"{g}: Slurm's keyword for everyone, no Unix group: leave allowGroups empty instead")
+        return groups
 
 
 #: Slurm 24.11's PrivateData values (slurm.conf). slurmdbd.conf takes the accounting ones only.
@@ -664,7 +781,13 @@ class SlurmConfig(Spec):
                 {
                     "rule": f"self.all(l, !l.matches(r'{REFUSED_KEY_LINE}'))",
                     "message": "a line sets a key that runs programs or changes identities as root "
-                    "(Prolog, Epilog, SlurmdUser, *Program, PluginDir, log and pid files...); Warden refuses it",
+                    "(Prolog, Epilog, SlurmdUser, *Program, PluginDir, log and pid files...) or replaces a plugin"
+                    " the jail depends on (JobContainerType, LaunchType, SwitchType); Warden refuses it",
+                },
+                {
+                    "rule": r"self.all(l, !l.endsWith('\\'))",
+                    "message": "a line ends with a backslash, which makes slurm.conf read the next line as part of"
+                    " it: write each Key=Value on a line of its own",
                 },
             ]
         },
@@ -688,8 +811,13 @@ class SlurmConfig(Spec):
                 raise ValueError(f"{m.group(2)} is set by Warden; set it through {field}")
             if m := refused.search(line):
                 raise ValueError(
-                    f"{m.group(2)} runs programs or changes identities as root outside the jail; Warden refuses it"
-                    " (docs/security.md)"
+                    f"{m.group(2)} runs programs or changes identities as root outside the jail, or replaces a"
+                    " plugin the jail depends on; Warden refuses it (docs/security.md)"
+                )
+            if line.endswith("\\"):
+                raise ValueError(
+                    f"{line!r} ends with a backslash, which makes slurm.conf read the next line as part of it:"
+                    " write each Key=Value on a line of its own"
                 )
         return lines
 
@@ -869,15 +997,35 @@ class Identity(Spec):
 class NcclCheck(Spec):
     """NCCL all_reduce_perf on every GPU node; slow nodes are drained."""
 
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "!has(self.minBytes) || !has(self.maxBytes) || !isQuantity(string(self.minBytes))"
+                    " || !isQuantity(string(self.maxBytes))"
+                    " || quantity(string(self.minBytes)).compareTo(quantity(string(self.maxBytes))) <= 0",
+                    "message": "minBytes is larger than maxBytes (all_reduce_perf would measure nothing): swap them",
+                    "fieldPath": ".minBytes",
+                }
+            ]
+        }
+    )
+
     enabled: bool = Field(default=False, description="Run the check (only GPU groups are checked).")
     schedule: str = Field(default="0 */6 * * *", pattern=CRON, max_length=128, description="Cron schedule.")
     min_bus_bandwidth_gbps: float = Field(
         default=100.0, gt=0, le=100000, description="Drain a node whose average bus bandwidth (GB/s) is lower."
     )
-    min_bytes: Size = Field(default="512M", description="all_reduce_perf -b.")
+    min_bytes: Size = Field(default="512M", description="all_reduce_perf -b (at most maxBytes).")
     max_bytes: Size = Field(default="8G", description="all_reduce_perf -e.")
     time_limit_minutes: int = Field(default=10, ge=1, le=1440, description="Per-node time limit.")
     concurrency: int = Field(default=4, ge=1, le=256, description="Nodes checked at once.")
+
+    @model_validator(mode="after")
+    def _bytes_in_order(self) -> NcclCheck:
+        if quantity_mod.parse(self.min_bytes) > quantity_mod.parse(self.max_bytes):
+            raise ValueError(f"minBytes {self.min_bytes} is larger than maxBytes {self.max_bytes}: swap them")
+        return self
 
 
 class QuickCheck(Spec):

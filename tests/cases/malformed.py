@@ -148,4 +148,44 @@ CASES = [
     Case("private-data-unknown", _with(slurmConfig={"privateData": ["jobs", "secrets"]}), "privateData"),
     Case("private-data-twice", _with(slurmConfig={"privateData": ["jobs", "jobs"]}), "privateData"),
     Case("extra-line-private-data", _with(slurmConfig={"extraLines": ["PrivateData=none"]}), "extraLines"),
+    # specs that would break or weaken a cluster later, refused now (issue 34)
+    Case(
+        "request-above-limit",
+        _group(resources={"requests": {"memory": "64Gi"}, "limits": {"memory": "16Gi"}}),
+        "requests",
+    ),
+    Case(
+        "request-above-limit-units",
+        _group(resources={"requests": {"cpu": "5"}, "limits": {"cpu": "4000m"}}),
+        "requests",
+    ),
+    Case("partition-named-default", _with(partitions=[{"name": "Default", "workerGroups": ["cpu"]}]), "name"),
+    Case(
+        "allow-groups-all",
+        _with(partitions=[{"name": "p", "workerGroups": ["cpu"], "allowGroups": ["ALL"]}]),
+        "allowGroups",
+    ),
+    Case("local-mount-slurm-config", _group(localMounts=[{"name": "s", "jailPath": "/etc/slurm"}]), "jailPath"),
+    Case("local-mount-slurmd-spool", _group(localMounts=[{"name": "s", "jailPath": "/var/spool/slurmd"}]), "jailPath"),
+    Case("local-mount-munge", _group(localMounts=[{"name": "s", "jailPath": "/run/munge"}]), "jailPath"),
+    Case("local-mount-a-home", _group(localMounts=[{"name": "s", "jailPath": "/home/alice"}]), "jailPath"),
+    Case("extra-line-continues", _with(slurmConfig={"extraLines": ["MaxJobCount=5 \\"]}), "extraLines"),
+    Case("nccl-bytes-swapped", _with(healthChecks={"nccl": {"minBytes": "8G", "maxBytes": "1G"}}), "minBytes"),
+    Case(
+        "local-mounts-one-path",
+        _group(localMounts=[{"name": "a", "jailPath": "/scratch"}, {"name": "b", "jailPath": "/scratch"}]),
+        "localMounts",
+    ),
+    Case(
+        "local-mounts-one-name",
+        _group(localMounts=[{"name": "a", "jailPath": "/scratch"}, {"name": "a", "jailPath": "/scratch2"}]),
+        "localMounts",
+    ),
+    Case(
+        "extra-line-job-container",
+        _with(slurmConfig={"extraLines": ["JobContainerType=job_container/tmpfs"]}),
+        "extraLines",
+    ),
+    Case("extra-line-launch-type", _with(slurmConfig={"extraLines": ["LaunchType=launch/other"]}), "extraLines"),
+    Case("extra-line-select-type", _with(slurmConfig={"extraLines": ["SelectType=select/linear"]}), "extraLines"),
 ]

@@ -16,8 +16,9 @@ from hypothesis import strategies as st
 from hypothesis_jsonschema import from_schema
 from pydantic import ValidationError
 
+from warden import quantity
 from warden.crd import openapi_schema
-from warden.model import parse_spec
+from warden.model import hides_jail_system_files, parse_spec
 from warden.reconcile import validation_message
 from warden.render.cluster import render
 from warden.render.context import Cluster
@@ -103,3 +104,46 @@ def test_a_spec_that_cannot_render_is_refused_with_its_field() -> None:
     with pytest.raises(ValidationError) as e:
         parse_spec(spec)
     assert "spec.workerGroups[0].resources.limits.cpu" in validation_message(e.value)
+
+
+# The classes of spec that pass a schema but break or weaken a cluster later (issue 34): a request above
+# its limit, a mount that hides Slurm's files, a line that runs on, a keyword for a name, bounds swapped,
+# two mounts at one path. Whatever mix of them a spec holds, it is refused naming the field, or what
+# renders is safe.
+_PATHS = st.sampled_from(
+    ["/scratch", "/tmp", "/var/tmp", "/dev/shm", "/dev/shm/x", "/etc/slurm", "/etc", "/var/spool/slurmd",
+     "/run/munge", "/home/alice", "/usr/lib/x86_64-linux-gnu/slurm", "/opt/data", "/var/lib/x", "/data/etc"]
+)  # fmt: skip
+_LINES = st.sampled_from(
+    ["MaxJobCount=5", "MaxJobCount=5 \\", "MessageTimeout=30\\", "JobContainerType=job_container/tmpfs",
+     "SwitchType=switch/hpe_slingshot", "SelectType=select/linear", "KillWait=10"]
+)  # fmt: skip
+_PARTITIONS = st.sampled_from(["default", "DEFAULT", "Default", "batch", "defaults", "gpu_default"])
+_GROUPS = st.sampled_from(["all", "ALL", "staff", "allusers"])
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(request=_EDGES, limit=_EDGES, paths=st.lists(_PATHS, min_size=1, max_size=3), line=_LINES,
+       partition=_PARTITIONS, group=_GROUPS, low=_EDGES, high=_EDGES)  # fmt: skip
+def test_specs_that_would_break_a_cluster_are_refused_naming_the_field(
+    request: str, limit: str, paths: list[str], line: str, partition: str, group: str, low: str, high: str
+) -> None:
+    spec = {
+        "workerGroups": [{"name": "cpu", "resources": {"requests": {"memory": request}, "limits": {"memory": limit}},
+                          "localMounts": [{"name": f"m{i}", "jailPath": p} for i, p in enumerate(paths)]}],
+        "partitions": [{"name": partition, "workerGroups": ["cpu"], "allowGroups": [group]}],
+        "slurmConfig": {"extraLines": [line]},
+        "healthChecks": {"nccl": {"minBytes": low, "maxBytes": high}},
+    }  # fmt: skip
+    if _renders_or_names_the_field(spec) == "refused":
+        return
+    model = parse_spec(spec)
+    group_model = model.worker_groups[0]
+    assert quantity.parse(request) <= quantity.parse(limit), "a request above its limit got through"
+    for m in group_model.local_mounts:
+        assert not hides_jail_system_files(m.jail_path), f"{m.jail_path} hides the jail's system files"
+    assert len({m.jail_path for m in group_model.local_mounts}) == len(group_model.local_mounts), "two mounts, one path"
+    assert not line.endswith("\\") and "JobContainerType" not in line and "SelectType" not in line
+    assert partition.lower() != "default" and group.lower() != "all"
+    assert quantity.parse(low) <= quantity.parse(high), "nccl byte range swapped"
+    assert "/dev/shm/x" not in paths and "/etc/slurm" not in paths
