@@ -369,12 +369,12 @@ def slurm_side(cp: ControlPlane, workers: int) -> list[str]:
         # a slurmd registers once its pod runs: a node Slurm lists before its pod exists is a ghost record
         # (the sync deletes it), a pod running five minutes unregistered is made afresh
         status: dict[str, Any] = {}
-        registered: set[str] = set()
+        in_slurm: set[str] = set()
         while time.monotonic() - start < RUN_LIMIT_S:
-            for pod in running_pods(api, ns, WARDEN_WORKERS) - registered:
+            for pod in running_pods(api, ns, WARDEN_WORKERS) - in_slurm:
                 fake.register(pod)
                 fake.run_job(pod, 3600)
-                registered.add(pod)
+                in_slurm.add(pod)
             status = get_cluster(api, ns, "big").get("status", {})
             if status.get("phase") == "Ready":
                 break
