@@ -108,6 +108,16 @@ def test_only_the_sets_own_pod_names_have_ordinals() -> None:
     assert pod_of(WS, raw) == Pod(name=f"{WS}-1", ordinal=1, ended="Failed", ready=True, template="h")
 
 
+def read_while_closing(q: WorkQueue) -> list[object]:
+    """What a reader waiting on the queue gets when the queue is closed under it."""
+    got: list[object] = []
+    t = threading.Thread(target=lambda: got.append(q.get()))
+    t.start()
+    q.close()
+    t.join(5)
+    return got
+
+
 def test_the_queue_holds_a_set_once_however_many_events_name_it() -> None:
     q = WorkQueue()
     for _ in range(1000):
@@ -116,12 +126,7 @@ def test_the_queue_holds_a_set_once_however_many_events_name_it() -> None:
     assert [q.get(), q.get()] == [("ns", "a"), ("ns", "b")]
     q.add(("ns", "a"))
     assert q.get() == ("ns", "a"), "handled keys can come back"
-    got: list[object] = []
-    t = threading.Thread(target=lambda: got.append(q.get()))
-    t.start()
-    q.close()
-    t.join(5)
-    assert got == [None], "closing wakes a waiting reader"
+    assert read_while_closing(q) == [None], "closing wakes a waiting reader"
 
 
 def test_a_set_looked_at_a_moment_ago_waits_while_others_go_first() -> None:
@@ -131,12 +136,7 @@ def test_a_set_looked_at_a_moment_ago_waits_while_others_go_first() -> None:
     q.add(("ns", "a"))  # its pods changed while it was looked at
     q.add(("ns", "b"))
     assert q.get() == ("ns", "b"), "a set just looked at does not hold up the others"
-    got: list[object] = []
-    t = threading.Thread(target=lambda: got.append(q.get()))
-    t.start()
-    q.close()
-    t.join(5)
-    assert got == [None], "the held set is not handed out before its time"
+    assert read_while_closing(q) == [None], "the held set is not handed out before its time"
 
 
 def test_a_held_set_is_looked_at_again_once_its_gap_has_passed() -> None:
