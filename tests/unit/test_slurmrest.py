@@ -17,7 +17,14 @@ from typing import Any
 import pytest
 
 from tests.support.jsonserver import JsonServer
-from warden.slurm.model import Job, SlurmNodeUnknown, SlurmParseError, nodes_from_doc, nodes_from_text
+from warden.slurm.model import (
+    Job,
+    SlurmNodeUnknown,
+    SlurmParseError,
+    nodes_from_doc,
+    nodes_from_pieces,
+    nodes_from_text,
+)
 from warden.slurm.rest import SlurmRest, SlurmRestError, SlurmUnreachable, mint_token
 
 
@@ -115,9 +122,33 @@ def test_node_lists_are_read_record_by_record_as_the_whole_document_would_be(
     fake.replies[("GET", "/slurm/v0.0.42/nodes")] = (200, {"nodes": [NODE], "errors": [{"description": "partial"}]})
     with pytest.raises(SlurmRestError, match="list nodes: HTTP 200: partial"):
         rest.nodes()
-    for broken in (text[: len(text) // 2], '{"meta": {}}', "[]", ""):
+    for broken in (text[: len(text) // 2], '{"meta": {}}', "[]", "", '{"nodes": [{"name": "a"}'):
         with pytest.raises(SlurmParseError):
             nodes_from_text(broken)
+
+
+@pytest.mark.parametrize("size", [1, 2, 7, 100, 4096])
+def test_a_node_list_arriving_in_pieces_decodes_as_the_whole_text(size: int) -> None:
+    """slurmrestd's answer is decoded as it arrives (``SlurmRest.nodes`` reads it in 64 KiB pieces): a
+    piece may end anywhere, inside a string, a number (``"cpus": 12`` then ``8``) or between tokens."""
+    captured = json.loads((FIXTURES / "slurmrestd_nodes_three.json").read_text())
+    text = json.dumps({**captured, "last_update": 1700000000123}, indent=2)
+    pieces = [text[i : i + size] for i in range(0, len(text), size)]
+    assert nodes_from_pieces(pieces) == nodes_from_text(text) == (nodes_from_doc(captured), captured["errors"])
+    with pytest.raises(SlurmParseError):
+        nodes_from_pieces(pieces[: len(pieces) // 2])
+
+
+def test_a_long_node_list_is_read_in_pieces_not_held_whole(server: tuple[FakeSlurmrestd, str]) -> None:
+    """Two thousand nodes (3.5 MB of JSON, some fifty 64 KiB pieces) come through ``nodes()`` the same
+    as decoded whole, twice in a row."""
+    fake, url = server
+    captured = json.loads((FIXTURES / "slurmrestd_nodes_three.json").read_text())
+    many = [{**captured["nodes"][i % 3], "name": f"w-{i}"} for i in range(2000)]
+    fake.replies[("GET", "/slurm/v0.0.42/nodes")] = (200, {**captured, "nodes": many})
+    rest = SlurmRest(url, token=lambda: "T")
+    assert [n.name for n in rest.nodes()] == [f"w-{i}" for i in range(2000)]
+    assert rest.nodes() == nodes_from_doc({**captured, "nodes": many})
 
 
 def test_job_list_errors_are_named(server: tuple[FakeSlurmrestd, str]) -> None:

@@ -14,6 +14,7 @@ import itertools
 import json
 import math
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -162,48 +163,97 @@ def nodes_from_doc(doc: Any) -> list[Node]:
 _WHITESPACE = " \t\n\r"
 
 
-def _skip(text: str, i: int, also: str = "") -> int:
-    while i < len(text) and (text[i] in _WHITESPACE or text[i] in also):
-        i += 1
-    return i
+class _Reader:
+    """A JSON text arriving in pieces, read forward: ``buf[pos:]`` is what is not consumed yet. Only the
+    piece being decoded and what follows it are held, never the whole text."""
+
+    def __init__(self, pieces: Iterable[str]) -> None:
+        self._pieces = iter(pieces)
+        self.buf, self.pos, self.ended = "", 0, False
+
+    def more(self) -> bool:
+        """Append the next piece (dropping what was consumed); False once the text has ended."""
+        for piece in self._pieces:
+            if piece:
+                self.buf, self.pos = self.buf[self.pos :] + piece, 0
+                return True
+        self.ended = True
+        return False
+
+    def peek(self, also: str = "") -> str:
+        """The next character that is not whitespace (nor in ``also``), consuming those; "" at the end."""
+        while True:
+            buf, i = self.buf, self.pos
+            while i < len(buf) and (buf[i] in _WHITESPACE or buf[i] in also):
+                i += 1
+            self.pos = i
+            if i < len(buf) or not self.more():
+                return buf[i : i + 1] if i < len(buf) else ""
+
+    def expect(self, char: str) -> None:
+        got = self.peek()
+        if got != char:
+            raise SlurmParseError(f"Slurm's JSON: {char!r} expected, found {got or 'the end'!r}")
+        self.pos += 1
+
+    def value(self, decoder: json.JSONDecoder) -> Any:
+        """Decode the next JSON value. One that runs to the end of what has arrived may go on in the next
+        piece (a number, or a value cut in two): it counts only once something follows it or the text ended."""
+        self.peek()
+        while True:
+            try:
+                value, end = decoder.raw_decode(self.buf, self.pos)
+                if end < len(self.buf) or self.ended:
+                    self.pos = end
+                    return value
+            except json.JSONDecodeError:
+                if self.ended:
+                    raise
+            if not self.more():
+                continue  # ended: decode once more, and a value cut short raises
 
 
 def nodes_from_text(text: str) -> tuple[list[Node], Any]:
+    """``nodes_from_pieces`` of one whole text."""
+    return nodes_from_pieces([text])
+
+
+def nodes_from_pieces(pieces: Iterable[str]) -> tuple[list[Node], Any]:
     """Nodes from the text of a data_parser document, as ``nodes_from_doc`` finds them, and the
-    document's ``errors`` (for the caller to judge), each node record decoded and converted in turn: ten
-    thousand nodes cost their ``Node``s, not a whole document of dictionaries at once (tens of megabytes
-    more at the operator's peak)."""
+    document's ``errors`` (for the caller to judge), decoded as the text arrives (slurmrestd's answer
+    read in chunks), each node record decoded and converted in turn: ten thousand nodes cost their
+    ``Node``s, not the whole text (25 MB) nor a document of dictionaries (tens of megabytes more)."""
     decoder = json.JSONDecoder()
+    reader = _Reader(pieces)
     nodes: list[Node] | None = None
     errors: Any = None
     try:
-        i = _skip(text, 0)
-        if text[i : i + 1] != "{":
-            raise SlurmParseError(f"Slurm's JSON is no object: {text[:200]!r}")
-        i = _skip(text, i + 1)
-        while text[i] != "}":
-            key, i = decoder.raw_decode(text, i)
-            i = _skip(text, i)
-            if text[i] != ":":
-                raise SlurmParseError(f"Slurm's JSON: ':' expected at {i}")
-            i = _skip(text, i + 1)
-            if key == "nodes" and text[i] == "[":
-                nodes, i = [], _skip(text, i + 1)
-                while text[i] != "]":
-                    record, i = decoder.raw_decode(text, i)
+        if reader.peek() != "{":
+            raise SlurmParseError(f"Slurm's JSON is no object: {reader.buf[reader.pos : reader.pos + 200]!r}")
+        reader.pos += 1
+        while reader.peek(",") != "}":
+            key = reader.value(decoder)
+            reader.expect(":")
+            if key == "nodes" and reader.peek() == "[":
+                nodes = []
+                reader.pos += 1
+                while reader.peek(",") != "]":
+                    if reader.peek() == "":
+                        raise SlurmParseError("Slurm's JSON is cut short in its node list")
+                    record = reader.value(decoder)
                     if isinstance(record, dict):
                         nodes.append(_node_from_json(record))
-                    i = _skip(text, i, ",")
-                i += 1
+                reader.pos += 1
             else:
-                value, i = decoder.raw_decode(text, i)
+                value = reader.value(decoder)
                 if key == "errors":
                     errors = value
-            i = _skip(text, i, ",")
-    except (IndexError, json.JSONDecodeError) as e:
+            if reader.peek(",") == "":
+                raise SlurmParseError("Slurm's JSON is cut short: no closing '}'")
+    except json.JSONDecodeError as e:
         raise SlurmParseError(f"Slurm's JSON is cut short or malformed: {e}") from e
     if nodes is None:
-        raise SlurmParseError(f"no 'nodes' list in Slurm's JSON: {text[:200]!r}")
+        raise SlurmParseError("no 'nodes' list in Slurm's JSON")
     return nodes, errors
 
 

@@ -13,11 +13,13 @@ Tokens: ``mint_token`` signs an HS256 JSON Web Token with the cluster's JWT key 
 from __future__ import annotations
 
 import base64
+import codecs
 import hashlib
 import hmac
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Generator
+from contextlib import closing
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
@@ -33,12 +35,14 @@ from warden.slurm.model import (
     SlurmParseError,
     diag_from_doc,
     jobs_from_doc,
-    nodes_from_text,
+    nodes_from_pieces,
 )
 
 __all__ = ["ControllerPing", "SlurmRest", "SlurmRestError", "SlurmUnreachable", "mint_token"]
 
 OPERATOR_USER = "slurm"
+#: the most bytes of an answer read at once when it is decoded as it arrives
+PIECE = 65536
 #: a job id below Slurm's largest (0x7fffffff) that no cluster reaches: its MaxJobId is at most 0x03ff0000
 ABSENT_JOB_ID = 2147483646
 
@@ -148,6 +152,34 @@ class SlurmRest:
 
     def _request_text(self, method: str, path: str, what: str, body: dict[str, Any] | None = None) -> str:
         """The text of a successful answer (2xx); an error answer raises what it says."""
+        response = self._open(method, path, what, body)
+        try:
+            return response.data.decode(errors="replace")
+        except urllib3.exceptions.HTTPError as e:
+            raise SlurmUnreachable(f"{what}: {self.base_url} stopped answering: {e}") from e
+        finally:
+            response.release_conn()
+
+    def _pieces(self, method: str, path: str, what: str) -> Generator[str, None, None]:
+        """The text of a successful answer as it arrives, in pieces of at most ``PIECE`` bytes' text: a
+        list of ten thousand nodes is never held whole."""
+        response = self._open(method, path, what, None)
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        read_whole = False
+        try:
+            for chunk in response.stream(PIECE):
+                yield decoder.decode(chunk)
+            yield decoder.decode(b"", final=True)
+            read_whole = True
+        except urllib3.exceptions.HTTPError as e:
+            raise SlurmUnreachable(f"{what}: {self.base_url} stopped answering: {e}") from e
+        finally:
+            if not read_whole:  # the rest is not read: this connection cannot carry another request
+                response.close()
+            response.release_conn()
+
+    def _open(self, method: str, path: str, what: str, body: dict[str, Any] | None) -> urllib3.BaseHTTPResponse:
+        """A successful answer (2xx), its body not read yet; an error answer raises what it says."""
         url = f"{self.base_url}/slurm/{RESTAPI_VERSION}/{path}"
         headers = {
             "X-SLURM-USER-NAME": self.user,
@@ -159,12 +191,19 @@ class SlurmRest:
             headers["Content-Type"] = "application/json"
             data = json.dumps(body).encode()
         try:
-            response = self.http.request(method, url, body=data, headers=headers, timeout=self.timeout)
+            response = self.http.request(
+                method, url, body=data, headers=headers, timeout=self.timeout, preload_content=False
+            )
         except urllib3.exceptions.HTTPError as e:
             raise SlurmUnreachable(f"{what}: {self.base_url} did not answer: {e}") from e
-        text = response.data.decode(errors="replace")
         if 200 <= response.status <= 299:
-            return text
+            return response
+        try:
+            text = response.data.decode(errors="replace")
+        except urllib3.exceptions.HTTPError as e:
+            raise SlurmUnreachable(f"{what}: {self.base_url} stopped answering: {e}") from e
+        finally:
+            response.release_conn()
         try:
             doc = json.loads(text) if text.strip() else {}
         except json.JSONDecodeError:
@@ -191,7 +230,10 @@ class SlurmRest:
 
     def nodes(self) -> list[Node]:
         """Every node slurmctld knows (dynamic worker nodes register themselves)."""
-        nodes, errors = nodes_from_text(self._request_text("GET", "nodes", "list nodes"))
+        with closing(self._pieces("GET", "nodes", "list nodes")) as pieces:
+            nodes, errors = nodes_from_pieces(pieces)
+            for _ in pieces:  # read to the end (whitespace): the connection then carries the next request
+                pass
         said = _error_texts({"errors": errors})
         if said:
             raise SlurmRestError("list nodes", 200, said)
