@@ -61,7 +61,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from warden import naming
+from warden import naming, tokens
 from warden.model import parse_spec
 from warden.render import cluster as render_cluster
 from warden.render import secrets as render_secrets
@@ -300,6 +300,10 @@ class DockerCluster:
                 (d / key).write_text(text)
         for spec in self.rendered.secrets:
             self.secrets[spec.name] = spec.generate()
+        # the token Secrets, as the operator's Slurm sync writes them once the key exists
+        jwt = self.secrets[self.names.jwt_key][naming.JWT_KEY].encode()
+        for purpose in tokens.wanted(self.cluster):
+            self.secrets[self.names.token(purpose.component)] = {naming.TOKEN_KEY: tokens.mint(jwt, purpose)}
         for name, data in self.user_secrets.items():
             self.secrets[name] = dict(data)
         client = self.dir / "client"
@@ -314,20 +318,32 @@ class DockerCluster:
     def update_configmap(self, name: str, data: Mapping[str, str]) -> list[str]:
         """Change a ConfigMap the way the kubelet shows the change to pods that mount it: the files of
         every pod's volume are replaced (each by rename, so no reader sees half a file). Returns the pods."""
+        return self._update_volumes("configMap", "name", name, data)
+
+    def update_secret(self, name: str, data: Mapping[str, str]) -> list[str]:
+        """Change a Secret (its data here, and its files in every pod that mounts it) as
+        ``update_configmap`` does a ConfigMap. Returns the pods."""
+        self.secrets[name] = dict(data)
+        return self._update_volumes("secret", "secretName", name, data)
+
+    def _update_volumes(self, source: str, key: str, name: str, data: Mapping[str, str]) -> list[str]:
         pods = []
         for d in sorted((self.dir / "volumes").glob("*/*")):
             pod, vname = d.parent.name, d.name
             if pod not in self.pods:
                 continue
             volume = next((v for v in self.pods[pod].volumes if v["name"] == vname), None)
-            if volume is None or volume.get("configMap", {}).get("name") != name:
+            if volume is None or volume.get(source, {}).get(key) != name:
                 continue
-            items = volume["configMap"].get("items")
+            items = volume[source].get("items")
             files = {i["path"]: data[i["key"]] for i in items if i["key"] in data} if items else dict(data)
             for path, text in files.items():
                 tmp = d / f".{path}.new"
                 tmp.write_text(text)
-                tmp.chmod(volume["configMap"].get("defaultMode", 0o644))
+                tmp.chmod(volume[source].get("defaultMode", 0o644))
+                if (d / path).exists():  # the owner the pod's fsGroup gave the file
+                    was = (d / path).stat()
+                    os.chown(tmp, was.st_uid, was.st_gid)
                 tmp.rename(d / path)
             pods.append(pod)
         return pods
@@ -355,6 +371,8 @@ class DockerCluster:
         """What a translated pod needs before `docker run`: its volume files (with the pod's fsGroup),
         its termination message file, its Docker volumes and the shared host volumes."""
         pod = plan.pod.name
+        for d in plan.empty_dirs:
+            d.mkdir(parents=True, exist_ok=True)
         for f in plan.files:
             f.path.parent.mkdir(parents=True, exist_ok=True)
             f.path.write_text(f.text)

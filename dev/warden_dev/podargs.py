@@ -105,6 +105,8 @@ class PodPlan:
     pod: Pod
     #: ConfigMap/Secret volume files (their directories included in the paths)
     files: list[VolumeFile] = field(default_factory=list)
+    #: volume directories that start empty (an optional Secret that does not exist yet)
+    empty_dirs: list[Path] = field(default_factory=list)
     #: the termination message file: an empty, world-writable file
     termination_log: Path | None = None
     #: Docker volumes of this pod alone (claims, emptyDirs), labelled with the pod
@@ -212,9 +214,16 @@ class Translator(Generic[D]):
                 data = self.configmaps[source["name"]]
             else:
                 source = volume["secret"]
-                data = self.secrets[source["secretName"]]
+                # an optional Secret not made yet: the kubelet mounts an empty directory, filled later
+                data = (
+                    self.secrets.get(source["secretName"], {})
+                    if source.get("optional")
+                    else self.secrets[source["secretName"]]
+                )
             items, mode = source.get("items"), source.get("defaultMode", 0o644)
             d = self.volume_dir(pod, vname)
+            if not data:
+                plan.empty_dirs.append(d)
             files = {i["path"]: data[i["key"]] for i in items} if items else dict(data)
             plan.files += [VolumeFile(d / path, text, mode) for path, text in files.items()]
             # ConfigMap and Secret volumes are read-only whatever the mount says

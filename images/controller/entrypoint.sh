@@ -6,7 +6,9 @@
 #                        slurmctld re-read them in place and tell every slurmd to do the same: the pod
 #                        is never replaced for a Slurm config change, the queue and running jobs go on.
 #   WARDEN_JWT_KEY       the auth/jwt HS256 key (default /etc/warden/jwt/jwt_hs256.key, Secret
-#                        <cluster>-jwt-key), installed as /etc/slurm/jwt_hs256.key (slurm, 0600)
+#                        <cluster>-jwt-key), installed as /etc/slurm/jwt_hs256.key (slurm, 0600). Followed
+#                        like the config: a rotated key is installed and slurmctld reconfigured (it then
+#                        takes tokens signed with the new key only; docs/operations.md)
 #   WARDEN_CTLD_GUARD    the library preloaded into slurmctld (default
 #                        /usr/lib/warden/libwarden_ctld_guard.so: closes a deadlock any user can
 #                        trigger, see docs/security.md). `none` runs Slurm's own code unguarded: the
@@ -25,7 +27,9 @@ warden_passthrough slurmctld "$@"
 ha=""
 [ "${WARDEN_CONTROLLERS:-1}" -gt 1 ] && ha=1
 
-config_hash="$(warden_dirs_hash "$WARDEN_CONFIG_DIR")"
+# what this pod follows: the config files and the JWT key
+followed=("$WARDEN_CONFIG_DIR" "$(dirname "$WARDEN_JWT_KEY")")
+config_hash="$(warden_dirs_hash "${followed[@]}")"
 warden_slurm_config
 [ -z "$ha" ] || ha_self_conf || exit 1
 warden_jwt_key
@@ -46,7 +50,7 @@ fi
 if [ -n "$ha" ]; then
     ha_wait_for_turn "$state"
     # the files may have changed while it stood by
-    config_hash="$(warden_dirs_hash "$WARDEN_CONFIG_DIR")"
+    config_hash="$(warden_dirs_hash "${followed[@]}")"
     warden_slurm_config
     ha_self_conf || exit 1
     warden_jwt_key
@@ -119,13 +123,13 @@ reload() {
         fi
     fi
     if scontrol reconfigure; then
-        warden_log "config: slurmctld reconfigured (hash $(warden_dirs_hash "$WARDEN_CONFIG_DIR" | cut -c1-12))"
+        warden_log "config: slurmctld reconfigured (hash $(warden_dirs_hash "${followed[@]}" | cut -c1-12))"
     else
         warden_log "config: scontrol reconfigure failed"
         return 1
     fi
 }
-warden_follow "$config_hash" reload "$WARDEN_CONFIG_DIR"
+warden_follow "$config_hash" reload "${followed[@]}"
 # CONT: a slurmctld stopped in its tracks takes the TERM too (the kubelet's SIGKILL follows the grace period)
 stop() {
     kill -TERM "$follow_pid" "$save_pid" ${accounts_pid:+"$accounts_pid"} 2>/dev/null

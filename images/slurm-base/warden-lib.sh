@@ -47,8 +47,8 @@ warden_slurm_key() {
 
 # auth/jwt (slurm.conf: AuthAltTypes=auth/jwt, AuthAltParameters=jwt_key=$SLURM_ETC/jwt_hs256.key):
 # slurmctld alone reads the HS256 key, to sign `scontrol token` and check the tokens slurmrestd
-# passes on. A copy owned by SlurmUser, mode 0600, like slurm.key. The Secret never changes, but the
-# copy is made again on every reload, as the other files are. Nothing to do for a slurm.conf without
+# passes on. A copy owned by SlurmUser, mode 0600, like slurm.key. The Secret changes only when rotated;
+# the copy is made again on every reload, as the other files are. Nothing to do for a slurm.conf without
 # auth/jwt (images/smoke.sh).
 warden_jwt_key() {
     grep -qiE '^[[:space:]]*AuthAltTypes[[:space:]]*=.*auth/jwt' "$SLURM_ETC/slurm.conf" || return 0

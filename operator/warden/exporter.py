@@ -1,8 +1,9 @@
 """`warden-slurm-exporter`: Slurm's state in Prometheus format, read through slurmrestd at each scrape.
 
 One per SlurmCluster (Deployment ``<cluster>-exporter``, port ``naming.EXPORTER_PORT``, path
-``/metrics``). At each scrape it asks slurmrestd (``warden.slurm.rest``, tokens for ``slurm`` minted from
-the cluster's JWT key) for the nodes, the jobs and the scheduler statistics, tries slurmdbd's port
+``/metrics``). At each scrape it asks slurmrestd (``warden.slurm.rest``, as ``warden-reader`` with the
+token the operator keeps fresh in Secret ``<cluster>-exporter-token``: no signing key, ``warden.tokens``)
+for the nodes, the jobs and the scheduler statistics, tries slurmdbd's port
 when the cluster keeps accounting, and serves ``warden.slurmmetrics.families`` plus the process's
 own figures (``process_resident_memory_bytes``...). Nothing is cached: a scrape shows Slurm as it is.
 
@@ -29,12 +30,10 @@ from prometheus_client.registry import Collector
 
 from warden import naming
 from warden.slurm.model import SlurmError
-from warden.slurm.rest import SlurmRest, SlurmUnreachable, mint_token
+from warden.slurm.rest import SlurmRest, SlurmUnreachable
 from warden.slurmmetrics import Snapshot, families
 
 log = logging.getLogger("warden.exporter")
-
-TOKEN_LIFETIME_S = 300
 
 
 def tcp_answers(host: str, port: int, timeout: float) -> bool:
@@ -107,11 +106,15 @@ class SlurmCollector(Collector):
         return families(self.snapshot())
 
 
-def key_reader(path: Path) -> Callable[[], str]:
-    """Tokens for ``slurm`` from the key file, read at each call (a rotated Secret is picked up)."""
+def token_reader(path: Path) -> Callable[[], str]:
+    """The token in the file, read at each call: the operator writes a new one before the old expires,
+    and the kubelet replaces the file."""
 
     def token() -> str:
-        return mint_token(path.read_bytes().strip(), "slurm", lifetime_s=TOKEN_LIFETIME_S)
+        try:
+            return path.read_text().strip()
+        except OSError as e:
+            raise SlurmUnreachable(f"no token to ask slurmrestd with: {path}: {e.strerror}") from e
 
     return token
 
@@ -126,9 +129,11 @@ def _host_port(text: str) -> tuple[str, int]:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="warden-slurm-exporter", description=__doc__.split("\n\n")[0])
     p.add_argument("--cluster", required=True, help="the SlurmCluster as <namespace>/<name> (label slurm_cluster)")
-    p.add_argument("--restapi", required=True, help="slurmrestd's base URL (http://<cluster>-restapi:6820)")
-    p.add_argument("--jwt-key", type=Path, default=Path(naming.JWT_KEY_DIR) / naming.JWT_KEY,
-                   help="the cluster's auth/jwt key file (Secret <cluster>-jwt-key)")  # fmt: skip
+    p.add_argument("--restapi", required=True,
+                   help="where to read Slurm: its read gate, http://<cluster>-read-gate:6830")  # fmt: skip
+    p.add_argument("--token-file", type=Path, default=Path(naming.token_dir("exporter")) / naming.TOKEN_KEY,
+                   help="the token to read with, read at each request (Secret <cluster>-exporter-token)")  # fmt: skip
+    p.add_argument("--user", default=naming.READER_USER, help="the Slurm user the token is for")
     p.add_argument("--slurmdbd", type=_host_port, default=None, help="host:port of slurmdbd (accounting only)")
     p.add_argument("--listen", default="0.0.0.0", help="address to serve /metrics on")
     p.add_argument("--port", type=int, default=naming.EXPORTER_PORT, help="port to serve /metrics on")
@@ -139,10 +144,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    if not args.jwt_key.is_file():
-        log.error("no JWT key at %s (mount Secret <cluster>-jwt-key there, or pass --jwt-key)", args.jwt_key)
-        return 2
-    rest = SlurmRest(args.restapi, key_reader(args.jwt_key), timeout=args.timeout)
+    if not args.token_file.is_file():  # the operator writes it in its next Slurm sync round
+        log.warning("no token at %s yet (Secret <cluster>-exporter-token): scrapes say slurm_up 0 until it comes",
+                    args.token_file)  # fmt: skip
+    rest = SlurmRest(args.restapi, token_reader(args.token_file), user=args.user, timeout=args.timeout)
     registry = CollectorRegistry()
     registry.register(SlurmCollector(rest, args.cluster, args.slurmdbd, timeout=min(args.timeout, 5.0)))
     ProcessCollector(registry=registry)

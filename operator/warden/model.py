@@ -64,6 +64,7 @@ OPERATOR_OWNED_SLURM_KEYS = (
     "HealthCheckProgram",
     "Include",
     "JobAcctGatherType",
+    "JobSubmitPlugins",
     "MaxNodeCount",
     "NodeName",
     "NodeSet",

@@ -11,12 +11,28 @@ from dataclasses import dataclass
 from warden.model import API_GROUP
 
 FIELD_MANAGER = "warden"
+
+
+def token_dir(component: str) -> str:
+    """Where a pod mounts a component's token Secret (file TOKEN_KEY in it)."""
+    return f"{TOKEN_DIR}/{component}"
+
+
 LABEL_PREFIX = API_GROUP  # slurm.warden.dev/...
 
 # Paths inside pods: the pod contract in docs/architecture.md.
 SLURM_CONFIG_DIR = "/etc/warden/slurm"
 SLURM_KEY_DIR = "/etc/warden/auth"
 JWT_KEY_DIR = "/etc/warden/jwt"
+#: components' Slurm tokens (Secrets the operator keeps fresh, ``warden.tokens``): ``token_dir(component)``
+TOKEN_DIR = "/etc/warden/token"
+#: the Slurm user that only reads Slurm (the exporter's token): a system user of the controller image
+#: (images/controller/Dockerfile), so slurmctld knows it and no node does; Slurm refuses its jobs
+#: (job_submit.lua, ``warden.render.config.job_submit_lua``) and it is no Slurm operator or admin
+READER_USER = "warden-reader"
+READER_UID = 64999
+#: slurmctld's job_submit/lua script, beside slurm.conf (Slurm looks for it there)
+JOB_SUBMIT_LUA = "job_submit.lua"
 #: where the entrypoints put the working copies of the config and keys (owned by SlurmUser)
 SLURM_ETC = "/etc/slurm"
 SLURMDBD_CONFIG_DIR = "/etc/warden/slurmdbd"
@@ -82,6 +98,8 @@ RESTAPI_VERSION = "v0.0.42"
 MARIADB_PORT = 3306
 #: the Slurm metrics exporter's HTTP port (`/metrics`), and the operator's own
 EXPORTER_PORT = 9341
+#: the read gate (``warden.readgate``): the exporter's reads of Slurm, asked as SlurmUser
+READ_GATE_PORT = 6830
 OPERATOR_METRICS_PORT = 9340
 SSH_PORT = 22
 
@@ -90,6 +108,8 @@ SLURM_KEY = "slurm.key"
 #: auth/jwt HS256 key (slurmctld signs `scontrol token`s with it; the operator mints its own)
 JWT_KEY = "jwt_hs256.key"
 SSH_HOST_KEY = "ssh_host_ed25519_key"
+#: a Slurm token (auth/jwt) in a per-purpose token Secret
+TOKEN_KEY = "token"
 DB_PASSWORD_KEY = "password"
 
 # Label/annotation keys of our own.
@@ -101,6 +121,8 @@ AUTOSCALED_ANNOTATION = f"{LABEL_PREFIX}/autoscaled"
 #: keeps such pods from being evicted
 BUSY_LABEL = f"{LABEL_PREFIX}/busy"
 CONFIG_HASH_ANNOTATION = f"{LABEL_PREFIX}/config-hash"
+#: on the pods that mount a token Secret: when its token was written (``warden.tokens``)
+TOKEN_ISSUED_ANNOTATION = f"{LABEL_PREFIX}/token-issued"
 #: on a worker pod: the hash of the WorkerSet pod template it was made from (upgrades compare it)
 POD_TEMPLATE_ANNOTATION = f"{LABEL_PREFIX}/pod-template"
 #: on a worker pod chosen to leave its group (scale-in): since when (RFC 3339), so the choice holds
@@ -236,6 +258,16 @@ class Names:
     def exporter(self) -> str:
         """The Slurm metrics exporter: its Deployment, Service and ServiceMonitor."""
         return f"{self.cluster}-exporter"
+
+    @property
+    def read_gate(self) -> str:
+        """The read gate (``warden.readgate``): its Deployment and Service."""
+        return f"{self.cluster}-read-gate"
+
+    def token(self, component: str) -> str:
+        """A component's Slurm token Secret (``<cluster>-exporter-token``), kept fresh by the operator
+        (``warden.tokens``)."""
+        return f"{self.cluster}-{component}-token"
 
     # --- health checks ------------------------------------------------------------------------
     @property

@@ -1,4 +1,5 @@
-"""Every few seconds, for each SlurmCluster the operator handles: read the worker nodes from slurmctld
+"""Every few seconds, for each SlurmCluster the operator handles: keep the other components' Slurm tokens
+fresh (``warden.tokens``), read the worker nodes from slurmctld
 (through slurmrestd), the worker pods (from the pod cache) and which Kubernetes nodes are cordoned (one
 list, however many nodes), plan (``warden.nodesync``) and
 carry out what concerns the whole cluster: pod conditions, drains and resumes for cordoned Kubernetes
@@ -25,14 +26,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 
-from warden import controllersync, naming, opmetrics
+from warden import controllersync, naming, opmetrics, tokens
 from warden.controllersync import ControllerPod
 from warden.events import Event, Ref
+from warden.kube.apply import Owner
 from warden.kube.client import Kube
 from warden.kube.events import EventRecorder
 from warden.model import API_GROUP, API_VERSION, WORKER_SET_KIND, SlurmNodesStatus, parse_spec
 from warden.naming import Names
 from warden.nodesync import CONDITION, PodCondition, WorkerPod, plan
+from warden.render.context import Cluster
 from warden.render.pods import Manifest
 from warden.slurm.model import SlurmError
 from warden.slurm.rest import SlurmRest, SlurmUnreachable, mint_token
@@ -161,15 +164,18 @@ class SlurmSync:
         except ValueError:
             return True  # the reconcile handler reports invalid specs
         names = Names(cluster=name, namespace=namespace)
-        deployment = api.get("apps/v1", "Deployment", namespace, names.restapi)
-        if not deployment or int((deployment.get("status") or {}).get("readyReplicas", 0)) < 1:
-            return True
         secret = api.get("v1", "Secret", namespace, names.jwt_key)
         encoded = ((secret or {}).get("data") or {}).get(naming.JWT_KEY)
         if not encoded:
             log.warning("SlurmCluster %s/%s: Secret %s has no %s", namespace, name, names.jwt_key, naming.JWT_KEY)
             return True
         key = base64.b64decode(encoded)
+        # the other components' tokens, fresh and signed with this key (a rotated key: new tokens at once)
+        owner = Owner(name=name, namespace=namespace, uid=str(body["metadata"].get("uid", "")))
+        tokens.refresh(api, Cluster(name=name, namespace=namespace, spec=spec), owner, key, time.time())
+        deployment = api.get("apps/v1", "Deployment", namespace, names.restapi)
+        if not deployment or int((deployment.get("status") or {}).get("readyReplicas", 0)) < 1:
+            return True
         rest = SlurmRest(
             self.settings.restapi_url_of(names),
             token=lambda: mint_token(key, "slurm", TOKEN_LIFETIME_S),

@@ -29,7 +29,8 @@ from collections.abc import Callable, Iterator, Mapping
 import pytest
 
 from tests.support.jailuser import JailUser
-from warden import naming
+from warden import naming, tokens
+from warden.render import secrets as render_secrets
 from warden.slurm.model import SlurmNodeUnknown
 from warden.slurm.rest import SlurmRest, SlurmRestError, mint_token
 from warden_dev.dockercluster import DockerCluster, wait_for
@@ -189,9 +190,13 @@ def test_a_user_cannot_drain_a_node_slurm_can(cluster: DockerCluster, erin: Jail
 @pytest.fixture(scope="module")
 def rest(cluster: DockerCluster) -> SlurmRest:
     """The operator's client as the operator builds it: tokens for `slurm` minted from the Secret."""
-    key = cluster.secrets[cluster.names.jwt_key][naming.JWT_KEY].encode()
     url = f"http://{cluster.ip(_restapi_pod(cluster))}:{naming.RESTAPI_PORT}"
-    return SlurmRest(url, token=lambda: mint_token(key, "slurm", lifetime_s=60))
+    return SlurmRest(url, token=lambda: mint_token(_key(cluster), "slurm", lifetime_s=60))
+
+
+def _key(cluster: DockerCluster) -> bytes:
+    """The key of Secret <cluster>-jwt-key as it is now (a test below rotates it)."""
+    return cluster.secrets[cluster.names.jwt_key][naming.JWT_KEY].encode()
 
 
 def test_client_pings_and_lists_the_worker_nodes(cluster: DockerCluster, rest: SlurmRest) -> None:
@@ -269,3 +274,69 @@ def test_client_tells_unknown_nodes_and_refusals_apart(cluster: DockerCluster, r
     with pytest.raises(SlurmRestError) as refused:
         forged.nodes()
     assert refused.value.status == 511 and "Protocol authentication error" in str(refused.value), refused.value
+
+
+# --- the exporter's token, and rotating the key -----------------------------------------------
+
+
+def _reader_token(cluster: DockerCluster) -> str:
+    """The exporter's token, as the operator writes it into Secret <cluster>-exporter-token."""
+    return cluster.secrets[cluster.names.token("exporter")][naming.TOKEN_KEY]
+
+
+def _running(erin: JailUser, job: int) -> bool:
+    return erin.ssh(f"squeue -h -j {job} -o %T").strip() == "RUNNING"
+
+
+def test_the_exporters_token_reads_slurm_and_can_neither_submit_nor_cancel(
+    cluster: DockerCluster, erin: JailUser
+) -> None:
+    """The exporter holds a token for warden-reader, not the key: it reads the nodes and the jobs; Slurm
+    refuses its submission (job_submit.lua) and its cancelling of another user's job."""
+    reader, token = naming.READER_USER, _reader_token(cluster)
+    status, text = _curl(cluster, erin.ssh, "/nodes", reader, token)
+    assert status == 200 and json.loads(text)["nodes"], text
+    job = int(erin.ssh("cd && sbatch -p cpu -t 2 --parsable --wrap 'sleep 120'").strip())
+    try:
+        wait_for(f"job {job} running", lambda: _running(erin, job), 60)
+        status, text = _curl(cluster, erin.ssh, "/jobs", reader, token)
+        assert status == 200 and job in [j["job_id"] for j in json.loads(text)["jobs"]], text
+        submit = {
+            "script": "#!/bin/bash\ntrue\n",
+            "job": {"name": "reader", "partition": "cpu", "current_working_directory": "/tmp",
+                    "environment": ["PATH=/usr/bin:/bin"]},
+        }  # fmt: skip
+        status, text = _curl(cluster, erin.ssh, "/job/submit", reader, token, "POST", submit)
+        assert status != 200 and "Access/permission denied" in _errors(text), (status, text)
+        status, text = _curl(cluster, erin.ssh, f"/job/{job}", reader, token, "DELETE")
+        assert status != 200 or _errors(text), (status, text)
+        assert _running(erin, job), "the reader's DELETE ended erin's job"
+    finally:
+        erin.ssh(f"scancel {job}", check=False)
+
+
+def test_a_rotated_key_ends_old_tokens_and_nothing_else(
+    cluster: DockerCluster, erin: JailUser, rest: SlurmRest
+) -> None:
+    """Rotating the JWT key (docs/operations.md): the Secret gets a new key; the controller installs it and
+    reconfigures slurmctld in place; tokens of the old key are refused from then on, a running job goes
+    on, users get working tokens again, and the exporter's new token (written by the operator's next
+    Slurm sync round: tests/integration/test_slurmsync.py) reads Slurm."""
+    job = int(erin.ssh("cd && sbatch -p cpu -t 2 --parsable --wrap 'sleep 60'").strip())
+    wait_for(f"job {job} running", lambda: _running(erin, job), 60)
+    old_user_token, old_reader_token = _token(erin.ssh), _reader_token(cluster)
+    new_key = render_secrets.jwt_key()
+    cluster.update_secret(cluster.names.jwt_key, new_key)
+    wait_for("slurmctld to refuse tokens of the old key",
+             lambda: _curl(cluster, erin.ssh, "/nodes", erin.name, old_user_token)[0] == 511, 90)  # fmt: skip
+    assert _curl(cluster, erin.ssh, "/nodes", naming.READER_USER, old_reader_token)[0] == 511
+    status, text = _curl(cluster, erin.ssh, "/nodes", erin.name, _token(erin.ssh))
+    assert status == 200, text
+    reader_token = tokens.mint(new_key[naming.JWT_KEY].encode(), tokens.EXPORTER)
+    cluster.update_secret(cluster.names.token("exporter"), {naming.TOKEN_KEY: reader_token})
+    status, text = _curl(cluster, erin.ssh, "/nodes", naming.READER_USER, reader_token)
+    assert status == 200, text
+    rest.ping()  # the operator's client, with tokens of the new key
+    assert _running(erin, job), erin.ssh(f"sacct -j {job} -o state -n 2>&1 || true")
+    assert erin.ssh("cd && srun -p cpu -t 1 echo after-rotation").strip() == "after-rotation"
+    erin.ssh(f"scancel {job}", check=False)

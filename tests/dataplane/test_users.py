@@ -41,9 +41,9 @@ def test_every_daemon_container_resolves_a_user_made_after_it_started(cluster: D
     uid = carol.ssh("id -u").strip()
     assert uid.isdigit() and int(uid) >= 10000
     for pod in cluster.pods.values():
-        # MariaDB, slurmrestd and the metrics exporter look no user up (slurmrestd passes each
-        # request's token to slurmctld; the exporter only reads slurmrestd as `slurm`)
-        if pod.component in ("database", "restapi", "exporter"):
+        # MariaDB, slurmrestd, the metrics exporter and its read gate look no user up (slurmrestd passes
+        # each request's token to slurmctld; the exporter and the gate only pass tokens on)
+        if pod.component in ("database", "restapi", "exporter", "read-gate"):
             continue
         out = cluster.exec(pod.name, f"getent passwd {carol.name} | cut -d: -f3,6").out.strip()
         assert out == f"{uid}:/home/{carol.name}", (pod.name, out)

@@ -14,6 +14,8 @@ their conditions and labels, cordoned nodes, Events, the SlurmCluster's status.
   ``SlurmNodeCordoned``); uncordoned, they are resumed (``SlurmNodeUncordoned``).
 - A slurmctld that answers no read turns ``ControllerReady`` False (``SlurmctldUnresponsive``, an
   Event); answering again, a ``SlurmctldResponsive`` Event and Ready again.
+- The exporter mounts no signing key: the operator writes it a token for ``warden-reader`` and writes a
+  new one, signed with the new key, when the key is rotated.
 - A shrinking worker group drains the node whose jobs end soonest (``warden: scale-in``), keeps its pod
   while the job runs, and deletes it once Slurm says the node is idle.
 """
@@ -31,8 +33,18 @@ from kubernetes import client
 
 from tests.support.fake_slurmrestd import Action, FakeSlurmrestd
 from tests.support.operator import OperatorProcess, apply_cluster, get_cluster, load_example, wait_ready
-from warden.naming import BUSY_LABEL, JWT_KEY, LEAVING_ANNOTATION, Names
+from warden import tokens
+from warden.naming import (
+    BUSY_LABEL,
+    JWT_KEY,
+    LEAVING_ANNOTATION,
+    READER_USER,
+    TOKEN_ISSUED_ANNOTATION,
+    TOKEN_KEY,
+    Names,
+)
 from warden.nodesync import CONDITION
+from warden.slurm.rest import token_claims
 from warden_dev.audit import audit_requests, rfc3339, wait_written
 from warden_dev.controlplane import ControlPlane, wait_for
 
@@ -336,3 +348,60 @@ def test_scale_in_drains_the_node_whose_jobs_end_first_and_deletes_its_pod_once_
     wait_for("status.slurmNodes to count one node", lambda: counted() == (1, 1), TIMEOUT, on_fail=op.log_tail)
     assert _pod(core, ns, second).metadata.deletion_timestamp is None
     assert slurm.actions_on(second) == []
+
+
+def test_the_exporter_has_a_token_of_its_own_written_anew_when_the_key_is_rotated(
+    api_client: Any, cluster_namespace: str, slurm: FakeSlurmrestd, synced_operator: OperatorProcess
+) -> None:
+    """Rotating the key as docs/operations.md says (delete Secret <cluster>-jwt-key): the operator makes
+    a new key, and its next sync round writes the exporter a token signed with it and marks the exporter's
+    pod, so the kubelet brings the file in at once. The exporter's pod never mounts the key."""
+    ns, op = cluster_namespace, synced_operator
+    core = _up(api_client, ns, slurm, op)
+    old_key = slurm.jwt_key
+    assert old_key is not None
+
+    def token() -> str | None:
+        try:
+            secret = core.read_namespaced_secret(NAMES.token("exporter"), ns)
+        except client.ApiException as e:
+            if e.status == 404:
+                return None
+            raise
+        return base64.b64decode((secret.data or {}).get(TOKEN_KEY, "")).decode() or None
+
+    first = wait_for("the exporter's token Secret", token, TIMEOUT, on_fail=op.log_tail)
+    claims = token_claims(first, old_key)
+    assert claims is not None and claims["sun"] == READER_USER, first
+    assert claims["exp"] - claims["iat"] == tokens.LIFETIME_S
+    selector = ",".join(f"{k}={v}" for k, v in NAMES.selector("exporter").items())
+    [pod] = core.list_namespaced_pod(ns, label_selector=selector).items
+    mounted = {v.secret.secret_name for v in pod.spec.volumes if v.secret is not None}
+    assert mounted == {NAMES.token("exporter")}, mounted
+
+    core.delete_namespaced_secret(NAMES.jwt_key, ns)
+
+    def new_key() -> bytes | None:
+        try:
+            data = core.read_namespaced_secret(NAMES.jwt_key, ns).data or {}
+        except client.ApiException as e:
+            if e.status == 404:
+                return None
+            raise
+        key = base64.b64decode(data[JWT_KEY]) if JWT_KEY in data else None
+        return key if key != old_key else None
+
+    key = wait_for("a new JWT key", new_key, TIMEOUT, on_fail=op.log_tail)
+    slurm.jwt_key = key  # the stand-in slurmctld takes the new key, as the controller's pod does
+    renewed = wait_for("a token signed with the new key",
+                       lambda: token_claims(token() or "", key), TIMEOUT, on_fail=op.log_tail)  # fmt: skip
+    assert renewed["sun"] == READER_USER and token_claims(first, key) is None
+
+    def marked() -> bool:
+        annotations = _pod(core, ns, str(pod.metadata.name)).metadata.annotations or {}
+        return annotations.get(TOKEN_ISSUED_ANNOTATION) == str(renewed["iat"])
+
+    wait_for("the exporter's pod marked with the new token's time", marked, TIMEOUT, on_fail=op.log_tail)
+    failures = len(slurm.auth_failures)
+    _rounds(slurm, 2, op)  # the sync goes on with the new key: its own tokens are taken
+    assert slurm.auth_failures[failures:] == []

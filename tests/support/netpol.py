@@ -123,7 +123,7 @@ def allowed(policies: list[Manifest], src: Endpoint, dst: Endpoint, port: int, p
 def slurm_traffic(pods: dict[str, Endpoint], outside: dict[str, Endpoint]) -> tuple[list[Any], list[Any]]:
     """(needed, forbidden) connections of a Slurm cluster as (source, destination, port, protocol).
     ``pods`` by component (controller, restapi, worker, worker2, login, accounting, database,
-    health-check, populate, exporter; connections of a component not given are left out); ``outside``:
+    health-check, populate, exporter, read-gate; connections of a component not given are left out); ``outside``:
     apiserver, dns, internet, client (a person on the network), stranger (a pod of another namespace)."""
     missing = Endpoint("missing")
     p, o = {k: pods.get(k, missing) for k in _COMPONENTS}, outside
@@ -147,7 +147,9 @@ def slurm_traffic(pods: dict[str, Endpoint], outside: dict[str, Endpoint]) -> tu
         (p["worker"], o["dns"], 53, "UDP"),
         (p["login"], o["dns"], 53, "TCP"),
         (o["client"], p["exporter"], 9341, "TCP"),  # Prometheus scrapes the exporter
-        (p["exporter"], p["restapi"], 6820, "TCP"),  # which reads Slurm through slurmrestd
+        (p["exporter"], p["read-gate"], 6830, "TCP"),  # which reads Slurm through its gate
+        (p["read-gate"], p["restapi"], 6820, "TCP"),  # which asks slurmrestd
+        (p["read-gate"], o["dns"], 53, "UDP"),
         (p["exporter"], p["accounting"], 6819, "TCP"),  # and sees whether slurmdbd answers
         (p["exporter"], o["dns"], 53, "UDP"),
     ]
@@ -165,11 +167,18 @@ def slurm_traffic(pods: dict[str, Endpoint], outside: dict[str, Endpoint]) -> tu
         (o["stranger"], p["worker"], 6818, "TCP"),
         (p["populate"], o["internet"], 443, "TCP"),
         (p["populate"], p["controller"], 6817, "TCP"),
-        (p["exporter"], p["controller"], 6817, "TCP"),  # the exporter holds a key, not Slurm's
+        (p["exporter"], p["controller"], 6817, "TCP"),  # the exporter speaks HTTP to its gate, not Slurm
         (p["exporter"], p["worker"], 6818, "TCP"),
         (p["exporter"], o["apiserver"], 6443, "TCP"),
         (p["exporter"], p["database"], 3306, "TCP"),
         (o["client"], p["exporter"], 9342, "TCP"),  # only its metrics port
+        (p["exporter"], p["restapi"], 6820, "TCP"),  # its token reads less than its gate's: gate only
+        (o["client"], p["read-gate"], 6830, "TCP"),  # the gate reads every job: the exporter's alone
+        (p["worker"], p["read-gate"], 6830, "TCP"),
+        (p["login"], p["read-gate"], 6830, "TCP"),
+        (o["stranger"], p["read-gate"], 6830, "TCP"),
+        (p["read-gate"], p["controller"], 6817, "TCP"),
+        (p["read-gate"], o["apiserver"], 6443, "TCP"),
     ]
 
     def given(connection: tuple[Endpoint, Endpoint, int, str]) -> bool:
@@ -179,4 +188,4 @@ def slurm_traffic(pods: dict[str, Endpoint], outside: dict[str, Endpoint]) -> tu
 
 
 _COMPONENTS = ("controller", "restapi", "worker", "worker2", "login", "accounting", "database", "health-check",
-               "populate", "exporter")  # fmt: skip
+               "populate", "exporter", "read-gate")  # fmt: skip

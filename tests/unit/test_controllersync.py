@@ -183,6 +183,10 @@ class FakeKube:
     def cordoned_nodes(self) -> set[str]:
         return set()
 
+    def server_side_apply(self, obj: Manifest) -> Manifest:  # the token Secrets (warden.tokens)
+        self.objects[(obj["kind"], obj["metadata"]["name"])] = obj
+        return obj
+
     def set_pod_condition(self, namespace: str, pod: str, condition: Manifest) -> None:
         self.conditions.append((pod, condition))
 

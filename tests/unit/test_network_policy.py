@@ -38,7 +38,8 @@ def _pods() -> dict[str, Endpoint]:
     ns_labels = {"kubernetes.io/metadata.name": "hpc"}
     components = {"controller": "controller", "restapi": "restapi", "worker": "worker", "worker2": "worker",
                   "login": "login", "accounting": "accounting", "database": "database",
-                  "health-check": "health-check", "populate": "jail", "exporter": "exporter"}  # fmt: skip
+                  "health-check": "health-check", "populate": "jail", "exporter": "exporter",
+                  "read-gate": "read-gate"}  # fmt: skip
     return {
         key: Endpoint(f"10.244.1.{i + 10}", "hpc", names.labels(component), ns_labels)
         for i, (key, component) in enumerate(components.items())

@@ -209,6 +209,7 @@ def test_images_default_to_the_series_and_every_slurm_pod_is_told_its_series() -
         "StatefulSet/demo-controller": (f"warden/controller:{suffix}", OLD),
         "Deployment/demo-restapi": (f"warden/controller:{suffix}", OLD),
         "Deployment/demo-exporter": (f"warden/operator:{__version__}", None),
+        "Deployment/demo-read-gate": (f"warden/operator:{__version__}", None),
         "StatefulSet/demo-login": (f"warden/login:{suffix}", OLD),
         "WorkerSet/demo-worker-g": (f"warden/worker:{suffix}", OLD),
         "Job/demo-populate-jail": (f"warden/populate-jail:{suffix}", OLD),

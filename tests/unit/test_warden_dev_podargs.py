@@ -105,6 +105,7 @@ def test_every_pod_of_the_workloads_gets_a_container(planned: Any) -> None:
         "dp-exporter-0",
         "dp-login-0",
         "dp-mariadb-0",
+        "dp-read-gate-0",
         "dp-restapi-0",
         "dp-worker-cpu-0",
         "dp-worker-cpu-1",

@@ -102,13 +102,15 @@ authorized as "create", of one that exists as "patch": both are needed for appli
 - apiGroups: [""]
   resources: ["configmaps"]
   verbs: ["get", "list", "watch", "create", "patch", "update", "delete"]
-# Generated Secrets: created once when absent, never changed or deleted; watched (the operator's own,
-# by label) so a deleted one is made again. The directory's bind and CA Secrets (spec.identity.ldap): read
-# to check the directory. The jail's PVC: created once when absent, watched (its
-# volume is kept once bound), its owner reference patched when `retainOnDelete` changes. Never deleted.
+# Generated Secrets (keys, passwords): created once when absent, never changed or deleted; watched (the
+# operator's own, by label) so a deleted one is made again. Token Secrets (<cluster>-exporter-token):
+# written anew before their token expires (patch), deleted when their component goes. The directory's
+# bind and CA Secrets (spec.identity.ldap): read to check the directory. The jail's PVC: created once
+# when absent, watched (its volume is kept once bound), its owner reference patched when
+# `retainOnDelete` changes. Never deleted.
 - apiGroups: [""]
   resources: ["secrets"]
-  verbs: ["get", "list", "watch", "create"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
 - apiGroups: [""]
   resources: ["persistentvolumeclaims"]
   verbs: ["get", "list", "watch", "create", "patch"]

@@ -66,7 +66,8 @@ REGISTRY: tuple[Kind, ...] = (
     # what they do not hold
     Kind("v1", "ConfigMap", "configmaps", (*_OWN[:5], "update", "delete"), pruned=True, watch="heal", cached=True),
     # generated once when absent, never changed or deleted; put back (made afresh) when deleted
-    Kind("v1", "Secret", "secrets", (*_READ, "create"), watch="heal"),
+    # patch, delete: the per-purpose token Secrets (``warden.tokens``); the others are made once
+    Kind("v1", "Secret", "secrets", (*_READ, "create", "patch", "delete"), watch="heal"),
     Kind("v1", "Service", "services", _OWN, pruned=True, watch="heal"),
     Kind("v1", "ServiceAccount", "serviceaccounts", _OWN, pruned=True, watch="heal"),
     # the jail's claim: created once, its owner reference follows retainOnDelete; never deleted (nor the

@@ -97,6 +97,13 @@ def slurm_conf(cluster: Cluster) -> str:
     )
 
 
+def job_submit_lua(cluster: Cluster) -> str:
+    """slurmctld's job_submit/lua script: the read-only users' jobs are refused (``warden.tokens``)."""
+    return _render(
+        "job_submit.lua.j2", **_common(cluster), reader_user=naming.READER_USER, reader_uid=naming.READER_UID
+    )
+
+
 def cgroup_conf(cluster: Cluster) -> str:
     return _render("cgroup.conf.j2", **_common(cluster))
 
@@ -164,6 +171,7 @@ def slurm_config_files(cluster: Cluster) -> dict[str, str]:
         "cgroup.conf": cgroup_conf(cluster),
         "gres.conf": gres_conf(cluster),
         "plugstack.conf": plugstack_conf(cluster),
+        naming.JOB_SUBMIT_LUA: job_submit_lua(cluster),
     }
     for g in cluster.spec.worker_groups:
         files[plugstack_key(g.name)] = plugstack_conf(cluster, g)

@@ -1,8 +1,11 @@
 """The Slurm metrics exporter (``warden-slurm-exporter``): a Deployment, its Service with the plain
-Prometheus scrape annotations, and a Prometheus Operator ServiceMonitor when one is wanted.
+Prometheus scrape annotations, and a Prometheus Operator ServiceMonitor when one is wanted; and its read
+gate (``warden-read-gate``): a Deployment and its Service.
 
-The exporter reads Slurm through slurmrestd with tokens it signs with the cluster's JWT key (mounted
-read-only, as the controller has it); it runs as an unprivileged user with nothing else.
+The exporter holds a token for ``warden-reader`` (Secret ``<cluster>-exporter-token``), no signing key and
+no administrator's token, and reads Slurm through the gate, which alone holds SlurmUser's token (Secret
+``<cluster>-read-gate-token``) and answers only the exporter's reads (``warden.readgate``; the operator
+writes both tokens, ``warden.tokens``). Both run as an unprivileged user with nothing else.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from warden.render.pods import (
 )
 
 COMPONENT = "exporter"
+GATE = "read-gate"
 #: the operator image's unprivileged user
 EXPORTER_UID = 10001
 SERVICE_MONITOR_API = "monitoring.coreos.com/v1"
@@ -44,8 +48,9 @@ def exporter_args(cluster: Cluster) -> list[str]:
     names = cluster.names
     args = [
         f"--cluster={cluster.namespace}/{cluster.name}",
-        f"--restapi=http://{names.restapi}:{naming.RESTAPI_PORT}",
-        f"--jwt-key={naming.JWT_KEY_DIR}/{naming.JWT_KEY}",
+        f"--restapi=http://{names.read_gate}:{naming.READ_GATE_PORT}",
+        f"--token-file={naming.token_dir(COMPONENT)}/{naming.TOKEN_KEY}",
+        f"--user={naming.READER_USER}",
         f"--port={naming.EXPORTER_PORT}",
     ]
     if cluster.spec.accounting.mode != "Disabled":
@@ -62,7 +67,7 @@ def exporter_deployment(cluster: Cluster) -> Manifest:
         "command": ["warden-slurm-exporter"],
         "args": exporter_args(cluster),
         "ports": [{"name": "metrics", "containerPort": naming.EXPORTER_PORT}],
-        "volumeMounts": [mount("jwt-key", naming.JWT_KEY_DIR, read_only=True)],
+        "volumeMounts": [mount("token", naming.token_dir(COMPONENT), read_only=True)],
         # the port, not /metrics: a scrape asks Slurm, and Slurm being away is no reason to restart
         "readinessProbe": tcp_probe(naming.EXPORTER_PORT, period=10),
         "livenessProbe": tcp_probe(naming.EXPORTER_PORT, period=20, failures=3, initial_delay=10),
@@ -76,10 +81,11 @@ def exporter_deployment(cluster: Cluster) -> Manifest:
             {
                 **POD_DEFAULTS,
                 "dnsConfig": dns_config(cluster),
-                # the key file is root's; group-readable (0440) by the exporter's group, and no one else's
+                # the token file is root's; group-readable (0440) by the exporter's group, and no one else's
                 "securityContext": {**POD_DEFAULTS["securityContext"], "fsGroup": EXPORTER_UID},
                 "containers": [container],
-                "volumes": [secret_volume("jwt-key", names.jwt_key, mode=0o440)],
+                # optional: the operator writes the token in its first Slurm sync round after the key exists
+                "volumes": [secret_volume("token", names.token(COMPONENT), mode=0o440, optional=True)],
             }
         ),
     }
@@ -89,6 +95,57 @@ def exporter_deployment(cluster: Cluster) -> Manifest:
         "metadata": meta(cluster, names.exporter, COMPONENT),
         "spec": {"replicas": 1, "selector": {"matchLabels": names.selector(COMPONENT)}, "template": template},
     }
+
+
+def read_gate_deployment(cluster: Cluster) -> Manifest:
+    names, spec = cluster.names, cluster.spec
+    container: Manifest = {
+        "name": "read-gate",
+        "image": spec.images.exporter,
+        "imagePullPolicy": spec.images.pull_policy,
+        "command": ["warden-read-gate"],
+        "args": [
+            f"--restapi=http://{names.restapi}:{naming.RESTAPI_PORT}",
+            f"--caller-token={naming.token_dir(COMPONENT)}/{naming.TOKEN_KEY}",
+            f"--token={naming.token_dir(GATE)}/{naming.TOKEN_KEY}",
+            f"--port={naming.READ_GATE_PORT}",
+        ],
+        "ports": [{"name": "read-gate", "containerPort": naming.READ_GATE_PORT}],
+        "volumeMounts": [
+            mount("caller-token", naming.token_dir(COMPONENT), read_only=True),
+            mount("token", naming.token_dir(GATE), read_only=True),
+        ],
+        "readinessProbe": tcp_probe(naming.READ_GATE_PORT, period=10),
+        "livenessProbe": tcp_probe(naming.READ_GATE_PORT, period=20, failures=3, initial_delay=10),
+        "resources": resources(spec.metrics.resources),
+        "securityContext": unprivileged(EXPORTER_UID),
+    }
+    template = {
+        "metadata": {"labels": names.labels(GATE)},
+        "spec": runtime_files_outside_jail(
+            {
+                **POD_DEFAULTS,
+                "dnsConfig": dns_config(cluster),
+                "securityContext": {**POD_DEFAULTS["securityContext"], "fsGroup": EXPORTER_UID},
+                "containers": [container],
+                "volumes": [
+                    secret_volume("caller-token", names.token(COMPONENT), mode=0o440, optional=True),
+                    secret_volume("token", names.token(GATE), mode=0o440, optional=True),
+                ],
+            }
+        ),
+    }
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": meta(cluster, names.read_gate, GATE),
+        "spec": {"replicas": 1, "selector": {"matchLabels": names.selector(GATE)}, "template": template},
+    }
+
+
+def read_gate_service(cluster: Cluster) -> Manifest:
+    names = cluster.names
+    return service(cluster, names.read_gate, GATE, names.selector(GATE), [("read-gate", naming.READ_GATE_PORT)])
 
 
 def exporter_service(cluster: Cluster) -> Manifest:
@@ -116,7 +173,12 @@ def service_monitor(cluster: Cluster) -> Manifest:
 def render(cluster: Cluster) -> list[Manifest]:
     if not cluster.spec.metrics.enabled:
         return []
-    objects = [exporter_service(cluster), exporter_deployment(cluster)]
+    objects = [
+        exporter_service(cluster),
+        exporter_deployment(cluster),
+        read_gate_service(cluster),
+        read_gate_deployment(cluster),
+    ]
     if service_monitor_wanted(cluster):
         objects.append(service_monitor(cluster))
     return objects

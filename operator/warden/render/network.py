@@ -7,8 +7,9 @@ Every pod of the cluster is isolated both ways, then allowed exactly this (docs/
 - SSH into the login pods and the REST API from anywhere (both authenticate every caller).
 - The in-cluster database: only slurmdbd, on its port. An external database: slurmdbd, on its port.
 - The NCCL check's Job: anywhere (it writes its report through the Kubernetes API).
-- The metrics exporter: scraped from anywhere on its port; it reaches slurmrestd's port, slurmdbd's
-  port (to tell whether it answers) and DNS, nothing else.
+- The metrics exporter: scraped from anywhere on its port; it reaches its read gate's port, slurmdbd's
+  port (to tell whether it answers) and DNS, nothing else. The read gate: reached by the exporter
+  alone; it reaches slurmrestd's port and DNS.
 - Job steps and login sessions (worker and login pods): nothing else unless `networkPolicy.jobEgressCidrs`
   names it. So no job reaches the Kubernetes API or the database.
 """
@@ -161,10 +162,24 @@ def render(cluster: Cluster) -> list[Manifest]:
 def _exporter_policies(cluster: Cluster, dns: Manifest) -> list[Manifest]:
     exporter = _components(cluster, "exporter")
     egress: list[Manifest] = [
-        {"to": [{"podSelector": _components(cluster, "restapi")}], "ports": _ports(naming.RESTAPI_PORT)},
+        {"to": [{"podSelector": _components(cluster, "read-gate")}], "ports": _ports(naming.READ_GATE_PORT)},
         dns,
     ]
-    out = []
+    out = [
+        _policy(
+            cluster,
+            "read-gate",
+            _components(cluster, "read-gate"),
+            {
+                "policyTypes": ["Ingress", "Egress"],
+                "ingress": [{"from": [{"podSelector": exporter}], "ports": _ports(naming.READ_GATE_PORT)}],
+                "egress": [
+                    {"to": [{"podSelector": _components(cluster, "restapi")}], "ports": _ports(naming.RESTAPI_PORT)},
+                    dns,
+                ],
+            },
+        )
+    ]
     if cluster.spec.accounting.mode != "Disabled":
         egress.append(
             {"to": [{"podSelector": _components(cluster, "accounting")}], "ports": _ports(naming.SLURMDBD_PORT)}

@@ -47,8 +47,13 @@ def config_map_volume(name: str, config_map: str, mode: int = 0o444) -> Manifest
     return {"name": name, "configMap": {"name": config_map, "defaultMode": mode}}
 
 
-def secret_volume(name: str, secret: str, mode: int = 0o400) -> Manifest:
-    return {"name": name, "secret": {"secretName": secret, "defaultMode": mode}}
+def secret_volume(name: str, secret: str, mode: int = 0o400, optional: bool = False) -> Manifest:
+    """A Secret as files; ``optional``: the pod starts before the Secret exists, and the kubelet fills the
+    volume once it does."""
+    volume: Manifest = {"name": name, "secret": {"secretName": secret, "defaultMode": mode}}
+    if optional:
+        volume["secret"]["optional"] = True
+    return volume
 
 
 def jail_volume(cluster: Cluster) -> Manifest:

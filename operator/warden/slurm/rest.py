@@ -38,7 +38,7 @@ from warden.slurm.model import (
     nodes_from_pieces,
 )
 
-__all__ = ["ControllerPing", "SlurmRest", "SlurmRestError", "SlurmUnreachable", "mint_token"]
+__all__ = ["ControllerPing", "SlurmRest", "SlurmRestError", "SlurmUnreachable", "mint_token", "token_claims"]
 
 OPERATOR_USER = "slurm"
 #: the most bytes of an answer read at once when it is decoded as it arrives
@@ -107,6 +107,23 @@ def mint_token(key: bytes, user: str, lifetime_s: int = 300, now: float | None =
     payload = _b64(json.dumps(claims, separators=(",", ":")).encode())
     signature = hmac.new(key, f"{header}.{payload}".encode(), hashlib.sha256).digest()
     return f"{header}.{payload}.{_b64(signature)}"
+
+
+def token_claims(token: str, key: bytes) -> dict[str, Any] | None:
+    """The claims of an HS256 JWT signed with ``key`` (``mint_token``'s or slurmctld's); None when it is
+    malformed or another key signed it. Expiry is the caller's to judge (``exp``)."""
+    parts = token.strip().split(".")
+    if len(parts) != 3 or not key:
+        return None
+    header, payload, signature = parts
+    expected = hmac.new(key, f"{header}.{payload}".encode(), hashlib.sha256).digest()
+    try:
+        if not hmac.compare_digest(base64.urlsafe_b64decode(signature + "=" * (-len(signature) % 4)), expected):
+            return None
+        claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+    except (ValueError, json.JSONDecodeError):
+        return None
+    return claims if isinstance(claims, dict) else None
 
 
 def _error_texts(doc: Any) -> list[str]:
