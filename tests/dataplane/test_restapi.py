@@ -288,11 +288,19 @@ def _running(erin: JailUser, job: int) -> bool:
     return erin.ssh(f"squeue -h -j {job} -o %T").strip() == "RUNNING"
 
 
+def _gate(cluster: DockerCluster, token: str) -> SlurmRest:
+    """The exporter's client as the exporter builds it: through its read gate, as warden-reader."""
+    (pod,) = [p.name for p in cluster.pods.values() if p.component == "read-gate"]
+    url = f"http://{cluster.ip(pod)}:{naming.READ_GATE_PORT}"
+    return SlurmRest(url, token=lambda: token, user=naming.READER_USER)
+
+
 def test_the_exporters_token_reads_slurm_and_can_neither_submit_nor_cancel(
     cluster: DockerCluster, erin: JailUser
 ) -> None:
-    """The exporter holds a token for warden-reader, not the key: it reads the nodes and the jobs; Slurm
-    refuses its submission (job_submit.lua) and its cancelling of another user's job."""
+    """The exporter holds a token for warden-reader, not the key. Straight to slurmrestd it reads what any
+    user may: the nodes, not erin's job (privateData: jobs); Slurm refuses its submission (job_submit.lua)
+    and its cancelling of erin's job. Through its read gate the same token reads every job."""
     reader, token = naming.READER_USER, _reader_token(cluster)
     status, text = _curl(cluster, erin.ssh, "/nodes", reader, token)
     assert status == 200 and json.loads(text)["nodes"], text
@@ -300,7 +308,8 @@ def test_the_exporters_token_reads_slurm_and_can_neither_submit_nor_cancel(
     try:
         wait_for(f"job {job} running", lambda: _running(erin, job), 60)
         status, text = _curl(cluster, erin.ssh, "/jobs", reader, token)
-        assert status == 200 and job in [j["job_id"] for j in json.loads(text)["jobs"]], text
+        assert status == 200 and job not in [j["job_id"] for j in json.loads(text)["jobs"]], text
+        assert job in [j.id for j in _gate(cluster, token).jobs()]
         submit = {
             "script": "#!/bin/bash\ntrue\n",
             "job": {"name": "reader", "partition": "cpu", "current_working_directory": "/tmp",
@@ -311,6 +320,16 @@ def test_the_exporters_token_reads_slurm_and_can_neither_submit_nor_cancel(
         status, text = _curl(cluster, erin.ssh, f"/job/{job}", reader, token, "DELETE")
         assert status != 200 or _errors(text), (status, text)
         assert _running(erin, job), "the reader's DELETE ended erin's job"
+        # the gate holds SlurmUser's token, yet passes on nothing but the four reads, and only for the exporter
+        with pytest.raises(SlurmRestError, match="HTTP 401"):
+            _gate(cluster, _token(erin.ssh)).jobs()
+        (gate,) = [p.name for p in cluster.pods.values() if p.component == "read-gate"]
+        url = f"http://{cluster.ip(gate)}:{naming.READ_GATE_PORT}{API}/job/{job}"
+        argv = ["curl", "-sS", "-o", "/dev/null", "-w", "%{http_code}", "-X", "DELETE",
+                "-H", f"X-SLURM-USER-TOKEN: {token}", url]  # fmt: skip
+        denied = erin.ssh(shlex.join(argv))
+        assert denied.strip() == "405", denied
+        assert _running(erin, job)
     finally:
         erin.ssh(f"scancel {job}", check=False)
 
@@ -321,7 +340,7 @@ def test_a_rotated_key_ends_old_tokens_and_nothing_else(
     """Rotating the JWT key (docs/operations.md): the Secret gets a new key; the controller installs it and
     reconfigures slurmctld in place; tokens of the old key are refused from then on, a running job goes
     on, users get working tokens again, and the exporter's new token (written by the operator's next
-    Slurm sync round: tests/integration/test_slurmsync.py) reads Slurm."""
+    Slurm sync round: tests/integration/test_slurmsync.py) reads every job through its gate again."""
     job = int(erin.ssh("cd && sbatch -p cpu -t 2 --parsable --wrap 'sleep 60'").strip())
     wait_for(f"job {job} running", lambda: _running(erin, job), 60)
     old_user_token, old_reader_token = _token(erin.ssh), _reader_token(cluster)
@@ -332,10 +351,14 @@ def test_a_rotated_key_ends_old_tokens_and_nothing_else(
     assert _curl(cluster, erin.ssh, "/nodes", naming.READER_USER, old_reader_token)[0] == 511
     status, text = _curl(cluster, erin.ssh, "/nodes", erin.name, _token(erin.ssh))
     assert status == 200, text
-    reader_token = tokens.mint(new_key[naming.JWT_KEY].encode(), tokens.EXPORTER)
-    cluster.update_secret(cluster.names.token("exporter"), {naming.TOKEN_KEY: reader_token})
+    # the operator's next sync round writes both tokens anew (tests/integration/test_slurmsync.py)
+    for purpose in (tokens.EXPORTER, tokens.READ_GATE):
+        token = tokens.mint(new_key[naming.JWT_KEY].encode(), purpose)
+        cluster.update_secret(cluster.names.token(purpose.component), {naming.TOKEN_KEY: token})
+    reader_token = _reader_token(cluster)
     status, text = _curl(cluster, erin.ssh, "/nodes", naming.READER_USER, reader_token)
     assert status == 200, text
+    assert job in [j.id for j in _gate(cluster, reader_token).jobs()]  # the exporter's reads, as before
     rest.ping()  # the operator's client, with tokens of the new key
     assert _running(erin, job), erin.ssh(f"sacct -j {job} -o state -n 2>&1 || true")
     assert erin.ssh("cd && srun -p cpu -t 1 echo after-rotation").strip() == "after-rotation"
