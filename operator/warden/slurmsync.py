@@ -26,6 +26,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 
+from kubernetes.client.exceptions import ApiException
+
 from warden import controllersync, naming, opmetrics, tokens
 from warden.controllersync import ControllerPod
 from warden.events import Event, Ref
@@ -172,7 +174,10 @@ class SlurmSync:
         key = base64.b64decode(encoded)
         # the other components' tokens, fresh and signed with this key (a rotated key: new tokens at once)
         owner = Owner(name=name, namespace=namespace, uid=str(body["metadata"].get("uid", "")))
-        tokens.refresh(api, Cluster(name=name, namespace=namespace, spec=spec), owner, key, time.time())
+        try:
+            tokens.refresh(api, Cluster(name=name, namespace=namespace, spec=spec), owner, key, time.time())
+        except ApiException as e:  # the exporter reads nothing until they are written; the round goes on
+            log.warning("SlurmCluster %s/%s: Slurm tokens not written: %s %s", namespace, name, e.status, e.reason)
         deployment = api.get("apps/v1", "Deployment", namespace, names.restapi)
         if not deployment or int((deployment.get("status") or {}).get("readyReplicas", 0)) < 1:
             return True
