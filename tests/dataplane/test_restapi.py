@@ -317,8 +317,10 @@ def test_the_exporters_token_reads_slurm_and_can_neither_submit_nor_cancel(
         }  # fmt: skip
         status, text = _curl(cluster, erin.ssh, "/job/submit", reader, token, "POST", submit)
         assert status != 200 and "Access/permission denied" in _errors(text), (status, text)
+        # refused per job, in the answer's "status" (HTTP 200 on Slurm 26.05)
         status, text = _curl(cluster, erin.ssh, f"/job/{job}", reader, token, "DELETE")
-        assert status != 200 or _errors(text), (status, text)
+        said = [str((s.get("error") or {}).get("string")) for s in json.loads(text).get("status") or []]
+        assert status != 200 or _errors(text) or said == ["Access/permission denied"], (status, text)
         assert _running(erin, job), "the reader's DELETE ended erin's job"
         # the gate holds SlurmUser's token, yet passes on nothing but the four reads, and only for the exporter
         with pytest.raises(SlurmRestError, match="HTTP 401"):
