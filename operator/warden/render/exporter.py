@@ -58,79 +58,46 @@ def exporter_args(cluster: Cluster) -> list[str]:
     return args
 
 
-def exporter_deployment(cluster: Cluster) -> Manifest:
+def _deployment(
+    cluster: Cluster,
+    name: str,
+    component: str,
+    command: str,
+    port: tuple[str, int],
+    args: list[str],
+    tokens: dict[str, str],
+) -> Manifest:
+    """One unprivileged container of the operator's image, probed on its port, mounting token Secrets
+    (volume name -> component whose token it is) read-only at ``naming.token_dir(component)``."""
     names, spec = cluster.names, cluster.spec
+    port_name, number = port
     container: Manifest = {
-        "name": "exporter",
+        "name": component,
         "image": spec.images.exporter,
         "imagePullPolicy": spec.images.pull_policy,
-        "command": ["warden-slurm-exporter"],
-        "args": exporter_args(cluster),
-        "ports": [{"name": "metrics", "containerPort": naming.EXPORTER_PORT}],
-        "volumeMounts": [mount("token", naming.token_dir(COMPONENT), read_only=True)],
+        "command": [command],
+        "args": args,
+        "ports": [{"name": port_name, "containerPort": number}],
+        "volumeMounts": [mount(volume, naming.token_dir(of), read_only=True) for volume, of in tokens.items()],
         # the port, not /metrics: a scrape asks Slurm, and Slurm being away is no reason to restart
-        "readinessProbe": tcp_probe(naming.EXPORTER_PORT, period=10),
-        "livenessProbe": tcp_probe(naming.EXPORTER_PORT, period=20, failures=3, initial_delay=10),
+        "readinessProbe": tcp_probe(number, period=10),
+        "livenessProbe": tcp_probe(number, period=20, failures=3, initial_delay=10),
         "resources": resources(spec.metrics.resources),
         "securityContext": unprivileged(EXPORTER_UID),
     }
     template = {
         # the scrape annotations are the Service's alone: on the pod too, a Prometheus following both scrapes twice
-        "metadata": {"labels": names.labels(COMPONENT)},
+        "metadata": {"labels": names.labels(component)},
         "spec": runtime_files_outside_jail(
             {
                 **POD_DEFAULTS,
                 "dnsConfig": dns_config(cluster),
-                # the token file is root's; group-readable (0440) by the exporter's group, and no one else's
+                # the token files are root's; group-readable (0440) by the container's group, and no one else's
                 "securityContext": {**POD_DEFAULTS["securityContext"], "fsGroup": EXPORTER_UID},
                 "containers": [container],
-                # optional: the operator writes the token in its first Slurm sync round after the key exists
-                "volumes": [secret_volume("token", names.token(COMPONENT), mode=0o440, optional=True)],
-            }
-        ),
-    }
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": meta(cluster, names.exporter, COMPONENT),
-        "spec": {"replicas": 1, "selector": {"matchLabels": names.selector(COMPONENT)}, "template": template},
-    }
-
-
-def read_gate_deployment(cluster: Cluster) -> Manifest:
-    names, spec = cluster.names, cluster.spec
-    container: Manifest = {
-        "name": "read-gate",
-        "image": spec.images.exporter,
-        "imagePullPolicy": spec.images.pull_policy,
-        "command": ["warden-read-gate"],
-        "args": [
-            f"--restapi=http://{names.restapi}:{naming.RESTAPI_PORT}",
-            f"--caller-token={naming.token_dir(COMPONENT)}/{naming.TOKEN_KEY}",
-            f"--token={naming.token_dir(GATE)}/{naming.TOKEN_KEY}",
-            f"--port={naming.READ_GATE_PORT}",
-        ],
-        "ports": [{"name": "read-gate", "containerPort": naming.READ_GATE_PORT}],
-        "volumeMounts": [
-            mount("caller-token", naming.token_dir(COMPONENT), read_only=True),
-            mount("token", naming.token_dir(GATE), read_only=True),
-        ],
-        "readinessProbe": tcp_probe(naming.READ_GATE_PORT, period=10),
-        "livenessProbe": tcp_probe(naming.READ_GATE_PORT, period=20, failures=3, initial_delay=10),
-        "resources": resources(spec.metrics.resources),
-        "securityContext": unprivileged(EXPORTER_UID),
-    }
-    template = {
-        "metadata": {"labels": names.labels(GATE)},
-        "spec": runtime_files_outside_jail(
-            {
-                **POD_DEFAULTS,
-                "dnsConfig": dns_config(cluster),
-                "securityContext": {**POD_DEFAULTS["securityContext"], "fsGroup": EXPORTER_UID},
-                "containers": [container],
+                # optional: the operator writes the tokens in its first Slurm sync round after the key exists
                 "volumes": [
-                    secret_volume("caller-token", names.token(COMPONENT), mode=0o440, optional=True),
-                    secret_volume("token", names.token(GATE), mode=0o440, optional=True),
+                    secret_volume(volume, names.token(of), mode=0o440, optional=True) for volume, of in tokens.items()
                 ],
             }
         ),
@@ -138,9 +105,28 @@ def read_gate_deployment(cluster: Cluster) -> Manifest:
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": meta(cluster, names.read_gate, GATE),
-        "spec": {"replicas": 1, "selector": {"matchLabels": names.selector(GATE)}, "template": template},
+        "metadata": meta(cluster, name, component),
+        "spec": {"replicas": 1, "selector": {"matchLabels": names.selector(component)}, "template": template},
     }
+
+
+def exporter_deployment(cluster: Cluster) -> Manifest:
+    port = ("metrics", naming.EXPORTER_PORT)
+    args, tokens = exporter_args(cluster), {"token": COMPONENT}
+    return _deployment(cluster, cluster.names.exporter, COMPONENT, "warden-slurm-exporter", port, args, tokens)
+
+
+def read_gate_deployment(cluster: Cluster) -> Manifest:
+    names = cluster.names
+    args = [
+        f"--restapi=http://{names.restapi}:{naming.RESTAPI_PORT}",
+        f"--caller-token={naming.token_dir(COMPONENT)}/{naming.TOKEN_KEY}",
+        f"--token={naming.token_dir(GATE)}/{naming.TOKEN_KEY}",
+        f"--port={naming.READ_GATE_PORT}",
+    ]
+    tokens = {"caller-token": COMPONENT, "token": GATE}
+    port = ("read-gate", naming.READ_GATE_PORT)
+    return _deployment(cluster, names.read_gate, GATE, "warden-read-gate", port, args, tokens)
 
 
 def read_gate_service(cluster: Cluster) -> Manifest:
