@@ -35,14 +35,14 @@ UNUSABLE = {"Drained": "SlurmNodeDrained", "Draining": "SlurmNodeDrained", "Down
             "NotResponding": "SlurmNodeDown"}  # fmt: skip
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class PodCondition:
     status: str  # "True" | "False"
     reason: str
     message: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class WorkerPod:
     name: str  # also its Slurm node name
     k8s_node: str | None  # spec.nodeName

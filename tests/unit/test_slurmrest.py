@@ -151,6 +151,21 @@ def test_a_long_node_list_is_read_in_pieces_not_held_whole(server: tuple[FakeSlu
     assert rest.nodes() == nodes_from_doc({**captured, "nodes": many})
 
 
+def test_nodes_of_one_answer_share_what_they_say_alike(server: tuple[FakeSlurmrestd, str]) -> None:
+    """Ten thousand records mostly say the same things: equal states, flags, features, partitions and
+    gres are one object each, not one per node (the sync holds two rounds of nodes at 10,000)."""
+    fake, url = server
+    captured = json.loads((FIXTURES / "slurmrestd_nodes_three.json").read_text())
+    template = captured["nodes"][0]
+    many = [{**template, "name": f"w-{i}", "state": ["IDLE", "DRAIN"], "reason": "maintenance"} for i in range(50)]
+    fake.replies[("GET", "/slurm/v0.0.42/nodes")] = (200, {**captured, "nodes": many})
+    nodes = SlurmRest(url, token=lambda: "T").nodes()
+    assert len({n.name for n in nodes}) == 50 and all(n.drained for n in nodes)
+    for attr in ("state", "flags", "reason", "gres", "features", "partitions", "version"):
+        assert len({id(getattr(n, attr)) for n in nodes}) == 1, attr
+    assert not hasattr(nodes[0], "__dict__")
+
+
 def test_job_list_errors_are_named(server: tuple[FakeSlurmrestd, str]) -> None:
     fake, url = server
     rest = SlurmRest(url, token=lambda: "T")

@@ -50,8 +50,11 @@ def gpu_count(gres: str) -> int:
     return total
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Node:
+    """One node record. Ten thousand of them are held by a sync round (and the round before it, which the
+    WorkerSet controller still reads): slots, and values shared between records (``_Shared``)."""
+
     name: str
     state: str  # base state: IDLE, ALLOCATED, MIXED, DOWN, ...
     flags: frozenset[str]  # DRAIN, NOT_RESPONDING, COMPLETING, PLANNED, ...
@@ -104,7 +107,19 @@ def _str_list(value: Any) -> tuple[str, ...]:
     return ()
 
 
-def _node_from_json(raw: dict[str, Any]) -> Node:
+class _Shared:
+    """One instance of each equal value (state words, reasons, gres, feature and partition lists) across
+    the records of one document: most nodes of a cluster say the same things."""
+
+    def __init__(self) -> None:
+        self._seen: dict[Any, Any] = {}
+
+    def __call__(self, value: Any) -> Any:
+        return self._seen.setdefault(value, value)
+
+
+def _node_from_json(raw: dict[str, Any], same: _Shared | None = None) -> Node:
+    same = same or _Shared()
     name = raw.get("name")
     if not isinstance(name, str) or not name:
         raise SlurmParseError(f"node without a name: {str(raw)[:200]}")
@@ -117,16 +132,16 @@ def _node_from_json(raw: dict[str, Any]) -> Node:
     version = raw.get("version")
     return Node(
         name=name,
-        state=base,
-        flags=frozenset(w for w in words if w != base),
-        reason=reason if isinstance(reason, str) else "",
-        gres=gres if isinstance(gres, str) and gres != "(null)" else "",
-        features=_str_list(raw.get("features")),
-        partitions=_str_list(raw.get("partitions")),
+        state=same(base),
+        flags=same(frozenset(w for w in words if w != base)),
+        reason=same(reason if isinstance(reason, str) else ""),
+        gres=same(gres if isinstance(gres, str) and gres != "(null)" else ""),
+        features=same(_str_list(raw.get("features"))),
+        partitions=same(_str_list(raw.get("partitions"))),
         cpus=_count(raw.get("cpus"), f"node {name}: cpus"),
         alloc_cpus=_count(raw.get("alloc_cpus"), f"node {name}: alloc_cpus"),
-        gres_used=gres_used if isinstance(gres_used, str) and gres_used != "(null)" else "",
-        version=version if isinstance(version, str) and version != "(null)" else "",
+        gres_used=same(gres_used if isinstance(gres_used, str) and gres_used != "(null)" else ""),
+        version=same(version if isinstance(version, str) and version != "(null)" else ""),
     )
 
 
@@ -157,7 +172,8 @@ def nodes_from_doc(doc: Any) -> list[Node]:
     errors = doc.get("errors") or []
     if errors:
         raise SlurmParseError(f"Slurm reported errors: {errors}")
-    return [_node_from_json(n) for n in doc["nodes"] if isinstance(n, dict)]
+    same = _Shared()
+    return [_node_from_json(n, same) for n in doc["nodes"] if isinstance(n, dict)]
 
 
 _WHITESPACE = " \t\n\r"
@@ -225,6 +241,7 @@ def nodes_from_pieces(pieces: Iterable[str]) -> tuple[list[Node], Any]:
     ``Node``s, not the whole text (25 MB) nor a document of dictionaries (tens of megabytes more)."""
     decoder = json.JSONDecoder()
     reader = _Reader(pieces)
+    same = _Shared()
     nodes: list[Node] | None = None
     errors: Any = None
     try:
@@ -242,7 +259,7 @@ def nodes_from_pieces(pieces: Iterable[str]) -> tuple[list[Node], Any]:
                         raise SlurmParseError("Slurm's JSON is cut short in its node list")
                     record = reader.value(decoder)
                     if isinstance(record, dict):
-                        nodes.append(_node_from_json(record))
+                        nodes.append(_node_from_json(record, same))
                 reader.pos += 1
             else:
                 value = reader.value(decoder)
