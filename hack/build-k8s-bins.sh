@@ -4,10 +4,10 @@
 #   hack/build-k8s-bins.sh [--print-dir | --check] [NAME...]
 #
 # NAME is any of: etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok helm
-#                 kubelet kube-proxy coredns
+#                 kubelet kube-proxy coredns kube-router
 # and the groups: controlplane (etcd, the three control-plane daemons, kubectl, kwok, helm)
 #                 node (kubelet, kube-proxy)   all (default: controlplane + node)
-#                 cluster (all + coredns: what the local single-node cluster of `make up` runs)
+#                 cluster (all + coredns + kube-router: what the local single-node cluster of `make up` runs)
 # kubelet and kube-proxy share almost every package with the control-plane binaries: building them in the
 # same `go build` costs well under a minute more, so the default builds them too.
 #
@@ -17,6 +17,9 @@
 # dir, so a second run (or a bump of one component) only compiles what changed.
 # CoreDNS (only for the local cluster, never part of `all`) has its own stamp (.stamp.coredns), so
 # bumping COREDNS_VERSION rebuilds CoreDNS alone.
+# kube-router (its firewall alone enforces the NetworkPolicies of the local cluster) is built from its source
+# archive (${WARDEN_THIRDPARTY:-<repo>/../shared/thirdparty}/kube-router-<version>.tar.gz, sha256 checked): its
+# own module is not served by the module proxy, its dependencies are; its stamp is .stamp.kube-router.
 # --print-dir prints the bin dir and exits; --check exits 0 when the NAMEs are built for the pinned
 # versions, 1 (saying what is missing) otherwise. Neither builds anything.
 set -euo pipefail
@@ -52,6 +55,16 @@ esac
 
 command -v go >/dev/null || die "go is not installed (need Go >= 1.26 to build Kubernetes ${KUBERNETES_VERSION})"
 
+KUBE_ROUTER_ARCHIVE="${WARDEN_THIRDPARTY:-${HACK_DIR}/../../shared/thirdparty}/kube-router-${KUBE_ROUTER_VERSION#v}.tar.gz"
+# kube-router's go.mod pins a netlink commit (a pseudo-version) that the module proxy does not serve; the
+# nearest release it serves compiles the same packages
+KUBE_ROUTER_REPLACE="github.com/vishvananda/netlink=github.com/vishvananda/netlink@v1.3.1"
+
+kube_router_stamp_text() {
+    printf 'KUBE_ROUTER_VERSION=%s\nKUBE_ROUTER_SHA256=%s\nREPLACE=%s\nGO=%s\n' "${KUBE_ROUTER_VERSION}" \
+        "${KUBE_ROUTER_SHA256}" "${KUBE_ROUTER_REPLACE}" "$(go env GOVERSION)"
+}
+
 coredns_stamp_text() {
     printf 'COREDNS_VERSION=%s\nGO=%s\n' "${COREDNS_VERSION}" "$(go env GOVERSION)"
 }
@@ -69,8 +82,8 @@ for arg in "$@"; do
         controlplane) want+=("${CONTROLPLANE[@]}") ;;
         node) want+=("${NODE[@]}") ;;
         all) want+=("${CONTROLPLANE[@]}" "${NODE[@]}") ;;
-        cluster) want+=("${CONTROLPLANE[@]}" "${NODE[@]}" coredns) ;;
-        etcd | kube-apiserver | kube-controller-manager | kube-scheduler | kubectl | kwok | helm | kubelet | kube-proxy | coredns)
+        cluster) want+=("${CONTROLPLANE[@]}" "${NODE[@]}" coredns kube-router) ;;
+        etcd | kube-apiserver | kube-controller-manager | kube-scheduler | kubectl | kwok | helm | kubelet | kube-proxy | coredns | kube-router)
             want+=("${arg}") ;;
         *) die "unknown binary or group '${arg}'" ;;
     esac
@@ -83,6 +96,10 @@ if [[ "${mode}" == check ]]; then
     if [[ " ${want[*]} " == *" coredns "* ]] &&
         [[ "$(cat "${BIN_DIR}/.stamp.coredns" 2>/dev/null)" != "$(coredns_stamp_text)" ]]; then
         absent+=("coredns ${COREDNS_VERSION}")
+    fi
+    if [[ " ${want[*]} " == *" kube-router "* ]] &&
+        [[ "$(cat "${BIN_DIR}/.stamp.kube-router" 2>/dev/null)" != "$(kube_router_stamp_text)" ]]; then
+        absent+=("kube-router ${KUBE_ROUTER_VERSION}")
     fi
     if [[ ! -f "${BIN_DIR}/.stamp" ]] || [[ "$(cat "${BIN_DIR}/.stamp")" != "$(stamp_text)" ]]; then
         echo "${BIN_DIR} was not built for the pinned versions (hack/versions.env)"
@@ -104,6 +121,9 @@ fi
 stamp_text >"${STAMP}"   # what this dir holds from now on
 if [[ "$(cat "${BIN_DIR}/.stamp.coredns" 2>/dev/null)" != "$(coredns_stamp_text)" ]]; then
     rm -f "${BIN_DIR}/coredns"   # built for another COREDNS_VERSION or Go (or never)
+fi
+if [[ "$(cat "${BIN_DIR}/.stamp.kube-router" 2>/dev/null)" != "$(kube_router_stamp_text)" ]]; then
+    rm -f "${BIN_DIR}/kube-router"
 fi
 
 missing() {  # the wanted binaries (of the given set) that do not exist yet
@@ -233,6 +253,21 @@ build_coredns() {
     coredns_stamp_text >"${BIN_DIR}/.stamp.coredns"
 }
 
+# kube-router: from its source archive (not served as a module), into a fresh tree each build
+build_kube_router() {
+    local src="${MOD_ROOT}/kube-router-src"
+    [[ -f "${KUBE_ROUTER_ARCHIVE}" ]] || die "${KUBE_ROUTER_ARCHIVE} missing (set WARDEN_THIRDPARTY to the folder holding it)"
+    echo "${KUBE_ROUTER_SHA256}  ${KUBE_ROUTER_ARCHIVE}" | sha256sum --check --quiet - ||
+        die "${KUBE_ROUTER_ARCHIVE}: sha256 is not ${KUBE_ROUTER_SHA256}"
+    rm -rf "${src}"
+    mkdir -p "${src}"
+    tar -xzf "${KUBE_ROUTER_ARCHIVE}" -C "${src}" --strip-components=1
+    (cd "${src}" && go mod edit -replace "${KUBE_ROUTER_REPLACE}" &&
+        go build -trimpath -ldflags="-s -w -X github.com/cloudnativelabs/kube-router/v2/pkg/version.Version=${KUBE_ROUTER_VERSION}" \
+            -o "${BIN_DIR}/kube-router" ./cmd/kube-router)
+    kube_router_stamp_text >"${BIN_DIR}/.stamp.kube-router"
+}
+
 total0=$(date +%s)
 log "bin dir: ${BIN_DIR} (Go $(go env GOVERSION), GOMAXPROCS=${GOMAXPROCS:-$(nproc)})"
 mapfile -t kube < <(missing kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy)
@@ -245,6 +280,7 @@ if [[ " ${want[*]} " == *" kwok "* && ! -f "${BIN_DIR}/kwok-stages.yaml" ]]; the
 fi
 if [[ -n "$(missing helm)" ]]; then timed "helm ${HELM_VERSION}" build_helm; built=1; fi
 if [[ -n "$(missing coredns)" ]]; then timed "coredns ${COREDNS_VERSION}" build_coredns; built=1; fi
+if [[ -n "$(missing kube-router)" ]]; then timed "kube-router ${KUBE_ROUTER_VERSION}" build_kube_router; built=1; fi
 
 for w in "${want[@]}"; do [[ -x "${BIN_DIR}/${w}" ]] || die "${w} was not built"; done
 if [[ ${built} -eq 1 ]]; then

@@ -31,8 +31,8 @@ from warden_dev.hostcheck import HostInUse
 from warden_dev.localcluster import LocalCluster, LocalClusterError, build_fake_gpu_plugin, demo, log
 
 #: Debian packages the local cluster needs
-DEBIAN_PACKAGES = ("containerd", "runc", "containernetworking-plugins", "iptables", "iproute2", "openssh-client",
-                   "gcc", "libc6-dev", "tar")  # fmt: skip
+DEBIAN_PACKAGES = ("containerd", "runc", "containernetworking-plugins", "iptables", "ipset", "iproute2",
+                   "openssh-client", "gcc", "libc6-dev", "tar")  # fmt: skip
 
 
 def missing_packages(packages: Sequence[str] = DEBIAN_PACKAGES) -> list[str]:

@@ -3,14 +3,15 @@
 The local cluster (warden_dev.localcluster) runs a kubelet, kube-proxy and CNI plugins in the host's
 network namespace. Beside another cluster's they would fight: two kubelets over port 10250, the
 node's cgroups and /var/lib/kubelet; two kube-proxies and two CNI setups over the same iptables chains
-(``KUBE-*``, ``CNI-*``). So ``up`` looks first (``HostSnapshot.take``) and refuses (``check``) when it
-finds any of these that warden_dev did not make:
+(``KUBE-*``, ``CNI-*``), two kube-routers over the same ipsets. So ``up`` looks first
+(``HostSnapshot.take``) and refuses (``check``) when it finds any of these that warden_dev did not make:
 
 - a kubelet, kube-proxy or an all-in-one Kubernetes (k3s, k0s, rke2, microk8s' kubelite) process in
   this network namespace (a kind node's kubelet runs in its container's own namespaces: no conflict);
 - a listener on a port the node's components take (kubelet 10250 and 10248, kube-proxy 10249 and
   10256);
-- an iptables chain named ``KUBE-*`` or ``CNI-*`` (IPv4 or IPv6, any table);
+- an iptables chain named ``KUBE-*`` or ``CNI-*`` (IPv4 or IPv6, any table), an ipset named ``KUBE-*`` or
+  ``kube-router-*`` (a NetworkPolicy enforcer's);
 - the node address on ``lo``, the pod bridge, a CNI network namespace (``cni-*``), a ``kubepods``
   cgroup, a mount under the cluster's directories, a non-empty /var/lib/kubelet or /var/log/pods.
 
@@ -27,13 +28,17 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-#: programs that are (or embed) a kubelet or kube-proxy
-KUBE_PROGRAMS = frozenset({"kubelet", "kube-proxy", "k3s", "k3s-server", "k3s-agent", "k0s", "rke2", "kubelite"})
+#: programs that are (or embed) a kubelet, kube-proxy or a node's NetworkPolicy enforcer
+KUBE_PROGRAMS = frozenset({"kubelet", "kube-proxy", "kube-router", "k3s", "k3s-server", "k3s-agent", "k0s", "rke2",
+                           "kubelite"})  # fmt: skip
 #: iptables chains a kubelet, kube-proxy or the CNI plugins make
 CHAIN_PREFIXES = ("KUBE-", "CNI-")
 IPTABLES_TOOLS = ("iptables", "ip6tables")
+#: ipsets kube-router makes (its IPv6 sets carry the family first: ``inet6:KUBE-...``)
+IPSET_PREFIXES = ("KUBE-", "kube-router-", "inet6:KUBE-", "inet6:kube-router-")
 #: ports the node's components listen on
-NODE_PORTS = {10250: "kubelet", 10248: "kubelet healthz", 10249: "kube-proxy metrics", 10256: "kube-proxy healthz"}
+NODE_PORTS = {10250: "kubelet", 10248: "kubelet healthz", 10249: "kube-proxy metrics", 10256: "kube-proxy healthz",
+              20244: "kube-router healthz"}  # fmt: skip
 #: sysctls the cluster sets (``up`` itself) or its kubelet and kube-proxy may set; ``down`` puts back
 #: what changed while the cluster ran
 SYSCTLS = (
@@ -176,6 +181,7 @@ class HostSnapshot:
     #: for each of the layout's node directories (and the CNI cache): absent, empty or nonempty
     dirs: dict[str, str] = field(default_factory=dict)
     sysctls: dict[str, str] = field(default_factory=dict)
+    ipsets: set[str] = field(default_factory=set)  # every ipset's name ("ipset list -n")
     own_netns: str = ""  # this process's network namespace
 
     def tables(self, tool: str) -> dict[str, IptTable]:
@@ -226,6 +232,7 @@ class HostSnapshot:
         for d in (*layout.node_dirs, layout.cni_cache):
             snap.dirs[str(d)] = dir_state(d)
         snap.sysctls = read_sysctls()
+        snap.ipsets = ipset_names()
         return snap
 
 
@@ -242,6 +249,14 @@ def iptables_save(tool: str) -> str:
         return ""
     proc = subprocess.run([f"{tool}-save"], capture_output=True, text=True, timeout=60)
     return proc.stdout if proc.returncode == 0 else ""
+
+
+def ipset_names() -> set[str]:
+    """Every ipset's name (empty where the tool is missing or fails)."""
+    if shutil.which("ipset") is None:
+        return set()
+    proc = subprocess.run(["ipset", "list", "-n"], capture_output=True, text=True, timeout=60)
+    return set(proc.stdout.split()) if proc.returncode == 0 else set()
 
 
 def kubepods_cgroups(root: Path) -> list[Path]:
@@ -344,6 +359,15 @@ def check(snap: HostSnapshot, layout: HostLayout, own_pids: Iterable[int] = ()) 
                     "-D` the rules that jump to them, then `-F` and `-X` each); warden_dev removes only chains it made",
                 )
             )
+    sets = sorted(n for n in snap.ipsets if n.startswith(IPSET_PREFIXES))
+    if sets:
+        out.append(
+            Finding(
+                f"ipsets of another cluster's NetworkPolicy enforcer (not made by warden_dev): {_some(sets)}",
+                f"{STOP}. Sets left behind by a cluster that is gone: `kube-router --cleanup-config`, or "
+                "`ipset destroy NAME` each once no iptables rule names it",
+            )
+        )
     if layout.node_cidr in snap.lo_addresses:
         why = f"another local cluster uses it; if none does: ip addr del {layout.node_cidr} dev lo"
         out.append(Finding(f"{layout.node_cidr} (the node address) is already on lo", why))

@@ -18,7 +18,8 @@ change it makes, saved *before* the change is made, so a crash half-way leaves a
 ``undo_plan`` (pure) turns a record and the host as it is now into what ``down`` does: unmount what is
 under the cluster's directories, delete the network namespaces, bridge, address and cgroups that were
 not there before, the iptables rules and chains that appeared since the baseline (a rule that was there
-before stays, even one that looks like ours), remove or empty the directories, and write back each
+before stays, even one that looks like ours), then the ipsets of the same names that appeared (kube-router's:
+a set goes once no rule names it), remove or empty the directories, and write back each
 sysctl that still holds the value the cluster gave it. tests/unit/test_warden_dev_hostrecord.py.
 """
 
@@ -36,6 +37,7 @@ from typing import Any
 
 from warden_dev.hostcheck import (
     CHAIN_PREFIXES,
+    IPSET_PREFIXES,
     IPTABLES_TOOLS,
     SYSCTLS,
     HostLayout,
@@ -67,10 +69,12 @@ class Baseline:
     netns: list[str] = field(default_factory=list)
     cgroups: list[str] = field(default_factory=list)
     sysctls: dict[str, str] = field(default_factory=dict)
+    ipsets: list[str] = field(default_factory=list)
 
     @classmethod
     def of(cls, snap: HostSnapshot) -> Baseline:
-        return cls(dict(snap.iptables), sorted(snap.netns), sorted(snap.cgroups), dict(snap.sysctls))
+        return cls(dict(snap.iptables), sorted(snap.netns), sorted(snap.cgroups), dict(snap.sysctls),
+                   sorted(snap.ipsets))  # fmt: skip
 
 
 @dataclass
@@ -149,7 +153,8 @@ class UndoPlan:
     unmount_under: list[str] = field(default_factory=list)
     #: network namespace files to unmount and delete
     netns: list[str] = field(default_factory=list)
-    #: ip link/addr deletions, then iptables rule deletions, chain flushes and chain deletions
+    #: ip link/addr deletions, then iptables rule deletions, chain flushes and chain deletions, then
+    #: ipset destructions
     commands: list[list[str]] = field(default_factory=list)
     #: cgroup trees to remove, bottom-up
     cgroups: list[str] = field(default_factory=list)
@@ -219,6 +224,8 @@ def undo_plan(record: HostRecord, now: HostSnapshot, layout: HostLayout, contain
         if tool in record.baseline.iptables or now.iptables.get(tool):
             before = parse_iptables_save(record.baseline.iptables.get(tool, ""))
             plan.commands += iptables_undo(tool, before, now.tables(tool))
+    new_sets = now.ipsets - set(record.baseline.ipsets)
+    plan.commands += [["ipset", "destroy", n] for n in sorted(new_sets) if n.startswith(IPSET_PREFIXES)]
     plan.cgroups = sorted(now.cgroups - set(record.baseline.cgroups))
     for c in dirs:
         if c.before == "absent":

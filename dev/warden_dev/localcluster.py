@@ -10,6 +10,9 @@ pods can reach the API server; this module adds the node:
   and a pause image compiled here from the Kubernetes module's ``build/pause/linux/pause.c``;
 * kubelet (cgroup v1 host, no systemd, no swap: see docs/local-cluster.md for every setting and why);
 * kube-proxy in iptables mode (ClusterIP and NodePort Services);
+* kube-router, its firewall alone (``--run-firewall``, no routing, no service proxy): it enforces the
+  NetworkPolicies with iptables and ipsets, beside the bridge CNI (which enforces none), so packets the
+  policies refuse are dropped here as on a production cluster (docs/security.md: which enforcers work);
 * CoreDNS, built from its Go module, as a host process behind the Service ``kube-system/kube-dns``;
 * a StorageClass ``warden-local`` (the default) served by warden_dev.localvolumes (hostPath
   directories; ReadWriteMany works because there is one node);
@@ -102,6 +105,9 @@ DEMO_NODE_PORT = 30022
 #: stand-in GPUs the node advertises (hack/fakegpu); WARDEN_LOCAL_FAKE_GPUS overrides, 0 turns them off
 FAKE_GPUS = 8
 FAKE_GPU_RESOURCE = "nvidia.com/gpu"
+KUBE_ROUTER_HEALTH_PORT = 20244  # kube-router's default, on loopback only
+#: the iptables chain kube-router's firewall hooks into FORWARD: there, its policies are in force
+KUBE_ROUTER_FORWARD_CHAIN = "KUBE-ROUTER-FORWARD"
 #: what the host check looks at and `down` may undo
 LAYOUT = HostLayout(
     kubelet_root=KUBELET_ROOT,
@@ -392,6 +398,55 @@ def dns_manifests() -> list[dict[str, Any]]:
     ]
 
 
+def kube_router_rbac() -> list[dict[str, Any]]:
+    """What kube-router's firewall reads (user warden:kube-router): the pods, namespaces and policies it
+    turns into rules, the node it runs on, the Services whose cluster IPs it lets through."""
+    return [
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": {"name": "warden:kube-router"},
+            "rules": [
+                {
+                    "apiGroups": [""],
+                    "resources": ["namespaces", "pods", "services", "nodes", "endpoints"],
+                    "verbs": ["get", "list", "watch"],
+                },
+                {
+                    "apiGroups": ["networking.k8s.io"],
+                    "resources": ["networkpolicies"],
+                    "verbs": ["get", "list", "watch"],
+                },
+                {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["get", "list", "watch"]},
+            ],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": "warden:kube-router"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "warden:kube-router"},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "warden:kube-router"}],
+        },
+    ]
+
+
+def kube_router_argv(bins: Path, kubeconfig: Path) -> list[str]:
+    return [
+        str(bins / "kube-router"),
+        f"--kubeconfig={kubeconfig}",
+        f"--hostname-override={NODE_NAME}",
+        "--run-firewall=true",
+        "--run-router=false",
+        "--run-service-proxy=false",
+        "--enable-cni=false",
+        "--enable-ipv6=false",
+        f"--service-cluster-ip-range={SERVICE_CIDR}",
+        "--health-addr=127.0.0.1",
+        f"--health-port={KUBE_ROUTER_HEALTH_PORT}",
+        "--v=1",
+    ]
+
+
 def provisioner_rbac() -> list[dict[str, Any]]:
     return [
         {
@@ -448,7 +503,7 @@ def preflight() -> None:
     if os.geteuid() != 0:
         raise LocalClusterError("the local cluster needs root (kubelet, containerd, iptables, mounts)")
     missing = [b for b in ("containerd", "containerd-shim-runc-v2", "runc", "ctr", "iptables", "iptables-save", "ip",
-                           "docker") if shutil.which(b) is None]  # fmt: skip
+                           "ipset", "docker") if shutil.which(b) is None]  # fmt: skip
     missing += [f"{CNI_BIN_DIR}/{p}" for p in ("bridge", "host-local", "portmap", "firewall", "loopback")
                 if not (CNI_BIN_DIR / p).is_file()]  # fmt: skip
     if missing:
@@ -498,6 +553,12 @@ def prepare_host(record: HostRecord) -> None:
     shutil.copyfile(REPO_ROOT / "images" / "worker" / "seccomp.json", seccomp)
     for d in (DATA_DIR, RUN_DIR / "containerd", DATA_DIR / "volumes"):
         d.mkdir(parents=True, exist_ok=True)
+
+
+def firewall_hooked() -> bool:
+    """kube-router's firewall is in the path of forwarded packets (FORWARD jumps to its chain)."""
+    rules = run(["iptables", "-w", "-S", "FORWARD"], check=False, quiet=True).stdout.decode()
+    return f"-j {KUBE_ROUTER_FORWARD_CHAIN}" in rules
 
 
 def _pids_with_cmdline(fragment: bytes) -> list[int]:
@@ -670,7 +731,7 @@ class LocalCluster:
         t0 = time.monotonic()
         preflight()
         bins = self.bin_dir()
-        for b in ("kubelet", "kube-proxy", "coredns", "kubectl"):
+        for b in ("kubelet", "kube-proxy", "coredns", "kube-router", "kubectl"):
             if not (bins / b).is_file():
                 raise LocalClusterError(f"{bins / b} missing: run hack/build-k8s-bins.sh cluster")
         snapshot = HostSnapshot.take(LAYOUT)
@@ -680,7 +741,7 @@ class LocalCluster:
         self.state.mkdir(parents=True, exist_ok=True)
         record = HostRecord.start(self.record_file, snapshot)
         prepare_host(record)
-        for d in ("cni", "kubelet", "kube-proxy", "coredns"):
+        for d in ("cni", "kubelet", "kube-proxy", "kube-router", "coredns"):
             (self.state / d).mkdir(exist_ok=True)
         (self.state / "cni" / "10-warden.conflist").write_text(cni_conflist())
         (self.state / "containerd.toml").write_text(containerd_config(self.state))
@@ -691,7 +752,7 @@ class LocalCluster:
             cp.start()
             log(f"control plane up in {cp.startup_seconds:.1f}s")
             self._certs(cp)
-            self.apply([*dns_manifests(), *provisioner_rbac(), storage_class_manifest()])
+            self.apply([*dns_manifests(), *kube_router_rbac(), *provisioner_rbac(), storage_class_manifest()])
 
             log("containerd")
             cp.spawn("containerd", ["containerd", f"--config={self.state / 'containerd.toml'}"])
@@ -732,6 +793,9 @@ class LocalCluster:
             deadline = time.monotonic() + timeout
             wait_for(f"node {NODE_NAME} Ready", self._node_ready, deadline - time.monotonic(), interval=1,
                      on_fail=cp.failure_report)  # fmt: skip
+            # kube-router reads its Node at start: once the kubelet has registered it
+            cp.spawn("kube-router", kube_router_argv(bins, self.state / "kube-router" / "kubeconfig"))
+            self._save(cp, bins)
             if gpus:
 
                 def gpus_allocatable() -> bool:
@@ -741,6 +805,8 @@ class LocalCluster:
                 wait_for(f"{gpus} stand-in {FAKE_GPU_RESOURCE} allocatable", gpus_allocatable,
                          deadline - time.monotonic(), interval=1, on_fail=cp.failure_report)  # fmt: skip
             wait_for("CoreDNS ready", self._coredns_ready, deadline - time.monotonic(), interval=1,
+                     on_fail=cp.failure_report)  # fmt: skip
+            wait_for("kube-router's firewall in FORWARD", firewall_hooked, deadline - time.monotonic(), interval=1,
                      on_fail=cp.failure_report)  # fmt: skip
             cp.check_alive()
             for change in record.observe(HostSnapshot(sysctls=read_sysctls())):
@@ -761,6 +827,7 @@ class LocalCluster:
             "kubelet": (f"/O=system:nodes/CN=system:node:{NODE_NAME}", self.state / "kubelet" / "kubeconfig"),
             "kube-proxy": ("/CN=system:kube-proxy", self.state / "kube-proxy" / "kubeconfig"),
             "coredns": ("/CN=warden:coredns", self.state / "coredns" / "kubeconfig"),
+            "kube-router": ("/CN=warden:kube-router", self.state / "kube-router" / "kubeconfig"),
             "local-volumes": ("/CN=warden:local-volumes", self.state / "local-volumes.kubeconfig"),
         }
         for name, (subj, kubeconfig) in users.items():

@@ -12,9 +12,8 @@ from __future__ import annotations
 import socket
 import ssl
 from dataclasses import dataclass
-from urllib.parse import urlsplit
 
-from warden.model import Ldap
+from warden.model import Ldap, ldap_address
 
 STARTTLS_OID = b"1.3.6.1.4.1.1466.20037"
 INVALID_CREDENTIALS = 49
@@ -142,15 +141,8 @@ def _exchange(sock: socket.socket, request: bytes) -> LdapResult:
     return parse_result(data[:size])
 
 
-def _address(uri: str) -> tuple[str, int, bool]:
-    parts = urlsplit(uri)
-    secure = parts.scheme == "ldaps"
-    host = parts.hostname or ""
-    return host, parts.port or (636 if secure else 389), secure
-
-
 def _one(ldap: Ldap, uri: str, dn: str, password: str, context: ssl.SSLContext, timeout: float) -> DirectoryCheck:
-    host, port, secure = _address(uri)
+    host, port, secure = ldap_address(uri)
     try:
         raw = socket.create_connection((host, port), timeout=timeout)
     except OSError as e:

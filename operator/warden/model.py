@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
@@ -886,6 +887,16 @@ class Accounting(Spec):
 
 #: an LDAP URI: ldaps:// or ldap:// and a host, an optional port, nothing else
 LDAP_URI = r"^ldaps?://([A-Za-z0-9]([-A-Za-z0-9.]*[A-Za-z0-9])?|\[[0-9A-Fa-f:.]+\])(:[0-9]{1,5})?/?$"
+
+
+def ldap_address(uri: str) -> tuple[str, int, bool]:
+    """An LDAP URI's host, TCP port (636 for ldaps://, 389 for ldap:// unless it names one) and whether it
+    is TLS from the first byte."""
+    parts = urlsplit(uri)
+    secure = parts.scheme == "ldaps"
+    return parts.hostname or "", parts.port or (636 if secure else 389), secure
+
+
 #: a distinguished name of printable ASCII on one line (sssd.conf takes it as it is)
 LDAP_DN = r"^[A-Za-z][A-Za-z0-9-]*=[ -~]*$"
 #: an LDAP search filter in parentheses, printable ASCII on one line
@@ -954,6 +965,12 @@ class Ldap(Spec):
         " servers' certificates. Absent: the images' system CAs.",
     )
     start_tls: bool = Field(default=True, description="StartTLS on `ldap://` URIs (ldaps:// is TLS anyway).")
+
+    @property
+    def ports(self) -> list[int]:
+        """The servers' TCP ports: what the pods running SSSD may reach (warden.render.network)."""
+        return sorted({ldap_address(u)[1] for u in self.uris})
+
     insecure_plaintext: bool = Field(
         default=False,
         description="Allow `ldap://` without StartTLS: users, groups and the bind password cross the network in the"

@@ -807,6 +807,93 @@ def test_sbatch_on_two_nodes_writes_its_output_into_the_jail(installed: Installe
     assert sorted(text.split()) == [f"{NAME}-worker-cpu-0", f"{NAME}-worker-cpu-1"]
 
 
+def _service_ip(installed: Installed, namespace: str, name: str) -> str:
+    return str(installed.kube.json("-n", namespace, "get", "service", name)["spec"]["clusterIP"])
+
+
+def _pod_ip(installed: Installed, pod: str) -> str:
+    return str(installed.kube.json("-n", installed.namespace, "get", "pod", pod)["status"]["podIP"])
+
+
+def _api_addresses(installed: Installed) -> dict[str, tuple[str, int]]:
+    """The Kubernetes API as a pod finds it (the ``kubernetes`` Service) and where it really listens."""
+    slices = installed.kube.json("-n", "default", "get", "endpointslices", "-l",
+                                 "kubernetes.io/service-name=kubernetes")  # fmt: skip
+    endpoint = slices["items"][0]
+    return {
+        "kubernetes-service": (_service_ip(installed, "default", "kubernetes"), 443),
+        "kubernetes-endpoint": (endpoint["endpoints"][0]["addresses"][0], int(endpoint["ports"][0]["port"])),
+    }
+
+
+def test_a_job_step_reaches_slurm_but_neither_the_kubernetes_api_nor_the_database(installed: Installed) -> None:
+    """With the policies enforced (the local cluster runs kube-router's firewall): a user's job step opens
+    a TCP connection to slurmctld, and to the Kubernetes API (its Service and its real address) and the
+    accounting database (its Service and its pod) none within a second: refused or dropped."""
+    ns = installed.namespace
+    targets = {
+        "slurmctld": (_pod_ip(installed, f"{NAME}-controller-0"), naming.SLURMCTLD_PORT),
+        **_api_addresses(installed),
+        "database-service": (_service_ip(installed, ns, f"{NAME}-mariadb"), naming.MARIADB_PORT),
+        "database-pod": (_pod_ip(installed, f"{NAME}-mariadb-0"), naming.MARIADB_PORT),
+    }
+    probe = "; ".join(
+        f"timeout 1 bash -c 'exec 3<>/dev/tcp/{ip}/{port}' 2>/dev/null; echo {name} $?"
+        for name, (ip, port) in targets.items()
+    )
+    key = installed.make_user("netuser")
+    out = installed.ssh(f"srun -N1 -w {NAME}-worker-cpu-0 bash -c {shlex.quote(probe)}", user="netuser", key=key)
+    assert out.returncode == 0, out.stderr
+    codes = dict(line.split() for line in out.stdout.splitlines() if line.strip())
+    assert codes.pop("slurmctld") == "0", out.stdout  # the network works: what follows is the policies' doing
+    # 1: refused at once; 124: dropped, given up after the second
+    assert all(code in ("1", "124") for code in codes.values()), out.stdout
+    assert set(codes) == set(targets) - {"slurmctld"}
+
+
+def test_a_pod_without_the_clusters_labels_reaches_ssh_and_rest_but_no_slurm_daemon(installed: Installed) -> None:
+    """Another workload in the namespace (no Warden labels): the login's SSH and the REST API answer it
+    (both authenticate every caller), slurmctld, slurmd and the database do not."""
+    ns = installed.namespace
+    operator = installed.kube.json("-n", ns, "get", "deploy", "-l", "app.kubernetes.io/name=slurm-operator")
+    image = operator["items"][0]["spec"]["template"]["spec"]["containers"][0]["image"]
+    container = {"name": "main", "image": image, "imagePullPolicy": "IfNotPresent",
+                 "command": ["python3", "-c", "import time; time.sleep(3600)"]}  # fmt: skip
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "stranger", "namespace": ns, "labels": {"app": "stranger"}},
+        "spec": {"containers": [container], "terminationGracePeriodSeconds": 0},
+    }
+    installed.kube.apply([pod])
+    try:
+        installed.kube.kubectl("-n", ns, "wait", "--for=condition=Ready", "pod/stranger", "--timeout=120s",
+                               timeout=150)  # fmt: skip
+        targets = {
+            "ssh": (_service_ip(installed, ns, f"{NAME}-login"), naming.SSH_PORT),
+            "rest": (_service_ip(installed, ns, f"{NAME}-restapi"), naming.RESTAPI_PORT),
+            "slurmctld": (_pod_ip(installed, f"{NAME}-controller-0"), naming.SLURMCTLD_PORT),
+            "slurmd": (_pod_ip(installed, f"{NAME}-worker-cpu-0"), naming.SLURMD_PORT),
+            "database": (_pod_ip(installed, f"{NAME}-mariadb-0"), naming.MARIADB_PORT),
+        }
+        probe = (
+            "import socket, sys\n"
+            "for name, ip, port in zip(*[iter(sys.argv[1:])] * 3):\n"
+            "    try:\n"
+            "        socket.create_connection((ip, int(port)), timeout=1).close(); print(name, 'open')\n"
+            "    except OSError as e:\n"
+            "        print(name, type(e).__name__)\n"
+        )
+        argv = [w for name, (ip, port) in targets.items() for w in (name, ip, str(port))]
+        out = installed.kube.kubectl("-n", ns, "exec", "stranger", "--", "python3", "-c", probe, *argv)
+        said = dict(line.split() for line in out.splitlines())
+        assert said == {"ssh": "open", "rest": "open", "slurmctld": said["slurmctld"], "slurmd": said["slurmd"],
+                        "database": said["database"]}, out  # fmt: skip
+        assert all(said[k] in ("ConnectionRefusedError", "TimeoutError") for k in ("slurmctld", "slurmd", "database"))
+    finally:
+        installed.kube.kubectl("-n", ns, "delete", "pod", "stranger", "--wait=false", check=False)
+
+
 def _test_registry(installed: Installed) -> str:
     """The test registry, seeded with warden/test-image (tests/support/registry.py), as a Deployment and a
     Service in the cluster's namespace; returns the image reference a user passes to --container-image."""
@@ -823,6 +910,14 @@ def _test_registry(installed: Installed) -> str:
          "spec": {"selector": {"matchLabels": labels}, "template": {"metadata": {"labels": labels}, "spec": pod}}},
         {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "test-registry", "namespace": installed.namespace},
          "spec": {"selector": labels, "ports": [{"port": 5000, "targetPort": 5000}]}},
+        # what docs/security.md tells a user with a registry of their own in the cluster: a policy of theirs
+        # lets job steps reach it (policies add up; Warden's own let jobs reach no other pod)
+        {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+         "metadata": {"name": "jobs-pull-from-test-registry", "namespace": installed.namespace},
+         "spec": {"podSelector": {"matchLabels": {"app.kubernetes.io/instance": NAME,
+                                                  "app.kubernetes.io/component": "worker"}},
+                  "policyTypes": ["Egress"],
+                  "egress": [{"to": [{"podSelector": {"matchLabels": labels}}], "ports": [{"port": 5000}]}]}},
     ])  # fmt: skip
     installed.kube.kubectl("-n", installed.namespace, "rollout", "status", "deployment/test-registry",
                            "--timeout=120s", timeout=150)  # fmt: skip

@@ -85,3 +85,18 @@ def test_an_external_database_is_reached_by_slurmdbd_alone_on_its_port() -> None
 def test_policies_can_be_left_to_the_platform(enabled: bool) -> None:
     policies = _policies({**SPEC, "networkPolicy": {"enabled": enabled}})
     assert bool(policies) is enabled
+
+
+def test_a_directorys_servers_are_reached_on_their_ports_by_the_pods_running_sssd_alone() -> None:
+    """sssd in slurmctld's, slurmdbd's, the login and the worker pods resolves directory users: they reach
+    the servers' ports (wherever the URIs point); nothing else of theirs opens, and no other pod reaches it."""
+    ldap = {"uris": ["ldaps://ldap.example.org", "ldap://ldap2.example.org:1389"], "searchBase": "dc=example,dc=org"}
+    policies = _policies({**SPEC, "identity": {"ldap": ldap}})
+    pods, directory = _pods(), Endpoint("192.0.2.60")
+    for who in ("controller", "accounting", "login", "worker"):
+        assert allowed(policies, pods[who], directory, 636), who
+        assert allowed(policies, pods[who], directory, 1389), who
+        assert not allowed(policies, pods[who], directory, 389), who
+        assert not allowed(policies, pods[who], OUTSIDE["apiserver"], 6443), who
+    for who in ("restapi", "exporter", "read-gate", "database"):
+        assert not allowed(policies, pods[who], directory, 636), who

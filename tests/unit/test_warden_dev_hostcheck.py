@@ -70,6 +70,14 @@ def test_all_in_one_kubernetes_and_kube_proxy_are_found(argv: tuple[str, ...]) -
     assert len(check(snapshot(processes=[proc(77, *argv)]), LAYOUT)) == 1
 
 
+def test_another_enforcers_ipsets_and_process_are_found_other_sets_are_not() -> None:
+    assert check(snapshot(ipsets={"blocklist", "f2b-sshd"}), LAYOUT) == []
+    (finding,) = check(snapshot(ipsets={"blocklist", "KUBE-SRC-ABCD", "kube-router-local-ips"}), LAYOUT)
+    assert "KUBE-SRC-ABCD" in finding.what and "kube-router-local-ips" in finding.what
+    assert "ipset destroy" in finding.remedy
+    assert len(check(snapshot(processes=[proc(88, "/usr/local/bin/kube-router", "--run-firewall=true")]), LAYOUT)) == 1
+
+
 def test_warden_devs_own_kubelet_and_a_kind_nodes_kubelet_are_not_another_cluster() -> None:
     procs = [
         proc(500, "/root/.cache/warden/bin/v1.37.0/kubelet", "--config=x"),  # ours (own_pids)

@@ -180,6 +180,19 @@ def test_undo_plan_undoes_the_record(tmp_path: Path) -> None:
     assert plan.sysctls == {"net.bridge.bridge-nf-call-iptables": "0", "vm.overcommit_memory": "0"}
 
 
+def test_kube_routers_ipsets_go_after_the_rules_naming_them_and_others_sets_stay(tmp_path: Path) -> None:
+    record = recorded(tmp_path)  # the baseline had no ipsets
+    record.baseline.ipsets = ["KUBE-SRC-THEIRS", "blocklist"]
+    now = snap(AFTER_UP, ipsets={"KUBE-SRC-THEIRS", "blocklist", "KUBE-DST-ABC", "kube-router-local-ips", "mine"})
+    plan = undo_plan(record, now, LAYOUT)
+    rules = iptables_undo("iptables", parse_iptables_save(DOCKER_ONLY), parse_iptables_save(AFTER_UP))
+    assert plan.commands[-len(rules) - 2 :] == [  # every iptables rule first: a set named by a rule stays
+        *rules,
+        ["ipset", "destroy", "KUBE-DST-ABC"],
+        ["ipset", "destroy", "kube-router-local-ips"],
+    ]
+
+
 def test_undo_plan_after_a_partial_up_or_a_second_down(tmp_path: Path) -> None:
     record = recorded(tmp_path)
     # the bridge never came, the address is gone, someone else set the sysctl since: nothing to do there

@@ -10,8 +10,11 @@ Every pod of the cluster is isolated both ways, then allowed exactly this (docs/
 - The metrics exporter: scraped from anywhere on its port; it reaches its read gate's port, slurmdbd's
   port (to tell whether it answers) and DNS, nothing else. The read gate: reached by the exporter
   alone; it reaches slurmrestd's port and DNS.
+- With a directory (spec.identity.ldap): the pods running SSSD (controller, slurmdbd, login, workers) reach
+  its servers' ports, anywhere (the URIs name hosts, not addresses).
 - Job steps and login sessions (worker and login pods): nothing else unless `networkPolicy.jobEgressCidrs`
-  names it. So no job reaches the Kubernetes API or the database.
+  names it, or a policy of the user's own adds it (policies add up). So no job reaches the Kubernetes API
+  or the database.
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ COMPONENT = "network"
 COMPONENT_LABEL = "app.kubernetes.io/component"
 #: the pods running Slurm's daemons and commands (they reach each other freely)
 SLURM_COMPONENTS = ("controller", "restapi", "worker", "login", "accounting", "health-check")
+#: the pods running SSSD when the cluster reads a directory (warden.render.pods.identity_volumes)
+DIRECTORY_COMPONENTS = ("controller", "accounting", "worker", "login")
 #: where users' code runs (job steps, SSH sessions)
 USER_COMPONENTS = ("worker", "login")
 EVERYWHERE = [{"ipBlock": {"cidr": "0.0.0.0/0"}}, {"ipBlock": {"cidr": "::/0"}}]
@@ -143,6 +148,19 @@ def render(cluster: Cluster) -> list[Manifest]:
         )
     if spec.metrics.enabled:
         out += _exporter_policies(cluster, dns)
+    ldap = spec.identity.ldap
+    if ldap is not None:
+        out.append(
+            _policy(
+                cluster,
+                "directory",
+                _components(cluster, *DIRECTORY_COMPONENTS),
+                {
+                    "policyTypes": ["Egress"],
+                    "egress": [{"to": EVERYWHERE, "ports": _ports(*ldap.ports)}],
+                },
+            )
+        )
     cidrs = spec.network_policy.job_egress_cidrs
     if cidrs:
         out.append(
