@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import ctypes
+import ctypes.util
+import logging
 
 import kopf
 from prometheus_client import start_http_server
@@ -18,7 +21,29 @@ def _restapi_url(template: str) -> str:
     return template
 
 
+#: glibc's mallopt parameter: how many malloc arenas threads may spread over (glibc's malloc.h)
+M_ARENA_MAX = -8
+#: two arenas: the operator's threads (pod writers, watch caches, the Slurm sync) share them
+MALLOC_ARENAS = 2
+
+
+def few_malloc_arenas() -> None:
+    """By default glibc gives threads up to eight malloc arenas per core, each keeping the memory its
+    thread freed: the sixteen pod writers, decoding the API server's answers, grew the operator by
+    megabytes of free pages it never gave back. Called before any thread starts (``MALLOC_ARENA_MAX=2``
+    in effect). Elsewhere than glibc, nothing to do."""
+    name = ctypes.util.find_library("c")
+    try:
+        libc = ctypes.CDLL(name) if name else None
+        mallopt = getattr(libc, "mallopt", None)
+    except OSError:
+        mallopt = None
+    if mallopt is not None and mallopt(M_ARENA_MAX, MALLOC_ARENAS) != 1:
+        logging.getLogger(__name__).warning("mallopt(M_ARENA_MAX, %d) refused", MALLOC_ARENAS)
+
+
 def main(argv: list[str] | None = None) -> int:
+    few_malloc_arenas()
     parser = argparse.ArgumentParser(description="Warden: Slurm clusters with a shared root on Kubernetes.")
     scope = parser.add_mutually_exclusive_group()
     scope.add_argument("--namespace", "-n", action="append", default=[], help="watch only these namespaces")

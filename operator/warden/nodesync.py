@@ -82,6 +82,22 @@ def condition_of(node: Node | None) -> PodCondition:
     return PodCondition("True", node.state.capitalize(), message)
 
 
+class _Conditions:
+    """``condition_of``, one condition for nodes that look alike (ten thousand allocated nodes: one)."""
+
+    def __init__(self) -> None:
+        self._seen: dict[tuple[str, frozenset[str], str], PodCondition] = {}
+
+    def __call__(self, node: Node | None) -> PodCondition:
+        if node is None:
+            return condition_of(None)
+        look = (node.state, node.flags, node.held_reason)  # what condition_of reads of a node
+        cond = self._seen.get(look)
+        if cond is None:
+            cond = self._seen[look] = condition_of(node)
+        return cond
+
+
 def plan(
     pods: Iterable[WorkerPod],
     nodes: Iterable[Node],
@@ -90,6 +106,7 @@ def plan(
     """``nodes``: what slurmctld listed, read BEFORE ``pods`` (a node listed there had its pod then, so
     one missing from ``pods`` is gone for good). ``cordoned``: Kubernetes node name -> unschedulable."""
     out = Plan()
+    conditions = _Conditions()
     by_name = {n.name: n for n in nodes if n.state != "FUTURE"}  # FUTURE: slurm.conf's hidden capacity
     live = {p.name: p for p in pods}
     registered = usable = 0
@@ -104,7 +121,7 @@ def plan(
         if pod.deleting:
             continue  # slurmd drains and deletes its own node on the way out
         node = by_name.get(pod.name)
-        cond = condition_of(node)
+        cond = conditions(node)
         if cond != pod.condition:
             out.conditions[pod.name] = cond
             before = pod.condition.reason if pod.condition else None

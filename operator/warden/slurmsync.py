@@ -186,6 +186,7 @@ class SlurmSync:
             token=lambda: mint_token(key, "slurm", TOKEN_LIFETIME_S),
             timeout=REST_TIMEOUT_S,
         )
+        self.workers.forget(namespace, name)  # the last round's nodes go before this round's come
         try:
             nodes = rest.nodes()  # before the pods: see nodesync.plan
             rest.look_up_absent_job()  # the job lock users need answers too

@@ -105,3 +105,16 @@ def test_status_counts_the_slurmd_versions_the_registered_nodes_report() -> None
     a, b, c = (dataclasses.replace(node(x), version=v) for x, v in (("a", "26.05.5"), ("b", "24.11.5"), ("c", "")))
     out = plan([pod("a"), pod("b"), pod("c")], [a, b, c], {})
     assert out.summary.slurmd_versions == {"24.11.5": 1, "26.05.5": 1}  # c reported none
+
+
+def test_nodes_in_one_state_get_one_condition_each_reason_its_own() -> None:
+    """Ten thousand allocated nodes: one condition object written to each pod, not ten thousand alike."""
+    nodes = [node(f"n{i}", "ALLOCATED") for i in range(4)] + [
+        node("d1", "IDLE", "DRAIN", reason="bob: disk"),
+        node("d2", "IDLE", "DRAIN", reason="ann: fan"),
+    ]
+    out = plan([pod(n.name) for n in nodes], nodes, {})
+    assert len({id(out.conditions[f"n{i}"]) for i in range(4)}) == 1
+    assert out.conditions["n0"] == PodCondition("True", "Allocated", "ALLOCATED")
+    assert out.conditions["d1"].message == "IDLE+DRAIN: bob: disk"
+    assert out.conditions["d2"].message == "IDLE+DRAIN: ann: fan"

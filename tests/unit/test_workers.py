@@ -151,6 +151,22 @@ def test_with_slurm_nothing_shrinks_until_a_round_says_which_node_is_idle_then_o
     assert [e.reason for e in recorded.events] == ["ScaleInDraining", "ScaledIn"]
 
 
+def test_a_round_forgotten_while_the_next_is_read_is_not_acted_on_and_the_next_is() -> None:
+    """The Slurm sync lets go of a round's nodes before reading the next (``forget``): a set that looks in
+    between does no Slurm step; it acts on the round that follows."""
+    controller, kube, _ = _controller(2)
+    controller.sync("hpc", "demo-worker-cpu")
+    kube.workerset["spec"]["replicas"] = 1
+    rest = FakeRest()
+    _view(controller, 1, [_node("demo-worker-cpu-0", "ALLOCATED"), _node("demo-worker-cpu-1")], rest)
+    controller.forget(CLUSTER.namespace, CLUSTER.name)
+    controller.sync("hpc", "demo-worker-cpu")
+    assert rest.drained == [] and sorted(kube.pods) == ["demo-worker-cpu-0", "demo-worker-cpu-1"]
+    _view(controller, 2, [_node("demo-worker-cpu-0", "ALLOCATED"), _node("demo-worker-cpu-1")], rest)
+    controller.sync("hpc", "demo-worker-cpu")
+    assert [n for n, _ in rest.drained] == ["demo-worker-cpu-1"]
+
+
 def test_a_pod_whose_slurmd_never_registered_is_made_afresh_by_its_set() -> None:
     controller, kube, recorded = _controller(1)
     controller.sync("hpc", "demo-worker-cpu")

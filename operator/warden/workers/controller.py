@@ -161,6 +161,12 @@ class WorkerSets:
         for name in sets:
             self.enqueue(view.cluster.namespace, name)
 
+    def forget(self, namespace: str, cluster: str) -> None:
+        """The cluster's next round is being read: its last one (ten thousand nodes at scale) need not be
+        held meanwhile. A set that had not acted on it acts on the next."""
+        with self._lock:
+            self._views.pop((namespace, cluster), None)
+
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="worker-sets", daemon=True)
         self._thread.start()
