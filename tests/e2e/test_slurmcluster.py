@@ -1603,8 +1603,14 @@ def test_controller_pod_deleted_keeps_the_queue_and_jobs_complete(installed: Ins
             break
         time.sleep(3)
     assert final == dict.fromkeys(jobs, "COMPLETED")
-    out = installed.ssh(" ".join(f"cat /root/requeue-{j}.out;" for j in jobs))
-    assert out.stdout.split() == ["done"] * len(jobs), out.stderr
+    # each job's own output is there, whole; slurmstepd may add its own lines ("[time] error: ... failed:
+    # ...") while it could not reach slurmctld: the controller's DNS name points at the gone pod's address
+    # for the DNS cache's time (30 s here), and an enforcing network plugin turns those attempts into
+    # timeouts rather than refusals
+    for job in jobs:
+        text = installed.ssh(f"cat /root/requeue-{job}.out").stdout
+        own = [line for line in text.splitlines() if not line.startswith(("[", "slurmstepd:"))]
+        assert own == ["done"], (job, text)
 
 
 def _controller_condition(installed: Installed) -> dict[str, Any]:
