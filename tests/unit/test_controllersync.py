@@ -203,6 +203,11 @@ class Recorded:
 
 
 class Workers:
+    """The WorkerSet controller's side of a round: not what these tests look at."""
+
+    def forget(self, namespace: str, cluster: str) -> None:
+        pass
+
     def observed(self, view: SlurmView, sets: list[str]) -> None:
         pass
 
