@@ -219,8 +219,9 @@ class SlurmSync:
         for node_name in todo.delete_nodes:
             ghost = partial(rest.delete_node, node_name)
             self.actions.act(cluster, node_name, ghost, "GhostNodeRemoved", f"{node_name}: its pod is gone")
-        writes = [
-            partial(api.set_pod_condition, namespace, pod_name, condition_manifest(CONDITION, cond, stamp))
+        manifests = {cond: condition_manifest(CONDITION, cond, stamp) for cond in set(todo.conditions.values())}
+        writes = [  # one manifest per condition, shared by its pods (the plan has one condition per node state)
+            partial(api.set_pod_condition, namespace, pod_name, manifests[cond])
             for pod_name, cond in todo.conditions.items()
         ] + [
             partial(api.set_pod_label, namespace, pod_name, naming.BUSY_LABEL, "true" if busy else None)

@@ -5,6 +5,7 @@ tests/integration/test_kube_cache.py."""
 from __future__ import annotations
 
 import threading
+import tracemalloc
 from functools import partial
 from typing import Any
 
@@ -141,6 +142,20 @@ def test_a_fanout_stops_after_the_batch_where_a_call_failed() -> None:
     assert isinstance(out.error, RuntimeError) and "quota" in str(out.error)
     assert sorted(ran) == list(range(7))  # batches 1, 2 and 4: the one with the failure ends the run
     assert sorted(out.results) == [0, 1, 2, 3, 5, 6]
+
+
+def test_a_big_batch_is_run_without_holding_something_for_each_of_its_calls() -> None:
+    calls = [partial(int, i) for i in range(10_000)]  # batches up to 4,096 calls
+    fanout = Fanout(16)
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        out = fanout.run(calls)
+        peak = tracemalloc.get_traced_memory()[1] - base
+    finally:
+        tracemalloc.stop()
+    assert out.error is None and out.results == list(range(10_000))
+    assert peak < 1 << 20, f"{peak / 2**20:.1f} MiB held while running them"  # a future for each call: 9.5 MiB
 
 
 def test_a_fanout_needs_a_positive_limit() -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import datetime
+import tracemalloc
 from typing import Any, cast
 
 from warden.events import Event, Ref
@@ -176,6 +177,39 @@ def test_a_pod_whose_slurmd_never_registered_is_made_afresh_by_its_set() -> None
     assert [e.reason for e in recorded.events] == ["WorkerRecreated"]
     controller.sync("hpc", "demo-worker-cpu")  # the next look makes it again
     assert sorted(kube.pods) == ["demo-worker-cpu-0"]
+
+
+class NamesOnly(FakeKube):
+    """Keeps the names of the pods made, not the pods (ten thousand kept would measure the stand-in)."""
+
+    def __init__(self, workerset: dict[str, Any]) -> None:
+        super().__init__(workerset)
+        self.made: list[str] = []
+
+    def create(self, obj: dict[str, Any]) -> bool:
+        self.made.append(obj["metadata"]["name"])
+        return True
+
+    def list(self, api_version: str, kind: str, namespace: str, selector: dict[str, str]) -> list[dict[str, Any]]:
+        return []
+
+
+def test_ten_thousand_pods_are_made_without_ten_thousand_manifests_held_at_once() -> None:
+    workerset = _workerset(10_000)
+    spec = workerset["spec"]["template"]["spec"]
+    spec.update({f"field{i}": {"value": i} for i in range(20)})  # a pod spec's top level has about as many
+    kube = NamesOnly(workerset)
+    controller = WorkerSets(cast(Kube, kube), SlurmActions(cast(events.EventRecorder, Recorded())), slurm=False)
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        controller.sync("hpc", "demo-worker-cpu")
+        peak = tracemalloc.get_traced_memory()[1] - base
+    finally:
+        tracemalloc.stop()
+    assert len(set(kube.made)) == 10_000
+    # the names the stand-in keeps are about 1 MiB; with every manifest made before the first call: 31 MiB
+    assert peak < 4 << 20, f"{peak / 2**20:.1f} MiB held while making them"
 
 
 def test_pods_are_named_after_their_set_and_ordinal() -> None:
