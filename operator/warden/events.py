@@ -67,6 +67,12 @@ _SLURM = {
     "UpgradeDraining": Reason(False, "Drain", "its pod is to move to the new template: drained first"),
     "UpgradeReplacing": Reason(False, "Delete", "its node ran no job any more: the pod is replaced"),
     "SlurmActionFailed": Reason(True, "Act", "a drain, resume or delete failed (action: which); told once, retried"),
+    "SlurmNodesPlaced": Reason(
+        False, "Place", "worker nodes got their place in the topology or their node-label features (the note: how many)"
+    ),
+    "SlurmNodePlaceFailed": Reason(
+        True, "Place", "Slurm refused a worker node's place or features (the note: its words); retried each round"
+    ),
     "SlurmctldUnresponsive": Reason(True, "Observe", "slurmctld answers no node or job read: users' commands hang"),
     "SlurmctldResponsive": Reason(False, "Observe", "slurmctld answers reads again"),
     "ControllerTakeover": Reason(

@@ -56,7 +56,7 @@ from warden.model import (
 )
 from warden.naming import FIELD_MANAGER
 from warden.observe import health_report
-from warden.reconcile import Outcome, previous_status, reconcile, refresh_status
+from warden.reconcile import Outcome, observed_blocks, previous_status, reconcile, refresh_status
 from warden.render.context import Cluster
 from warden.slurmactions import SlurmActions
 from warden.slurmsync import Settings, SlurmSync
@@ -309,9 +309,12 @@ def _refresh_locked(
         slurmctld=slurmctld,
         directory=directory,
     )
-    if status.slurm is not None and status.slurm.phase == "Upgrading":
-        # A Slurm upgrade moves on when what it waits for is observed: reconcile, which releases the next
-        # step once the current one runs the new series (``warden.slurmupgrade``).
+    upgrading = status.slurm is not None and status.slurm.phase == "Upgrading"
+    # A Slurm upgrade moves on when what it waits for is observed: reconcile, which releases the next
+    # step once the current one runs the new series (``warden.slurmupgrade``). Workers' nodes in a block
+    # topology.conf does not name yet: reconcile, which writes it (``warden.topology``).
+    new_blocks = spec.topology is not None and observed_blocks(status) != observed_blocks(previous)
+    if upgrading or new_blocks:
         fresh = api.kube.get(f"{API_GROUP}/{API_VERSION}", "SlurmCluster", namespace, name)
         if fresh is not None and not fresh["metadata"].get("deletionTimestamp"):
             outcome = reconcile(api, fresh, STATE.slurm_required)

@@ -81,6 +81,7 @@ OPERATOR_OWNED_SLURM_KEYS = (
     "SlurmUser",
     "StateSaveLocation",
     "TaskPlugin",
+    "TopologyPlugin",
 )
 # Owned keys that a spec field of their own sets (named in the refusal of an extraLines line).
 SLURM_KEY_FIELDS = {"privatedata": "spec.slurmConfig.privateData"}
@@ -1180,6 +1181,95 @@ class Containers(Spec):
     )
 
 
+class TreeTopology(Spec):
+    """Slurm's `topology/tree`: each worker under the switches its Kubernetes node's labels name."""
+
+    switch_labels: list[QualifiedName] = Field(
+        min_length=1,
+        max_length=8,
+        description="Node labels naming the switches above a node, from the top tier down to the leaf switch"
+        " the node is cabled to (e.g. `[example.com/spine, example.com/leaf]`). Every label's value is a switch"
+        " name; a node missing one of them is left out of the tree (status.slurmNodes.topology.unplaced).",
+    )
+
+    @field_validator("switch_labels")
+    @classmethod
+    def _distinct(cls, labels: list[str]) -> list[str]:
+        if len(set(labels)) != len(labels):
+            raise ValueError("each tier needs its own label: a label named twice makes a switch its own parent")
+        return labels
+
+
+class BlockTopology(Spec):
+    """Slurm's `topology/block`: each worker in the block its Kubernetes node's label names (e.g. an NVLink
+    domain); `--segment` keeps a job's nodes together within blocks."""
+
+    label: QualifiedName = Field(description="Node label naming the node's base block (e.g. `nvidia.com/gpu.clique`).")
+    block_sizes: list[Annotated[int, Field(ge=1, le=1 << 20)]] = Field(
+        min_length=1,
+        max_length=16,
+        description="Slurm's BlockSizes: the base block's node count first, then the larger sizes Slurm may"
+        " aggregate blocks to, each the base times a power of two (e.g. `[18, 36, 72]`).",
+    )
+
+    @field_validator("block_sizes")
+    @classmethod
+    def _powers_of_two(cls, sizes: list[int]) -> list[int]:
+        base = sizes[0]
+        for size in sizes[1:]:
+            ratio = size // base
+            if size % base or ratio < 2 or ratio & (ratio - 1) or ratio > 1 << 15:
+                raise ValueError(
+                    f"{size} is not {base} (the base block size, the first) times a power of two from 2 to 32768;"
+                    " Slurm refuses such BlockSizes and slurmctld would not start"
+                )
+        if sizes != sorted(set(sizes)):
+            raise ValueError("give each size once, smallest first")
+        return sizes
+
+
+class Topology(Spec):
+    """The network topology Slurm places jobs by, from the labels of the Kubernetes nodes the workers run on
+    (kept current by the operator's Slurm sync; Slurm 25.05 or newer). docs/operations.md, "Topology"."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {"rule": "has(self.tree) != has(self.block)", "message": "give exactly one of tree and block"},
+                {
+                    "rule": "has(self.tree) == has(oldSelf.tree)",
+                    "message": "tree and block are not swapped in place (Slurm keeps each node's place): remove"
+                    " spec.topology, wait until status.slurmNodes.topology is gone, then set the other",
+                },
+            ]
+        }
+    )
+
+    tree: TreeTopology | None = Field(default=None, description="Switches (`--switches`).")
+    block: BlockTopology | None = Field(default=None, description="Blocks (`--segment`).")
+
+    @model_validator(mode="after")
+    def _one(self) -> Topology:
+        if (self.tree is None) == (self.block is None):
+            raise ValueError("give exactly one of tree and block")
+        return self
+
+    @property
+    def plugin(self) -> str:
+        return "topology/tree" if self.tree is not None else "topology/block"
+
+
+class NodeLabelFeature(Spec):
+    """A Kubernetes node label whose value becomes a Slurm feature of the workers on that node
+    (`sbatch --constraint=<prefix><value>`)."""
+
+    label: QualifiedName = Field(description="The node label (e.g. `topology.kubernetes.io/zone`).")
+    prefix: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]*$", max_length=32)] = Field(
+        default="",
+        description="Put before the value (e.g. `zone-`), so that values of different labels (`true`) stay apart.",
+    )
+
+
 class Metrics(Spec):
     """Prometheus metrics of Slurm: the exporter Deployment `<cluster>-exporter` (reads Slurm through
     slurmrestd) and its Service, with scrape annotations."""
@@ -1207,6 +1297,12 @@ class SlurmClusterSpec(Spec):
                     "self.partitions.filter(p, has(p.default) && p.default).size() <= 1",
                     "message": "at most one partition may be the default",
                     "fieldPath": ".partitions",
+                },
+                {
+                    "rule": "!has(self.topology) || !has(self.slurmVersion) || self.slurmVersion != '24.11'",
+                    "message": "topology: Slurm 24.11 cannot place nodes that join while it runs;"
+                    " set slurmVersion 26.05",
+                    "fieldPath": ".topology",
                 },
             ]
         }
@@ -1244,6 +1340,16 @@ class SlurmClusterSpec(Spec):
     metrics: Metrics = Field(default_factory=Metrics)
     containers: Containers = Field(default_factory=Containers)
     identity: Identity = Field(default_factory=Identity)
+    topology: Topology | None = Field(
+        default=None, description='Slurm\'s network topology from node labels (docs/operations.md, "Topology").'
+    )
+    node_label_features: list[NodeLabelFeature] = Field(
+        default_factory=list,
+        max_length=16,
+        description="Node labels that become Slurm features of the workers on each node, kept current by the"
+        ' operator (docs/operations.md, "Topology").',
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["label"]},
+    )
 
     @model_validator(mode="after")
     def _cross_field(self) -> SlurmClusterSpec:
@@ -1263,6 +1369,11 @@ class SlurmClusterSpec(Spec):
                     )
         if sum(1 for p in self.partitions if p.default) > 1:
             raise ValueError("partitions: at most one partition may be the default")
+        if self.topology is not None and self.slurm_version == "24.11":
+            raise ValueError("topology: Slurm 24.11 cannot place nodes that join while it runs; set slurmVersion 26.05")
+        labels = [f.label for f in self.node_label_features]
+        if len(set(labels)) != len(labels):
+            raise ValueError("nodeLabelFeatures: name each label once")
         return self
 
     def containers_on(self, group: WorkerGroup) -> bool:
@@ -1329,6 +1440,22 @@ class DrainedNode(BaseModel):
     reason: str
 
 
+class TopologyStatus(BaseModel):
+    """The topology and node-label features the operator gave Slurm's nodes (``warden.topology``)."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True)
+
+    plugin: str = Field(default="", description="topology/tree or topology/block; empty with features alone.")
+    switches: dict[str, int] = Field(default_factory=dict, description="Worker nodes under each switch (tree).")
+    blocks: dict[str, int] = Field(
+        default_factory=dict, description="Worker nodes in each block (block); topology.conf names these blocks."
+    )
+    features: dict[str, int] = Field(default_factory=dict, description="Worker nodes with each node-label feature.")
+    unplaced: list[DrainedNode] = Field(
+        default_factory=list, description="Worker nodes left out of the topology, and why (the first 20)."
+    )
+
+
 class SlurmNodesStatus(BaseModel):
     """Worker nodes as slurmctld sees them (read through slurmrestd every few seconds)."""
 
@@ -1342,6 +1469,9 @@ class SlurmNodesStatus(BaseModel):
     down: list[DrainedNode] = Field(default_factory=list, description="Nodes down or not responding.")
     slurmd_versions: dict[str, int] = Field(
         default_factory=dict, description="Registered worker nodes by the slurmd version they report."
+    )
+    topology: TopologyStatus | None = Field(
+        default=None, description="With spec.topology or spec.nodeLabelFeatures: what the nodes were given."
     )
 
 

@@ -95,6 +95,9 @@ SLURMDBD_PORT = 6819
 RESTAPI_PORT = 6820
 #: the one slurmrestd OpenAPI version the operator speaks (Slurm 24.11 serves v0.0.40 to v0.0.42)
 RESTAPI_VERSION = "v0.0.42"
+#: the data_parser version that reads and sets a node's place in the topology (Slurm 25.05 on): the sync
+#: speaks it to clusters with spec.topology, which only runs on such a Slurm
+RESTAPI_VERSION_TOPOLOGY = "v0.0.44"
 MARIADB_PORT = 3306
 #: the Slurm metrics exporter's HTTP port (`/metrics`), and the operator's own
 EXPORTER_PORT = 9341
@@ -303,6 +306,15 @@ class Names:
     def instance_selector(self) -> dict[str, str]:
         """Every object of this cluster (used to find objects left over by removed groups)."""
         return {"app.kubernetes.io/instance": self.cluster, "app.kubernetes.io/managed-by": "warden"}
+
+
+#: the switch every tree the operator writes hangs from (``warden.topology``); no label value ends in `_`,
+#: so no switch named after one is called so
+TREE_ROOT = "root_"
+#: the block topology.conf names while no worker's node has a block label (Slurm wants at least one)
+EMPTY_BLOCK = "none_"
+#: the name Slurm gives the one topology of topology.conf (the first word of a node's Topology=)
+SLURM_TOPOLOGY = "default"
 
 
 def group_feature(group: str) -> str:

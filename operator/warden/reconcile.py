@@ -123,6 +123,12 @@ def replaced_pods(live: dict[str, Manifest], objects: list[Manifest]) -> list[st
     return out
 
 
+def observed_blocks(status: SlurmClusterStatus | None) -> tuple[str, ...]:
+    """The blocks the Slurm sync last saw workers' nodes in (topology.conf names them)."""
+    topology = status.slurm_nodes.topology if status is not None and status.slurm_nodes is not None else None
+    return tuple(sorted(topology.blocks)) if topology is not None else ()
+
+
 def previous_status(body: Manifest) -> SlurmClusterStatus | None:
     raw = body.get("status")
     if not raw:
@@ -207,7 +213,8 @@ def _reconcile(applier: Applier, body: Manifest, slurm_required: bool) -> Outcom
         return Outcome(status=status, result=None, invalid=message)
 
     monitors = spec.metrics.service_monitor.mode == "Auto" and kube.serves("monitoring.coreos.com/v1", "ServiceMonitor")
-    cluster = Cluster(name=meta["name"], namespace=meta["namespace"], spec=spec, service_monitor_crd=monitors)
+    cluster = Cluster(name=meta["name"], namespace=meta["namespace"], spec=spec, service_monitor_crd=monitors,
+                      blocks=observed_blocks(previous))  # fmt: skip
     upgrade = plan_upgrade(kube, cluster, previous)
     if upgrade.refusal is not None:
         # Refused before anything is touched: the cluster keeps running what it has; status is refreshed.

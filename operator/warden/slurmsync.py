@@ -28,18 +28,28 @@ from functools import partial
 
 from kubernetes.client.exceptions import ApiException
 
-from warden import controllersync, naming, opmetrics, tokens
+from warden import controllersync, naming, opmetrics, tokens, topology
 from warden.controllersync import ControllerPod
 from warden.events import Event, Ref
 from warden.kube.apply import Owner
 from warden.kube.client import Kube
 from warden.kube.events import EventRecorder
-from warden.model import API_GROUP, API_VERSION, WORKER_SET_KIND, SlurmNodesStatus, parse_spec
+from warden.model import (
+    API_GROUP,
+    API_VERSION,
+    WORKER_SET_KIND,
+    SlurmClusterSpec,
+    SlurmNodesStatus,
+    TopologyStatus,
+    parse_spec,
+)
 from warden.naming import Names
 from warden.nodesync import CONDITION, PodCondition, WorkerPod, plan
+from warden.reconcile import observed_blocks, previous_status
+from warden.render import config
 from warden.render.context import Cluster
 from warden.render.pods import Manifest
-from warden.slurm.model import SlurmError
+from warden.slurm.model import Node, SlurmError
 from warden.slurm.rest import SlurmRest, SlurmUnreachable, mint_token
 from warden.slurmactions import SlurmActions
 from warden.status import UNRESPONSIVE, Slurmctld
@@ -129,6 +139,8 @@ class SlurmSync:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._rounds = itertools.count(1)
+        #: worker nodes Slurm refused a place the last round, by cluster
+        self._unplaced: dict[tuple[str, str], set[str]] = {}
 
     def watch(self, namespace: str, name: str) -> None:
         with self._lock:
@@ -178,6 +190,11 @@ class SlurmSync:
             tokens.refresh(api, Cluster(name=name, namespace=namespace, spec=spec), owner, key, time.time())
         except ApiException as e:  # the exporter reads nothing until they are written; the round goes on
             log.warning("SlurmCluster %s/%s: Slurm tokens not written: %s %s", namespace, name, e.status, e.reason)
+        previous = previous_status(body)
+        given = previous.slurm_nodes.topology if previous is not None and previous.slurm_nodes is not None else None
+        restapi_series = previous.slurm.restapi if previous is not None and previous.slurm is not None else ""
+        placing = topology.placing(spec, given, restapi_series)
+        speaks = topology.speaks_topology(spec, given)
         deployment = api.get("apps/v1", "Deployment", namespace, names.restapi)
         if not deployment or int((deployment.get("status") or {}).get("readyReplicas", 0)) < 1:
             return True
@@ -185,6 +202,8 @@ class SlurmSync:
             self.settings.restapi_url_of(names),
             token=lambda: mint_token(key, "slurm", TOKEN_LIFETIME_S),
             timeout=REST_TIMEOUT_S,
+            # a node's place in the topology is read and set from v0.0.44 on (spec.topology: Slurm 25.05 on)
+            api_version=naming.RESTAPI_VERSION_TOPOLOGY if placing and speaks else naming.RESTAPI_VERSION,
         )
         self.workers.forget(namespace, name)  # the last round's nodes go before this round's come
         try:
@@ -208,7 +227,8 @@ class SlurmSync:
                 api.set_pod_condition(namespace, pod_name, condition_manifest(controllersync.CONDITION, cond, stamp))
             for event in charge.events:
                 self.recorder.post_event(Event(cluster, event.reason, event.message, Ref.pod(namespace, event.pod)))
-        pods = [worker_pod(p) for p in api.list("v1", "Pod", namespace, names.selector("worker"))]
+        raw_pods = api.list("v1", "Pod", namespace, names.selector("worker"))
+        pods = [worker_pod(p) for p in raw_pods]
         todo = plan(pods, nodes, dict.fromkeys(api.cordoned_nodes(), True))
         for node_name, why in todo.drains:
             drain = partial(rest.drain, node_name, why)
@@ -233,12 +253,82 @@ class SlurmSync:
                         len(written.results), len(writes), written.error)  # fmt: skip
         for event in todo.events:
             self.recorder.post_event(Event(cluster, event.reason, event.message, Ref.pod(namespace, event.pod)))
-        self.refresh(namespace, name, todo.summary, slurmctld)
+        summary = todo.summary
+        if placing:
+            placed = self._place(body, spec, given, raw_pods, nodes, rest, speaks)
+            summary = summary.model_copy(update={"topology": placed})
+        self.refresh(namespace, name, summary, slurmctld)
         # last: the round goes to the WorkerSet controller, whose sets act on it
         sets = api.list(f"{API_GROUP}/{API_VERSION}", WORKER_SET_KIND, namespace, names.selector("worker"))
         view = SlurmView(next(self._rounds), cluster, {n.name: n for n in nodes}, rest, now)
         self.workers.observed(view, [ws["metadata"]["name"] for ws in sets])
         return True
+
+    def _place(
+        self,
+        body: Manifest,
+        spec: SlurmClusterSpec,
+        given: TopologyStatus | None,
+        raw_pods: list[Manifest],
+        nodes: list[Node],
+        rest: SlurmRest,
+        speaks: bool,
+    ) -> TopologyStatus | None:
+        """Give each registered worker node its place in the topology and its node-label features
+        (``warden.topology``): one read of the Kubernetes nodes' labels, then only the nodes that differ.
+        What it gave, for status (None: nothing any more)."""
+        keys = topology.wanted_labels(spec.topology, spec.node_label_features)
+        labels = self.kube.node_labels(keys) if keys else {}
+        groups = {g.name: config.group_features(g) for g in spec.worker_groups}
+        workers: dict[str, str | None] = {}
+        own: dict[str, tuple[str, ...]] = {}
+        for pod in raw_pods:
+            meta = pod["metadata"]
+            if meta.get("deletionTimestamp"):
+                continue
+            workers[meta["name"]] = (pod.get("spec") or {}).get("nodeName")
+            group = (meta.get("labels") or {}).get(naming.WORKER_GROUP_LABEL)
+            if group in groups:
+                own[meta["name"]] = groups[group]
+        reserved = {naming.group_feature(g.name) for g in spec.worker_groups}
+        clear = spec.topology is None and speaks  # spec.topology removed: take the places back
+        planned = topology.plan(spec.topology, spec.node_label_features, reserved, workers, labels, clear)
+        blocks = spec.topology is not None and spec.topology.block is not None
+        if blocks:
+            topology.keep_named_blocks(planned, (n.topology for n in nodes if n.topology))
+        configured = set(observed_blocks(previous_status(body))) if blocks else None
+        todo = topology.updates(planned, {n.name: n for n in nodes}, own, configured)
+        key = (body["metadata"]["namespace"], body["metadata"]["name"])
+        placed, failed = 0, dict[str, str]()
+        for update in todo:
+            try:
+                rest.place(update.node, update.features, update.topology)
+                placed += 1
+            except SlurmError as e:  # level-based: tried again next round
+                failed[update.node] = str(e)
+        cluster = Ref.of(body)
+        if placed:
+            first = next(u for u in todo if u.node not in failed)
+            what = ", ".join(w for w, v in (("place", first.topology), ("features", first.features)) if v is not None)
+            self.recorder.post_event(Event(cluster, "SlurmNodesPlaced", f"{placed} worker nodes given their place"
+                                           f" or features (first: {first.node}: {what})"))  # fmt: skip
+        # a node placed in a block topology.conf has just named may fail once, before slurmctld has the
+        # new file: told when it fails again the next round
+        again = sorted(n for n in failed if n in self._unplaced.get(key, set()))
+        self._unplaced[key] = set(failed)
+        if failed:
+            node = next(iter(failed))
+            log.warning("SlurmCluster %s/%s: %d worker nodes not placed: %s: %s", *key, len(failed), node, failed[node])
+        if again:
+            self.recorder.post_event(Event(cluster, "SlurmNodePlaceFailed", f"{len(again)} worker nodes not"
+                                           f" placed; {again[0]}: {failed[again[0]]}"))  # fmt: skip
+        status = planned.status(spec.topology)
+        cleared = {u.node for u in todo if u.topology == "" and u.node not in failed}
+        if clear and any(n.topology and n.name not in cleared for n in nodes):
+            status.plugin = topology.given(given)  # places left to take back: the next round goes on
+        if not status.plugin and not spec.node_label_features:
+            return None
+        return status
 
     def _ask_controllers(self, body: Manifest, rest: SlurmRest) -> controllersync.Plan | None:
         """With backup controllers: which slurmctld is in charge (slurmrestd's ping), planned against the

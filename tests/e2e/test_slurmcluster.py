@@ -1235,6 +1235,82 @@ def test_slurm_config_change_reaches_every_daemon_in_place(installed: Installed)
     assert _controller_pod(installed) == before
 
 
+def _features(installed: Installed) -> dict[str, set[str]]:
+    out = installed.ssh("sinfo -N -h -o '%N %f'")
+    return {n: set(f.split(",")) for n, f in (line.split() for line in out.stdout.splitlines() if " " in line)}
+
+
+def test_node_labels_become_features_and_blocks_that_jobs_keep_to(installed: Installed) -> None:
+    """spec.topology (blocks) and spec.nodeLabelFeatures set by `helm upgrade` on the running cluster, and
+    labels put on its Kubernetes node: `sinfo` shows each worker's zone as a feature and `--constraint`
+    selects by it, `scontrol show topology` names the node's block with the workers in it, and a job
+    asking for `--segment=2` runs on two nodes of it. Taken away again: every node's place goes, the
+    zone feature too once the label is gone, and slurmctld was never restarted."""
+    kube, ns = installed.kube, installed.namespace
+    before = _controller_pod(installed)
+    block_label, zone_label = "example.com/nvlink-domain", "topology.kubernetes.io/zone"
+    k8s_node = kube.json("get", "nodes")["items"][0]["metadata"]["name"]
+    workers = [f"{NAME}-worker-cpu-0", f"{NAME}-worker-cpu-1"]
+    kube.kubectl("label", "node", k8s_node, "--overwrite", f"{block_label}=nvl-e2e", f"{zone_label}=e2e-a")
+    try:
+        installed.values["topology"] = {"block": {"label": block_label, "blockSizes": [2]}}
+        installed.values["nodeLabelFeatures"] = [{"label": zone_label, "prefix": "zone-"}]
+        installed.helm_upgrade()
+        _eventually(
+            "the zone feature on both workers",
+            lambda: all("zone-e2e-a" in _features(installed).get(w, set()) for w in workers),
+            timeout=120,
+        )
+        assert all("warden-group-cpu" in _features(installed)[w] for w in workers)
+
+        def in_block() -> str:
+            out = installed.ssh("scontrol show topology").stdout
+            line = next((x for x in out.splitlines() if x.startswith("BlockName=nvl-e2e ")), "")
+            nodes = line.split("Nodes=", 1)[1].split()[0] if "Nodes=" in line else ""
+            names = installed.ssh(f"scontrol show hostnames {nodes}").stdout.split() if nodes else []
+            return line if set(workers) <= set(names) else ""
+
+        line = _eventually("scontrol show topology to put both workers in block nvl-e2e", in_block, timeout=120)
+        assert "BlockSize=2" in line, line
+        for w in workers:
+            assert "Topology=default:nvl-e2e" in installed.ssh(f"scontrol show node {w}").stdout
+
+        # a constraint by the label's value runs; one no node has is refused at once
+        out = installed.ssh("sbatch --parsable -N1 --constraint=zone-e2e-a -o /dev/null --wrap true")
+        assert out.returncode == 0, out.stderr
+        assert _wait_job(installed, out.stdout.strip().split(";")[0]) == "COMPLETED"
+        out = installed.ssh("sbatch --parsable -N1 --constraint=zone-elsewhere -o /dev/null --wrap true")
+        assert out.returncode != 0 and "feature" in out.stderr.lower(), (out.stdout, out.stderr)
+        # two nodes in one segment of the block
+        out = installed.ssh("sbatch --parsable -N2 --segment=2 -o /dev/null --wrap 'srun hostname'")
+        assert out.returncode == 0, out.stderr
+        job = out.stdout.strip().split(";")[0]
+        assert _wait_job(installed, job) == "COMPLETED"
+        shown = dict(f.split("=", 1) for f in installed.ssh(f"scontrol show job -o {job}").stdout.split() if "=" in f)
+        assert shown.get("SegmentSize") == "2", shown
+        ran = set(installed.ssh(f"scontrol show hostnames {shown['NodeList']}").stdout.split())
+        assert ran == set(workers), shown["NodeList"]
+        status = kube.json("-n", ns, "get", "slurmcluster", NAME)["status"]["slurmNodes"]["topology"]
+        assert status["plugin"] == "topology/block" and status["blocks"].get("nvl-e2e", 0) >= 2, status
+        assert status["features"].get("zone-e2e-a", 0) >= 2 and status["unplaced"] == [], status
+    finally:
+        installed.values.pop("topology", None)
+        installed.values.pop("nodeLabelFeatures", None)
+        installed.helm_upgrade()
+        kube.kubectl("label", "node", k8s_node, f"{block_label}-", f"{zone_label}-")
+    # every place taken back (Slurm keeps them in its state otherwise), and status says nothing of it
+    _eventually("no worker placed any more",
+                lambda: all("Topology=" not in installed.ssh(f"scontrol show node {w}").stdout for w in workers),
+                timeout=120)  # fmt: skip
+    _eventually(
+        "status.slurmNodes.topology gone",
+        lambda: "topology" not in kube.json("-n", ns, "get", "slurmcluster", NAME)["status"]["slurmNodes"],
+        timeout=60,
+    )
+    assert "topology/block" not in installed.ssh("scontrol show config | grep -i '^TopologyPlugin'").stdout
+    assert _controller_pod(installed) == before, "slurmctld's pod was replaced or restarted"
+
+
 def test_gpu_group_added_by_helm_upgrade_is_usable_from_the_same_login(installed: Installed) -> None:
     """A GPU group, its partition and the NCCL check added to the running cluster: the new workers join
     Slurm with their GPUs (gres), and the login pod and slurmctld, neither restarted, follow the new

@@ -26,6 +26,7 @@ import base64
 import sys
 import time
 from collections.abc import Iterator
+from functools import partial
 from typing import Any
 
 import pytest
@@ -407,3 +408,116 @@ def test_the_exporter_has_a_token_of_its_own_written_anew_when_the_key_is_rotate
     failures = len(slurm.auth_failures)
     _rounds(slurm, 2, op)  # the sync goes on with the new key: its own tokens are taken
     assert slurm.auth_failures[failures:] == []
+
+
+BLOCK_LABEL, ZONE_LABEL = "example.com/nvlink-domain", "topology.kubernetes.io/zone"
+
+
+def test_workers_are_placed_and_featured_by_their_nodes_labels_as_labels_change_and_pods_move(
+    api_client: Any,
+    controlplane: ControlPlane,
+    cluster_namespace: str,
+    slurm: FakeSlurmrestd,
+    synced_operator: OperatorProcess,
+) -> None:
+    """spec.topology (blocks) and spec.nodeLabelFeatures: each registered worker gets the block and zone
+    of the Kubernetes node its pod runs on (through slurmrestd's v0.0.44, as ``scontrol update
+    Topology=... Features=...``), topology.conf names the blocks, status counts them; a label changed
+    or a pod made again on another node is followed."""
+    ns, op = cluster_namespace, synced_operator
+    core = client.CoreV1Api(api_client)
+    here = {"example.com/test": ns}  # this test's own kwok nodes; the workers are pinned to them
+    [k0] = controlplane.add_fake_nodes(1, {**here, BLOCK_LABEL: "nvl1", ZONE_LABEL: "a"})
+    body = load_example("cpu-only", ns)
+    body["spec"]["topology"] = {"block": {"label": BLOCK_LABEL, "blockSizes": [1, 2]}}
+    body["spec"]["nodeLabelFeatures"] = [{"label": ZONE_LABEL, "prefix": "zone-"}]
+    body["spec"]["workerGroups"][0]["nodeSelector"] = here
+    apply_cluster(api_client, body)
+
+    def key() -> bytes | None:
+        data = core.read_namespaced_secret(NAMES.jwt_key, ns).data or {}
+        return base64.b64decode(data[JWT_KEY]) if JWT_KEY in data else None
+
+    slurm.jwt_key = wait_for("the cluster's JWT key Secret", key, TIMEOUT, on_fail=op.log_tail)
+    wait_for("both workers on the labelled node", lambda: _nodes_of(core, ns) == dict.fromkeys(WORKERS, k0), TIMEOUT)
+    for w in WORKERS:
+        slurm.register(w)
+
+    def placed(w: str, block: str, zone: str) -> bool:
+        features = slurm.features_of(w) or []
+        return slurm.topology.get(w) == f"default:{block}" and zone in features
+
+    for w in WORKERS:  # the block only once topology.conf names it: the reconcile writes it first
+        wait_for(f"{w} placed in nvl1, zone-a", partial(placed, w, "nvl1", "zone-a"), TIMEOUT, on_fail=op.log_tail)
+        assert "warden-group-cpu" in (slurm.features_of(w) or [])  # its NodeSet's feature stays
+    assert slurm.versions["v0.0.44"] > 0 and slurm.versions["v0.0.42"] == 0
+    conf = core.read_namespaced_config_map(NAMES.slurm_config, ns).data
+    assert "TopologyPlugin=topology/block" in conf["slurm.conf"]
+    assert [line for line in conf["topology.conf"].splitlines() if line.startswith("Block")] == [
+        "BlockName=nvl1", "BlockSizes=1,2"]  # fmt: skip
+
+    def status() -> Any:
+        return get_cluster(api_client, ns, CLUSTER)["status"]["slurmNodes"].get("topology")
+
+    shown = wait_for("status to count the block", lambda: status() if (status() or {}).get("blocks") else None, TIMEOUT)
+    assert shown["plugin"] == "topology/block" and shown["blocks"] == {"nvl1": 2}
+    assert shown["features"] == {"zone-a": 2} and shown["unplaced"] == []
+    _wait_event(core, ns, "SlurmNodesPlaced", "worker nodes given their place", op)
+
+    # a node's label changes: its workers' features follow
+    core.patch_node(k0, {"metadata": {"labels": {ZONE_LABEL: "c"}}})
+    for w in WORKERS:
+        wait_for(f"{w} in zone-c", partial(placed, w, "nvl1", "zone-c"), TIMEOUT, on_fail=op.log_tail)
+        assert "zone-a" not in (slurm.features_of(w) or [])
+
+    # a worker's pod is made again on another node (its own is cordoned): placed by its new node, in a
+    # block topology.conf did not name until then
+    first, second = WORKERS
+    [k1] = controlplane.add_fake_nodes(1, {**here, BLOCK_LABEL: "nvl2", ZONE_LABEL: "b"})
+    core.patch_node(k0, {"spec": {"unschedulable": True}})
+    try:
+        old_uid = _pod(core, ns, second).metadata.uid
+        core.delete_namespaced_pod(second, ns, grace_period_seconds=0)
+        slurm.unregister(second)  # its slurmd's graceful exit deletes its record
+        wait_for(f"{second} made again on {k1}", lambda: _new_pod_on(core, ns, second, old_uid, k1), TIMEOUT,
+                 on_fail=op.log_tail)  # fmt: skip
+        slurm.register(second)
+        wait_for(f"{second} placed in nvl2, zone-b", lambda: placed(second, "nvl2", "zone-b"), TIMEOUT,
+                 on_fail=op.log_tail)  # fmt: skip
+    finally:
+        core.patch_node(k0, {"spec": {"unschedulable": None}})
+    conf = core.read_namespaced_config_map(NAMES.slurm_config, ns).data
+    assert [line for line in conf["topology.conf"].splitlines() if line.startswith("BlockName")] == [
+        "BlockName=nvl1", "BlockName=nvl2"]  # fmt: skip
+
+    # a label gone: the worker is left out of the topology, and status says why
+    core.patch_node(k1, {"metadata": {"labels": {BLOCK_LABEL: None}}})
+    wait_for(f"{second} out of the topology", lambda: slurm.topology.get(second) == "", TIMEOUT, on_fail=op.log_tail)
+
+    def unplaced() -> Any:
+        return (status() or {}).get("unplaced") or None
+
+    assert wait_for("status to list it", unplaced, TIMEOUT, on_fail=op.log_tail) == [
+        {"node": second, "reason": f"node {k1} has no label {BLOCK_LABEL}"}
+    ]
+    assert placed(first, "nvl1", "zone-c")
+
+
+def _nodes_of(core: client.CoreV1Api, ns: str) -> dict[str, str]:
+    """Worker pod -> the Kubernetes node it is scheduled to."""
+    pods = {w: _pod_or_none(core, ns, w) for w in WORKERS}
+    return {w: p.spec.node_name for w, p in pods.items() if p is not None and p.spec.node_name}
+
+
+def _pod_or_none(core: client.CoreV1Api, ns: str, name: str) -> Any:
+    try:
+        return _pod(core, ns, name)
+    except client.ApiException as e:
+        if e.status == 404:
+            return None
+        raise
+
+
+def _new_pod_on(core: client.CoreV1Api, ns: str, name: str, old_uid: str, node: str) -> bool:
+    pod = _pod_or_none(core, ns, name)
+    return pod is not None and pod.metadata.uid != old_uid and pod.spec.node_name == node

@@ -19,6 +19,12 @@ own JSON, and remembers what the sync did to Slurm's nodes, so that later reads 
 - ``POST /slurm/v0.0.42/node/<name>``: ``{"state": ["DRAIN"], "reason": ...}`` sets the DRAIN flag and
   the reason, ``{"state": ["RESUME"]}`` clears it (Slurm keeps the reason text); both recorded.
 - ``DELETE /slurm/v0.0.42/node/<name>``: the node record goes; recorded.
+- ``POST /slurm/v0.0.42/node/<name>`` with ``features`` (and ``features_act``) sets the node's feature
+  lists; recorded as ``place``.
+- ``/slurm/v0.0.44/...`` (``RESTAPI_VERSION_TOPOLOGY``, what the sync speaks to a cluster with a
+  topology): the same, and node records carry ``topology`` (Slurm 26.05's v0.0.44 node record is
+  v0.0.42's with that field and two about TLS certificates, which the sync does not read), which
+  ``topology_str`` in a node update sets. v0.0.42 refuses ``topology_str``, as it has no such field.
 
 An unknown node is "Invalid node name specified" (error 2017); the error documents have slurmrestd's
 shape (``{"errors": [{"description", "error"}], ...}`` with HTTP 500), as in tests/unit/test_slurmrest.py.
@@ -56,7 +62,7 @@ from typing import Any
 from urllib.parse import unquote
 
 from tests.support.jsonserver import JsonServer
-from warden.naming import RESTAPI_VERSION
+from warden.naming import RESTAPI_VERSION, RESTAPI_VERSION_TOPOLOGY
 from warden.slurm.rest import CONTROLLER_SILENT
 
 FIXTURES = Path(__file__).resolve().parents[1] / "unit" / "fixtures" / "slurm"
@@ -72,7 +78,7 @@ class Action:
 
     verb: str
     node: str
-    reason: str = ""
+    reason: str = ""  # a drain's; a place's: what it set (``features=a,b topology=default:b1``)
 
 
 def _unb64(part: str) -> bytes:
@@ -87,7 +93,7 @@ class FakeSlurmrestd:
     def __init__(self, namespace: str, cluster: str) -> None:
         self.namespace = namespace
         self.cluster = cluster
-        self.prefix = f"/{namespace}/{cluster}/slurm/{RESTAPI_VERSION}/"
+        self.prefix = f"/{namespace}/{cluster}/slurm/"
         nodes_doc = json.loads(NODES_CAPTURE.read_text())
         jobs_doc = json.loads(JOBS_CAPTURE.read_text())
         self._captured_nodes = {n["name"]: n for n in nodes_doc["nodes"]}
@@ -103,6 +109,10 @@ class FakeSlurmrestd:
         self.actions: list[Action] = []
         #: requests served, by (method, path below the API prefix), e.g. ("GET", "nodes")
         self.served: Counter[tuple[str, str]] = Counter()
+        #: requests served, by the API version they asked for
+        self.versions: Counter[str] = Counter()
+        #: each node's place in the topology (served from v0.0.44 on), by node
+        self.topology: dict[str, str] = {}
         #: requests whose token was checked against ``jwt_key`` and held
         self.verified = 0
         self.auth_failures: list[str] = []
@@ -149,7 +159,14 @@ class FakeSlurmrestd:
         record.update(name=name, hostname=name, reason="", reason_set_by_user="")
         with self._lock:
             self.nodes[name] = record
+            self.topology.pop(name, None)  # registering afresh, as slurmd -Z does: no place given yet
             self._set_state(record, list(state), reason)
+
+    def unregister(self, name: str) -> None:
+        """A node's record goes, as a worker's slurmd deletes its own when its pod stops."""
+        with self._lock:
+            self.nodes.pop(name, None)
+            self.topology.pop(name, None)
 
     def set_state(self, name: str, *state: str, reason: str | None = None) -> None:
         """What a person's ``scontrol update`` or slurmctld itself would change: the node's state words
@@ -198,6 +215,11 @@ class FakeSlurmrestd:
     def actions_on(self, node: str) -> list[Action]:
         with self._lock:
             return [a for a in self.actions if a.node == node]
+
+    def features_of(self, name: str) -> list[str] | None:
+        with self._lock:
+            record = self.nodes.get(name)
+            return list(record["features"]) if record is not None else None
 
     def state_of(self, name: str) -> list[str] | None:
         """The node's state words as served; None once it is deleted."""
@@ -268,12 +290,18 @@ class FakeSlurmrestd:
             if why is not None:
                 self.auth_failures.append(f"{method} {path}: {why}")
                 return self._error(401, "Authentication failure")
-            below = path[len(self.prefix) :].split("?")[0]
+            version, _, below = path[len(self.prefix) :].split("?")[0].partition("/")
+            if version not in (RESTAPI_VERSION, RESTAPI_VERSION_TOPOLOGY):
+                return self._error(404, f"no such path: {path}")
+            self.versions[version] += 1
             self.served[(method, below)] += 1
             if self.silent:
                 return self._error(500, f"Failed to {method} {below}", CONTROLLER_SILENT[0])
             body = json.loads(raw) if raw else {}
             if (method, below) == ("GET", "nodes"):
+                if version == RESTAPI_VERSION_TOPOLOGY:
+                    nodes = [{**n, "topology": self.topology.get(n["name"], "")} for n in self.nodes.values()]
+                    return 200, {"nodes": nodes, **self._nodes_doc}
                 return 200, {"nodes": list(self.nodes.values()), **self._nodes_doc}
             if (method, below) == ("GET", "jobs"):
                 return 200, {"jobs": list(self.jobs.values()), **self._jobs_doc}
@@ -282,10 +310,10 @@ class FakeSlurmrestd:
                     return 200, {"jobs": [self.jobs[int(m[1])]], **self._jobs_doc}
                 return self._error(500, f"Unable to query JobId={m[1]}", "Invalid job id specified")
             if m := re.fullmatch(r"node/([^/]+)", below):
-                return self._node(method, unquote(m[1]), body)
+                return self._node(method, unquote(m[1]), body, version)
             return self._error(404, f"no such path: {below}")
 
-    def _node(self, method: str, name: str, body: dict[str, Any]) -> tuple[int, Any]:
+    def _node(self, method: str, name: str, body: dict[str, Any], version: str) -> tuple[int, Any]:
         record = self.nodes.get(name)
         if record is None:
             return self._error(500, "Invalid node name specified", number=2017)
@@ -302,5 +330,17 @@ class FakeSlurmrestd:
         if method == "POST" and body.get("state") == ["RESUME"]:
             self._set_state(record, [w for w in record["state"] if w != "DRAIN"], None)
             self.actions.append(Action("resume", name))
+            return 200, ok
+        if method == "POST" and "state" not in body and ("features" in body or "topology_str" in body):
+            if "topology_str" in body and version != RESTAPI_VERSION_TOPOLOGY:
+                return self._error(400, f"{version} has no field topology_str")
+            said = []
+            if "features" in body:
+                record["features"] = record["active_features"] = str(body["features"]).split(",")
+                said.append(f"features={body['features']}")
+            if "topology_str" in body:
+                self.topology[name] = str(body["topology_str"])
+                said.append(f"topology={body['topology_str']}")
+            self.actions.append(Action("place", name, " ".join(said)))
             return 200, ok
         return self._error(400, f"node update not understood: {method} {body}")

@@ -11,6 +11,7 @@ from warden import quantity as quantity_mod
 from warden.model import SLURMDBD_PRIVATE_DATA, WorkerGroup
 from warden.naming import group_feature
 from warden.render.context import Cluster
+from warden.topology import config_blocks
 
 _ENV = jinja2.Environment(
     loader=jinja2.PackageLoader("warden", "templates"),
@@ -94,6 +95,23 @@ def slurm_conf(cluster: Cluster) -> str:
         partitions=partitions,
         private_data=list(spec.slurm_config.private_data),
         extra_lines=list(spec.slurm_config.extra_lines),
+        topology=spec.topology,
+    )
+
+
+def topology_conf(cluster: Cluster) -> str:
+    """topology.conf of a cluster with spec.topology (``warden.topology`` places the nodes)."""
+    topology = cluster.spec.topology
+    assert topology is not None
+    blocks = config_blocks(cluster.blocks)
+    return _render(
+        "topology.conf.j2",
+        **_common(cluster),
+        tree=topology.tree,
+        root=naming.TREE_ROOT,
+        block=topology.block,
+        blocks=blocks,
+        empty=blocks == (naming.EMPTY_BLOCK,),
     )
 
 
@@ -177,6 +195,8 @@ def slurm_config_files(cluster: Cluster) -> dict[str, str]:
         files[plugstack_key(g.name)] = plugstack_conf(cluster, g)
     if any(cluster.spec.containers_on(g) for g in cluster.spec.worker_groups):
         files[naming.ENROOT_CONF] = enroot_conf(cluster)
+    if cluster.spec.topology is not None:
+        files["topology.conf"] = topology_conf(cluster)
     return files
 
 
@@ -314,9 +334,14 @@ def slurmd_node_conf(group: WorkerGroup) -> str:
     if group.gpus.count > 0:
         kind = f"gpu:{group.gpus.type}" if group.gpus.type else "gpu"
         parts.append(f"Gres={kind}:{group.gpus.count}")
-    features = [group_feature(group.name), *group.features]
-    parts.append(f"Feature={','.join(features)}")
+    parts.append(f"Feature={','.join(group_features(group))}")
     return " ".join(parts)
+
+
+def group_features(group: WorkerGroup) -> tuple[str, ...]:
+    """The features a group's nodes register with: the group's own (its NodeSet selects on it) and
+    spec's; the operator adds the node-label features (``warden.topology``) after registration."""
+    return (group_feature(group.name), *group.features)
 
 
 def _cpus(quantity: str | None) -> int | None:

@@ -66,6 +66,7 @@ class Node:
     alloc_cpus: int = 0
     gres_used: str = ""  # ``gpu:h100:2(IDX:0-1)``: the GPUs jobs hold now
     version: str = ""  # the slurmd release the node registered with (``26.05.5``); "" when not reported
+    topology: str = ""  # where it is placed (``default:b1``); data_parser v0.0.44 on, "" before or when none
 
     @property
     def gpus(self) -> int:
@@ -130,6 +131,7 @@ def _node_from_json(raw: dict[str, Any], same: _Shared | None = None) -> Node:
     gres = raw.get("gres")
     gres_used = raw.get("gres_used")
     version = raw.get("version")
+    topology = raw.get("topology")
     return Node(
         name=name,
         state=same(base),
@@ -142,6 +144,7 @@ def _node_from_json(raw: dict[str, Any], same: _Shared | None = None) -> Node:
         alloc_cpus=_count(raw.get("alloc_cpus"), f"node {name}: alloc_cpus"),
         gres_used=same(gres_used if isinstance(gres_used, str) and gres_used != "(null)" else ""),
         version=same(version if isinstance(version, str) and version != "(null)" else ""),
+        topology=same(topology if isinstance(topology, str) and topology != "(null)" else ""),
     )
 
 

@@ -1,4 +1,5 @@
-"""The operator's client of slurmrestd: one pinned OpenAPI version (``naming.RESTAPI_VERSION``), JWT auth.
+"""The operator's client of slurmrestd: one pinned OpenAPI version (``naming.RESTAPI_VERSION``; a cluster with a
+topology, ``naming.RESTAPI_VERSION_TOPOLOGY``), JWT auth.
 
 Everything the operator and the exporter ask of or do to slurmctld goes through ``SlurmRest``
 (``warden.slurm.cli`` is the command-line half, used by the health checks inside the cluster). The node
@@ -149,8 +150,11 @@ class SlurmRest:
         user: str = OPERATOR_USER,
         timeout: float = 10.0,
         http: urllib3.PoolManager | None = None,
+        api_version: str = RESTAPI_VERSION,
     ) -> None:
         self.base_url = base_url.rstrip("/")
+        #: data_parser version of every request; ``RESTAPI_VERSION_TOPOLOGY`` reads and sets node topology
+        self.api_version = api_version
         self.token = token
         self.user = user
         self.timeout = urllib3.Timeout(connect=min(3.0, timeout), read=timeout)
@@ -197,7 +201,7 @@ class SlurmRest:
 
     def _open(self, method: str, path: str, what: str, body: dict[str, Any] | None) -> urllib3.BaseHTTPResponse:
         """A successful answer (2xx), its body not read yet; an error answer raises what it says."""
-        url = f"{self.base_url}/slurm/{RESTAPI_VERSION}/{path}"
+        url = f"{self.base_url}/slurm/{self.api_version}/{path}"
         headers = {
             "X-SLURM-USER-NAME": self.user,
             "X-SLURM-USER-TOKEN": self.token(),
@@ -290,6 +294,17 @@ class SlurmRest:
 
     def resume(self, name: str) -> None:
         self._update(name, f"resume {name}", {"state": ["RESUME"]})
+
+    def place(self, name: str, features: tuple[str, ...] | None, topology: str | None) -> None:
+        """Give a node these features (available and active; None: leave them) and this place in the
+        topology (``default:b1``, "" for none; None: leave it; needs ``RESTAPI_VERSION_TOPOLOGY``)."""
+        body: dict[str, Any] = {}
+        if features is not None:
+            body["features"] = body["features_act"] = ",".join(features)
+        if topology is not None:
+            body["topology_str"] = topology
+        if body:
+            self._update(name, f"place node {name}", body)
 
     def delete_node(self, name: str) -> None:
         """Remove a (dynamic) node record; one that is already gone is not an error."""
