@@ -1307,7 +1307,13 @@ def test_node_labels_become_features_and_blocks_that_jobs_keep_to(installed: Ins
         lambda: "topology" not in kube.json("-n", ns, "get", "slurmcluster", NAME)["status"]["slurmNodes"],
         timeout=60,
     )
-    assert "topology/block" not in installed.ssh("scontrol show config | grep -i '^TopologyPlugin'").stdout
+    removed = time.monotonic()
+    _eventually(
+        "slurmctld reconfigured without the block topology",
+        lambda: "topology/block" not in installed.ssh("scontrol show config | grep -i '^TopologyPlugin'").stdout,
+        timeout=120,
+    )
+    print(f"\ntopology removed: slurmctld without it after {time.monotonic() - removed:.1f}s more")
     assert _controller_pod(installed) == before, "slurmctld's pod was replaced or restarted"
 
 
