@@ -49,6 +49,7 @@ class WorkerPod:
     condition: PodCondition | None  # what the pod carries now
     deleting: bool = False
     busy_label: bool = False  # the pod carries slurm.warden.dev/busy=true
+    group: str | None = None  # its worker group (label slurm.warden.dev/worker-group)
 
 
 @dataclass(frozen=True)

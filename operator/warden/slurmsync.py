@@ -39,6 +39,7 @@ from warden.model import (
     API_VERSION,
     WORKER_SET_KIND,
     SlurmClusterSpec,
+    SlurmClusterStatus,
     SlurmNodesStatus,
     TopologyStatus,
     parse_spec,
@@ -96,6 +97,7 @@ def worker_pod(pod: Manifest) -> WorkerPod:
         condition=pod_condition(pod, CONDITION),
         deleting=bool(meta.get("deletionTimestamp")),
         busy_label=(meta.get("labels") or {}).get(naming.BUSY_LABEL) == "true",
+        group=(meta.get("labels") or {}).get(naming.WORKER_GROUP_LABEL),
     )
 
 
@@ -106,6 +108,11 @@ def controller_pod(pod: Manifest) -> ControllerPod:
         condition=pod_condition(pod, controllersync.CONDITION),
         deleting=bool(meta.get("deletionTimestamp")),
     )
+
+
+def given_topology(previous: SlurmClusterStatus | None) -> TopologyStatus | None:
+    """What the last round recorded of the places and features it gave (status.slurmNodes.topology)."""
+    return previous.slurm_nodes.topology if previous is not None and previous.slurm_nodes is not None else None
 
 
 def condition_manifest(type_: str, cond: PodCondition, stamp: str) -> Manifest:
@@ -191,7 +198,7 @@ class SlurmSync:
         except ApiException as e:  # the exporter reads nothing until they are written; the round goes on
             log.warning("SlurmCluster %s/%s: Slurm tokens not written: %s %s", namespace, name, e.status, e.reason)
         previous = previous_status(body)
-        given = previous.slurm_nodes.topology if previous is not None and previous.slurm_nodes is not None else None
+        given = given_topology(previous)
         restapi_series = previous.slurm.restapi if previous is not None and previous.slurm is not None else ""
         placing = topology.placing(spec, given, restapi_series)
         speaks = topology.speaks_topology(spec, given)
@@ -227,8 +234,7 @@ class SlurmSync:
                 api.set_pod_condition(namespace, pod_name, condition_manifest(controllersync.CONDITION, cond, stamp))
             for event in charge.events:
                 self.recorder.post_event(Event(cluster, event.reason, event.message, Ref.pod(namespace, event.pod)))
-        raw_pods = api.list("v1", "Pod", namespace, names.selector("worker"))
-        pods = [worker_pod(p) for p in raw_pods]
+        pods = [worker_pod(p) for p in api.list("v1", "Pod", namespace, names.selector("worker"))]
         todo = plan(pods, nodes, dict.fromkeys(api.cordoned_nodes(), True))
         for node_name, why in todo.drains:
             drain = partial(rest.drain, node_name, why)
@@ -255,7 +261,7 @@ class SlurmSync:
             self.recorder.post_event(Event(cluster, event.reason, event.message, Ref.pod(namespace, event.pod)))
         summary = todo.summary
         if placing:
-            placed = self._place(body, spec, given, raw_pods, nodes, rest, speaks)
+            placed = self._place(body, spec, previous, pods, nodes, rest, speaks)
             summary = summary.model_copy(update={"topology": placed})
         self.refresh(namespace, name, summary, slurmctld)
         # last: the round goes to the WorkerSet controller, whose sets act on it
@@ -268,8 +274,8 @@ class SlurmSync:
         self,
         body: Manifest,
         spec: SlurmClusterSpec,
-        given: TopologyStatus | None,
-        raw_pods: list[Manifest],
+        previous: SlurmClusterStatus | None,
+        pods: list[WorkerPod],
         nodes: list[Node],
         rest: SlurmRest,
         speaks: bool,
@@ -280,23 +286,15 @@ class SlurmSync:
         keys = topology.wanted_labels(spec.topology, spec.node_label_features)
         labels = self.kube.node_labels(keys) if keys else {}
         groups = {g.name: config.group_features(g) for g in spec.worker_groups}
-        workers: dict[str, str | None] = {}
-        own: dict[str, tuple[str, ...]] = {}
-        for pod in raw_pods:
-            meta = pod["metadata"]
-            if meta.get("deletionTimestamp"):
-                continue
-            workers[meta["name"]] = (pod.get("spec") or {}).get("nodeName")
-            group = (meta.get("labels") or {}).get(naming.WORKER_GROUP_LABEL)
-            if group in groups:
-                own[meta["name"]] = groups[group]
+        workers = {p.name: p.k8s_node for p in pods if not p.deleting}
+        own = {p.name: groups[p.group] for p in pods if not p.deleting and p.group in groups}
         reserved = {naming.group_feature(g.name) for g in spec.worker_groups}
         clear = spec.topology is None and speaks  # spec.topology removed: take the places back
         planned = topology.plan(spec.topology, spec.node_label_features, reserved, workers, labels, clear)
         blocks = spec.topology is not None and spec.topology.block is not None
         if blocks:
             topology.keep_named_blocks(planned, (n.topology for n in nodes if n.topology))
-        configured = set(observed_blocks(previous_status(body))) if blocks else None
+        configured = set(observed_blocks(previous)) if blocks else None
         todo = topology.updates(planned, {n.name: n for n in nodes}, own, configured)
         key = (body["metadata"]["namespace"], body["metadata"]["name"])
         placed, failed = 0, dict[str, str]()
@@ -325,7 +323,7 @@ class SlurmSync:
         status = planned.status(spec.topology)
         cleared = {u.node for u in todo if u.topology == "" and u.node not in failed}
         if clear and any(n.topology and n.name not in cleared for n in nodes):
-            status.plugin = topology.given(given)  # places left to take back: the next round goes on
+            status.plugin = topology.given(given_topology(previous))  # places left to take back: next round
         if not status.plugin and not spec.node_label_features:
             return None
         return status

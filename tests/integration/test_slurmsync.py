@@ -126,6 +126,16 @@ def _rounds(slurm: FakeSlurmrestd, n: int, op: OperatorProcess) -> None:
     wait_for(f"{n} more sync rounds", lambda: slurm.reads() >= start + n, TIMEOUT, on_fail=op.log_tail)
 
 
+def _check_tokens(core: client.CoreV1Api, ns: str, slurm: FakeSlurmrestd, op: OperatorProcess) -> None:
+    """The stand-in checks every token against the cluster's JWT key from its Secret on."""
+
+    def key() -> bytes | None:
+        data = core.read_namespaced_secret(NAMES.jwt_key, ns).data or {}
+        return base64.b64decode(data[JWT_KEY]) if JWT_KEY in data else None
+
+    slurm.jwt_key = wait_for("the cluster's JWT key Secret", key, TIMEOUT, on_fail=op.log_tail)
+
+
 def _up(
     api: Any,
     ns: str,
@@ -137,12 +147,7 @@ def _up(
     gives a node's state and reason), Ready."""
     core = client.CoreV1Api(api)
     apply_cluster(api, load_example("cpu-only", ns))
-
-    def key() -> bytes | None:
-        data = core.read_namespaced_secret(NAMES.jwt_key, ns).data or {}
-        return base64.b64decode(data[JWT_KEY]) if JWT_KEY in data else None
-
-    slurm.jwt_key = wait_for("the cluster's JWT key Secret", key, TIMEOUT, on_fail=op.log_tail)
+    _check_tokens(core, ns, slurm, op)
 
     def scheduled() -> bool:
         return all(_pod(core, ns, w).spec.node_name for w in WORKERS)
@@ -433,12 +438,7 @@ def test_workers_are_placed_and_featured_by_their_nodes_labels_as_labels_change_
     body["spec"]["nodeLabelFeatures"] = [{"label": ZONE_LABEL, "prefix": "zone-"}]
     body["spec"]["workerGroups"][0]["nodeSelector"] = here
     apply_cluster(api_client, body)
-
-    def key() -> bytes | None:
-        data = core.read_namespaced_secret(NAMES.jwt_key, ns).data or {}
-        return base64.b64decode(data[JWT_KEY]) if JWT_KEY in data else None
-
-    slurm.jwt_key = wait_for("the cluster's JWT key Secret", key, TIMEOUT, on_fail=op.log_tail)
+    _check_tokens(core, ns, slurm, op)
     wait_for("both workers on the labelled node", lambda: _nodes_of(core, ns) == dict.fromkeys(WORKERS, k0), TIMEOUT)
     for w in WORKERS:
         slurm.register(w)
