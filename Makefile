@@ -118,9 +118,16 @@ images-gpu: base-image ## the GPU jail: warden/jail-gpu, warden/populate-jail-gp
 images-test: base-image ## what the test tiers run beside a cluster: warden/test-registry (Debian's docker-registry), warden/test-image, warden/test-ldap (OpenLDAP's slapd)
 	hack/images.sh test
 
+# --- registry ----------------------------------------------------------------------------------
+.PHONY: push
+push: ## push images + charts: REGISTRY=<host[:port]/path> [VERSION=<version>] [NAMES="operator ..."] (docs/install.md)
+	@[ -n "$(REGISTRY)" ] || { echo "usage: make push REGISTRY=<host[:port]/path> [VERSION=<version>] [NAMES=...]" >&2; exit 2; }
+	hack/build-k8s-bins.sh helm
+	$(if $(VERSION),WARDEN_VERSION=$(VERSION) )hack/push.sh $(REGISTRY) $(NAMES)
+
 # --- local cluster -----------------------------------------------------------------------------
 .PHONY: up down
-up: venv ## local Kubernetes + images + charts + a SlurmCluster you can SSH into (docs/local-cluster.md)
+up: venv ## local Kubernetes + its registry, images and charts pushed there, a SlurmCluster you can SSH into (docs/local-cluster.md)
 	$(PY) -m warden_dev up
 
 down: venv ## tear down what `make up` (or `make controlplane-up`) started, and only that (idempotent)
