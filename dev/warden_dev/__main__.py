@@ -1,19 +1,21 @@
 """python -m warden_dev: the development clusters from the shell (`make up`, `make down`, docs/local-cluster.md).
 
     python -m warden_dev up        # everything `make up` does: Debian packages, Docker, Kubernetes binaries,
-                                   # the local cluster, `make images`, the charts and a Ready SlurmCluster
+                                   # the local cluster and its registry, `make images`, the images and charts
+                                   # pushed to the registry, the charts installed from it, a Ready SlurmCluster
     python -m warden_dev down      # stop and remove what `up` (and `controlplane up`) made, and only that
     eval "$(python -m warden_dev env)"   # KUBECONFIG and the pinned kubectl/helm on PATH
     python -m warden_dev status    # exit 0 when every component of the local cluster runs
     python -m warden_dev check     # would `up` start here? (another kubelet, its ports, KUBE-*/CNI-* chains, ...)
     python -m warden_dev cluster   # up's first half: packages, Docker, binaries, the cluster (the e2e tier's)
-    python -m warden_dev demo      # up's second half: images into containerd, the charts, the SlurmCluster
+    python -m warden_dev demo      # up's second half: images and charts pushed (hack/push.sh), installed, Ready
     python -m warden_dev deps | pause-image | fake-gpu-plugin
     python -m warden_dev controlplane up|down|env [--nodes N] [--gpu-nodes N]   # a control plane with kwok nodes
 
 The local cluster needs root; its state (certs, etcd, logs, kubeconfig, the host record) lives in
 ${WARDEN_LOCALCLUSTER_DIR:-~/.cache/warden/localcluster}, the control plane's in
-${WARDEN_CONTROLPLANE_DIR:-~/.cache/warden/controlplane}.
+${WARDEN_CONTROLPLANE_DIR:-~/.cache/warden/controlplane}; its registry (127.0.0.1:5000) keeps what was
+pushed in ~/.cache/warden/registry, across `down` (remove that directory to start cold).
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from warden_dev.localcluster import LocalCluster, LocalClusterError, build_fake_
 
 #: Debian packages the local cluster needs
 DEBIAN_PACKAGES = ("containerd", "runc", "containernetworking-plugins", "iptables", "ipset", "iproute2",
-                   "openssh-client", "gcc", "libc6-dev", "tar")  # fmt: skip
+                   "openssh-client", "gcc", "libc6-dev", "tar", "docker-registry")  # fmt: skip
 
 
 def missing_packages(packages: Sequence[str] = DEBIAN_PACKAGES) -> list[str]:

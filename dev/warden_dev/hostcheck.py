@@ -9,7 +9,7 @@ node's cgroups and /var/lib/kubelet; two kube-proxies and two CNI setups over th
 - a kubelet, kube-proxy or an all-in-one Kubernetes (k3s, k0s, rke2, microk8s' kubelite) process in
   this network namespace (a kind node's kubelet runs in its container's own namespaces: no conflict);
 - a listener on a port the node's components take (kubelet 10250 and 10248, kube-proxy 10249 and
-  10256);
+  10256, kube-router 20244, the cluster's registry 5000);
 - an iptables chain named ``KUBE-*`` or ``CNI-*`` (IPv4 or IPv6, any table), an ipset named ``KUBE-*`` or
   ``kube-router-*`` (a NetworkPolicy enforcer's);
 - the node address on ``lo``, the pod bridge, a CNI network namespace (``cni-*``), a ``kubepods``
@@ -36,9 +36,16 @@ CHAIN_PREFIXES = ("KUBE-", "CNI-")
 IPTABLES_TOOLS = ("iptables", "ip6tables")
 #: ipsets kube-router makes (its IPv6 sets carry the family first: ``inet6:KUBE-...``)
 IPSET_PREFIXES = ("KUBE-", "kube-router-", "inet6:KUBE-", "inet6:kube-router-")
+#: the local cluster's registry (docker-registry, on 127.0.0.1) that the node pulls Warden's images from
+REGISTRY_PORT = 5000
 #: ports the node's components listen on
 NODE_PORTS = {10250: "kubelet", 10248: "kubelet healthz", 10249: "kube-proxy metrics", 10256: "kube-proxy healthz",
-              20244: "kube-router healthz"}  # fmt: skip
+              20244: "kube-router healthz", REGISTRY_PORT: "the local cluster's registry"}  # fmt: skip
+#: what to do about another listener on the registry's port
+REGISTRY_REMEDY = (
+    "the local cluster's registry listens there: stop that process, or move it to another port (Debian's "
+    "docker-registry package runs one on :5000 under systemd: `systemctl disable --now docker-registry`)"
+)
 #: sysctls the cluster sets (``up`` itself) or its kubelet and kube-proxy may set; ``down`` puts back
 #: what changed while the cluster ran
 SYSCTLS = (
@@ -347,7 +354,8 @@ def check(snap: HostSnapshot, layout: HostLayout, own_pids: Iterable[int] = ()) 
             continue
         who = f"pid {lis.pid} ({lis.program})" if lis.pid else "a process this user cannot see"
         port = f"TCP port {lis.port} ({layout.ports.get(lis.port, '?')})"
-        out.append(Finding(f"{port} is in use on {lis.address} by {who}", f"the local cluster's node needs it: {STOP}"))
+        remedy = REGISTRY_REMEDY if lis.port == REGISTRY_PORT else f"the local cluster's node needs it: {STOP}"
+        out.append(Finding(f"{port} is in use on {lis.address} by {who}", remedy))
     for tool in IPTABLES_TOOLS:
         chains = [f"{t}/{c}" for t, c in prefixed_chains(snap.tables(tool))]
         if chains:

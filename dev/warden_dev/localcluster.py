@@ -20,7 +20,10 @@ pods can reach the API server; this module adds the node:
   ``FAKE_GPUS`` ``nvidia.com/gpu`` devices, each a stand-in character device (195, N) at /dev/nvidiaN (no
   GPU exists here; ``WARDEN_LOCAL_FAKE_GPUS=0`` turns it off), and gives every GPU container a STAND-IN
   driver (warden_dev.fakedriver), two versions in turn;
-* the project's images, imported from Docker into containerd's ``k8s.io`` namespace (no registry).
+* a registry beside the node (Debian's ``docker-registry``, plain HTTP on ``REGISTRY_ADDRESS``, its storage
+  under the cache dir, kept by ``down``): ``make up`` and the e2e tier push Warden's images and charts there
+  (hack/push.sh) and install the charts from it, so the kubelet pulls them as a real node does; only the
+  pause image and the tests' own images are imported from Docker into containerd's ``k8s.io`` namespace.
 
 The node is ``warden-node`` with the address ``NODE_IP`` (put on ``lo``), pods get ``POD_SUBNET`` on the
 bridge ``warden-cni0``.
@@ -37,6 +40,7 @@ import contextlib
 import functools
 import json
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -60,6 +64,7 @@ from warden_dev.controlplane import (
     write_kubeconfig,
 )
 from warden_dev.hostcheck import (
+    REGISTRY_PORT,
     HostInUse,
     HostLayout,
     HostSnapshot,
@@ -108,6 +113,12 @@ FAKE_GPU_RESOURCE = "nvidia.com/gpu"
 KUBE_ROUTER_HEALTH_PORT = 20244  # kube-router's default, on loopback only
 #: the iptables chain kube-router's firewall hooks into FORWARD: there, its policies are in force
 KUBE_ROUTER_FORWARD_CHAIN = "KUBE-ROUTER-FORWARD"
+#: the local cluster's registry (docker-registry, plain HTTP, loopback only: the kubelet and containerd run on
+#: the host); Docker Engine pushes to 127.0.0.0/8 over plain HTTP by itself, containerd is told (certs.d)
+REGISTRY_ADDRESS = f"127.0.0.1:{REGISTRY_PORT}"
+#: where `make up` and the e2e tier push Warden's images and charts (hack/push.sh REGISTRY)
+REGISTRY = f"{REGISTRY_ADDRESS}/warden"
+REGISTRY_BIN = Path("/usr/bin/docker-registry")  # Debian's docker-registry package
 #: what the host check looks at and `down` may undo
 LAYOUT = HostLayout(
     kubelet_root=KUBELET_ROOT,
@@ -132,6 +143,12 @@ def log(msg: str) -> None:
 
 def state_dir() -> Path:
     return Path(os.environ.get("WARDEN_LOCALCLUSTER_DIR", cache_dir() / "localcluster"))
+
+
+def registry_dir() -> Path:
+    """The registry's storage: outside the state dir, so `make down` keeps what was pushed and the next
+    `make up` finds it there (delete it to start cold)."""
+    return cache_dir() / "registry"
 
 
 def ssh_key() -> Path:
@@ -234,7 +251,47 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
     bin_dir = "{CNI_BIN_DIR}"
     conf_dir = "{state / "cni"}"
     max_conf_num = 1
+  # one directory per registry host (<host:port>/hosts.toml): the local registry is plain HTTP
+  [plugins."io.containerd.grpc.v1.cri".registry]
+    config_path = "{state / "certs.d"}"
 """
+
+
+def registry_hosts_toml(address: str = REGISTRY_ADDRESS) -> str:
+    """containerd's hosts.toml for the registry at ``address`` (its ``certs.d/<address>/``): plain HTTP."""
+    return f"""server = "http://{address}"
+
+[host."http://{address}"]
+  capabilities = ["pull", "resolve"]
+"""
+
+
+def registry_config(storage: Path, address: str = REGISTRY_ADDRESS, secret: str = "") -> str:
+    """docker-registry's configuration: filesystem storage in ``storage``, plain HTTP on ``address``, no
+    authentication, no redis cache, no notifications, no storage health check, no access log."""
+    return f"""version: 0.1
+log:
+  level: warn
+  accesslog:
+    disabled: true
+storage:
+  filesystem:
+    rootdirectory: {storage}
+  cache:
+    blobdescriptor: inmemory
+  delete:
+    enabled: true
+http:
+  addr: {address}
+  secret: {secret or secrets.token_hex(16)}
+"""
+
+
+def plain_http(registry: str) -> bool:
+    """Whether helm talks plain HTTP to ``registry`` (host[:port]/path): a loopback host, or everywhere with
+    WARDEN_REGISTRY_PLAIN_HTTP=1 (as hack/push.sh decides)."""
+    host = registry.split("/", 1)[0].rsplit(":", 1)[0]
+    return host == "localhost" or host.startswith("127.") or os.environ.get("WARDEN_REGISTRY_PLAIN_HTTP") == "1"
 
 
 def containerd_socket() -> Path:
@@ -297,7 +354,8 @@ def kubelet_config(pki: Pki) -> dict[str, Any]:
         "podCIDR": POD_SUBNET,
         "maxPods": 110,
         "serializeImagePulls": False,
-        # no registry: an image GC would delete images that can never be pulled again
+        # the pause image and the tests' images are imported, not pulled: an image GC would delete images
+        # that can never be pulled again
         "imageGCHighThresholdPercent": 100,
         "imageGCLowThresholdPercent": 99,
         # a shared development disk: evict only when really full
@@ -504,6 +562,8 @@ def preflight() -> None:
         raise LocalClusterError("the local cluster needs root (kubelet, containerd, iptables, mounts)")
     missing = [b for b in ("containerd", "containerd-shim-runc-v2", "runc", "ctr", "iptables", "iptables-save", "ip",
                            "ipset", "docker") if shutil.which(b) is None]  # fmt: skip
+    if not REGISTRY_BIN.is_file():
+        missing.append(f"{REGISTRY_BIN} (docker-registry)")
     missing += [f"{CNI_BIN_DIR}/{p}" for p in ("bridge", "host-local", "portmap", "firewall", "loopback")
                 if not (CNI_BIN_DIR / p).is_file()]  # fmt: skip
     if missing:
@@ -663,6 +723,15 @@ class LocalCluster:
     def record_file(self) -> Path:
         return self.state / RECORD_NAME
 
+    @property
+    def registry_config(self) -> Path:
+        return self.state / "registry.yml"
+
+    def registry(self) -> str | None:
+        """Where Warden's images and charts go for this cluster (``REGISTRY``, hack/push.sh) while its registry
+        runs; None when it does not (no cluster, or one an older checkout started without a registry)."""
+        return REGISTRY if "registry" in self.own_pids() else None
+
     def saved(self) -> dict[str, Any] | None:
         if not self.state_file.is_file():
             return None
@@ -705,8 +774,10 @@ class LocalCluster:
     def bin_dir(self) -> Path:
         return pinned_bin_dir()
 
-    def kube(self) -> Kube:
-        return Kube(self.kubeconfig, self.bin_dir())
+    def kube(self, registry: str | None = None) -> Kube:
+        """kubectl/helm against this cluster; with ``registry`` (``self.registry()``, pushed to), install_charts
+        installs the charts from it and points the operator's images there."""
+        return Kube(self.kubeconfig, self.bin_dir(), registry)
 
     def kubectl(self, *args: str, input: str | None = None, check: bool = True, timeout: float = 120) -> str:
         return self.kube().kubectl(*args, input=input, check=check, timeout=timeout)
@@ -745,6 +816,11 @@ class LocalCluster:
             (self.state / d).mkdir(exist_ok=True)
         (self.state / "cni" / "10-warden.conflist").write_text(cni_conflist())
         (self.state / "containerd.toml").write_text(containerd_config(self.state))
+        hosts = self.state / "certs.d" / REGISTRY_ADDRESS / "hosts.toml"
+        hosts.parent.mkdir(parents=True, exist_ok=True)
+        hosts.write_text(registry_hosts_toml())
+        registry_dir().mkdir(parents=True, exist_ok=True)
+        self.registry_config.write_text(registry_config(registry_dir()))
 
         cp = NodeControlPlane(bins, work_dir=self.state / "controlplane", detach=True)
         try:
@@ -753,6 +829,15 @@ class LocalCluster:
             log(f"control plane up in {cp.startup_seconds:.1f}s")
             self._certs(cp)
             self.apply([*dns_manifests(), *kube_router_rbac(), *provisioner_rbac(), storage_class_manifest()])
+
+            log(f"registry on {REGISTRY_ADDRESS} (storage {registry_dir()})")
+            cp.spawn("registry", [str(REGISTRY_BIN), "serve", str(self.registry_config)])
+
+            def registry_ready() -> bool:
+                cp.check_alive()  # it exited (its port taken after all?): waiting cannot help
+                return registry_answers()
+
+            wait_for(f"the registry answering on {REGISTRY_ADDRESS}", registry_ready, 30, on_fail=cp.failure_report)
 
             log("containerd")
             cp.spawn("containerd", ["containerd", f"--config={self.state / 'containerd.toml'}"])
@@ -905,7 +990,7 @@ class LocalCluster:
                 raise LocalClusterError(f"image {ref} is not in Docker: run make images")
             image_id = proc.stdout.decode().strip()
             # containerd lists images under their normalized names (a default domain put in front)
-            if stamps.get(ref) == image_id and any(name.endswith(f"/{ref}") for name in present):
+            if stamps.get(ref) == image_id and any(name == ref or name.endswith(f"/{ref}") for name in present):
                 continue
             todo.append((ref, image_id))
         if not todo:
@@ -945,6 +1030,9 @@ class LocalCluster:
         # a containerd that outlived its state file (crash during up) is found by its config
         for pid in _pids_with_cmdline(f"--config={self.state / 'containerd.toml'}".encode()):
             _kill_group(pid, functools.partial(_gone, pid))
+        # as is a registry (its storage, outside the state dir, stays: the next `up` finds the images there)
+        for pid in _pids_with_cmdline(f"serve\x00{self.registry_config}\x00".encode()):
+            _kill_group(pid, functools.partial(_gone, pid))
         undo_host(record, kill_containers())
         if keep_logs:
             self.state_file.unlink(missing_ok=True)
@@ -960,6 +1048,27 @@ def pinned_bin_dir() -> Path:
     out = subprocess.run(["bash", str(REPO_ROOT / "hack" / "build-k8s-bins.sh"), "--print-dir"],
                          check=True, capture_output=True, text=True)  # fmt: skip
     return Path(out.stdout.strip())
+
+
+def registry_answers(address: str = REGISTRY_ADDRESS) -> bool:
+    """``GET /v2/`` of the registry answers 200 (no proxy: it is on loopback)."""
+    import urllib.request
+
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    with opener.open(f"http://{address}/v2/", timeout=2) as r:
+        return bool(r.status == 200)
+
+
+def push_images(refs: Sequence[str], registry: str = REGISTRY) -> None:
+    """hack/push.sh: tag Docker's ``refs`` (warden/<name>:<tag>) as ``registry``/<name>:<tag> and push them
+    (those pushed before with the same image id are skipped), then the three charts (oci://registry/charts)."""
+    t0 = time.monotonic()
+    log(f"pushing {len(refs)} image(s) and the charts to {registry}")
+    proc = subprocess.run(["bash", str(REPO_ROOT / "hack" / "push.sh"), registry, *refs], stdout=sys.stderr,
+                          timeout=3600)  # fmt: skip
+    if proc.returncode != 0:
+        raise LocalClusterError(f"hack/push.sh {registry} failed ({proc.returncode}; its output above)")
+    log(f"pushed to {registry} in {time.monotonic() - t0:.0f}s")
 
 
 def _gone(pid: int) -> bool:
@@ -1000,10 +1109,13 @@ def demo_values(pubkey: str, workers: int = 2) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class Kube:
-    """kubectl and helm (the pinned builds) against one kubeconfig: the local cluster or any other."""
+    """kubectl and helm (the pinned builds) against one kubeconfig: the local cluster or any other.
+    ``registry``: where Warden's images and charts were pushed (hack/push.sh; the local cluster's own
+    registry): install_charts then installs from there, and the operator's images come from there."""
 
     kubeconfig: Path
     bins: Path
+    registry: str | None = None
 
     def _run(self, tool: str, args: Sequence[str], input: str | None, check: bool, timeout: float) -> str:
         proc = subprocess.run([str(self.bins / tool), f"--kubeconfig={self.kubeconfig}", *args], input=input,
@@ -1066,6 +1178,19 @@ def claim_crd(kube: Kube, release: str, namespace: str) -> bool:
     return True
 
 
+CHARTS_DIR = REPO_ROOT / "charts"
+
+
+def chart_args(charts: Path | str, chart: str, version: str | None = None) -> list[str]:
+    """helm's arguments naming ``chart`` of ``charts``: a directory holding the charts (the working tree's
+    charts/), or a registry (host[:port]/path) that hack/push.sh pushed them to: ``oci://<registry>/charts/
+    <chart>`` at ``version`` (default: the project's), over plain HTTP where ``plain_http`` says so."""
+    if isinstance(charts, Path):
+        return [str(charts / chart)]
+    args = [f"oci://{charts}/charts/{chart}", "--version", version or project_version()]
+    return [*args, "--plain-http"] if plain_http(charts) else args
+
+
 def install_charts(
     kube: Kube,
     operator_ns: str,
@@ -1077,30 +1202,39 @@ def install_charts(
     crds: str = "subchart",
     cluster: bool = True,
     operator_set: dict[str, str] | None = None,
+    charts: Path | str | None = None,
 ) -> None:
     """helm upgrade --install the charts: the operator watching only ``cluster_ns`` (so several
     installations can share a cluster) and slurm-cluster with ``values``. ``crds``: "subchart" installs
     the CRD through the operator chart (crds.enabled), "chart" as its own slurm-operator-crds release;
     either way a CRD that a live release of another installation owns is left to it (``claim_crd``).
-    ``cluster=False`` stops after the operator. ``operator_set``: more ``--set`` values of the operator chart."""
-    charts = REPO_ROOT / "charts"
+    ``cluster=False`` stops after the operator. ``operator_set``: more ``--set`` values of the operator chart.
+    ``charts``: where the charts come from, a directory (``CHARTS_DIR``) or a registry prefix that hack/push.sh
+    pushed the charts and images to (the operator then gets ``image.registry``: its image and the clusters'
+    default images are pulled from there); default: ``kube.registry`` when set, else ``CHARTS_DIR``."""
+    source: Path | str = charts if charts is not None else (kube.registry or CHARTS_DIR)
     kube.apply([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": n}} for n in {operator_ns, cluster_ns}])
     crd_release = operator_release if crds == "subchart" else "slurm-operator-crds"
     if not claim_crd(kube, crd_release, operator_ns):
         crds = "none"
     if crds == "chart":
-        kube.helm("upgrade", "--install", "slurm-operator-crds", str(charts / "slurm-operator-crds"), "-n", operator_ns)
-    kube.helm("dependency", "build", str(charts / "slurm-operator"))
-    kube.helm("upgrade", "--install", operator_release, str(charts / "slurm-operator"), "-n", operator_ns,
+        kube.helm("upgrade", "--install", "slurm-operator-crds", *chart_args(source, "slurm-operator-crds"),
+                  "-n", operator_ns)  # fmt: skip
+    if isinstance(source, Path):
+        kube.helm("dependency", "build", str(source / "slurm-operator"))
+    sets = {"image.registry": source} if isinstance(source, str) else {}
+    sets.update(operator_set or {})
+    kube.helm("upgrade", "--install", operator_release, *chart_args(source, "slurm-operator"), "-n", operator_ns,
               "--set", f"crds.enabled={'true' if crds == 'subchart' else 'false'}",
               "--set", f"watchNamespaces[0]={cluster_ns}", "--wait", "--timeout=5m",
-              *[a for k, v in (operator_set or {}).items() for a in ("--set", f"{k}={v}")])  # fmt: skip
+              *[a for k, v in sets.items() for a in ("--set", f"{k}={v}")])  # fmt: skip
     if not cluster:
         return
     values_file.parent.mkdir(parents=True, exist_ok=True)
     values_file.write_text(json.dumps(values, indent=2) + "\n")
     release = str(values.get("nameOverride") or "slurm-cluster")
-    kube.helm("upgrade", "--install", release, str(charts / "slurm-cluster"), "-n", cluster_ns, "-f", str(values_file))
+    kube.helm("upgrade", "--install", release, *chart_args(source, "slurm-cluster"), "-n", cluster_ns,
+              "-f", str(values_file))  # fmt: skip
 
 
 def new_ssh_key(path: Path, comment: str) -> Path:
@@ -1159,11 +1293,16 @@ def chart_images(series: Sequence[str] = (DEFAULT_SLURM_SERIES,)) -> list[str]:
 
 
 def demo(cluster: LocalCluster) -> None:
+    """Push the chart images and the charts to the cluster's registry, install the charts from it (the
+    kubelet pulls every image), wait until the SlurmCluster is Ready, print the ssh command."""
     key = ensure_ssh_key()
     pub = key.with_suffix(".pub").read_text().strip()
-    cluster.import_images(chart_images())
-    log("installing charts: slurm-operator (+ slurm-operator-crds), slurm-cluster")
-    kube = cluster.kube()
+    registry = cluster.registry()
+    if registry is None:
+        raise LocalClusterError("the local cluster runs no registry (an older checkout started it): make down, make up")
+    push_images(chart_images(), registry)
+    log(f"installing charts from oci://{registry}/charts: slurm-operator (+ slurm-operator-crds), slurm-cluster")
+    kube = cluster.kube(registry)
     install_charts(kube, NAMESPACE_OPERATOR, NAMESPACE_DEMO, demo_values(pub), cluster.state / "demo-values.json")
     wait_slurmcluster_ready(kube, NAMESPACE_DEMO, DEMO_NAME)
     print(
@@ -1175,4 +1314,4 @@ def demo(cluster: LocalCluster) -> None:
     )
 
 
-__all__ = ["SERVICE_CIDR", "LocalCluster", "LocalClusterError"]
+__all__ = ["REGISTRY", "SERVICE_CIDR", "LocalCluster", "LocalClusterError"]

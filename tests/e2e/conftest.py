@@ -2,9 +2,12 @@
 CNI, cluster DNS), where the charts are installed with helm and users SSH in and run jobs.
 
 With ``KUBECONFIG`` set, the tests use that cluster (kind, the local cluster, a real one): the project's
-images must be there already and no other Warden operator may watch the tests' namespace. Without it,
-the local single-node cluster of `make up` (warden_dev.localcluster) is used: brought up when it is
-not running (and torn down at the end, unless WARDEN_E2E_KEEP=1), with the images imported from Docker.
+images must be there already and no other Warden operator may watch the tests' namespace; the charts are
+installed from the working tree. Without it, the local single-node cluster of `make up`
+(warden_dev.localcluster) is used: brought up when it is not running (and torn down at the end, unless
+WARDEN_E2E_KEEP=1). The chart images (both Slurm series) and the charts are pushed to its registry
+(hack/push.sh, 127.0.0.1:5000/warden), every install_charts installs from there, and the kubelet pulls
+the images as a real node does.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from typing import Any
 import pytest
 
 from warden_dev.controlplane import REPO_ROOT, sigterm_as_interrupt
-from warden_dev.localcluster import Kube, LocalCluster, LocalClusterError, chart_images, pinned_bin_dir
+from warden_dev.localcluster import Kube, LocalCluster, LocalClusterError, chart_images, pinned_bin_dir, push_images
 
 
 @pytest.fixture(scope="session")
@@ -42,8 +45,13 @@ def kube() -> Iterator[Kube]:
         started = True
     try:
         with sigterm_as_interrupt():
-            cluster.import_images(chart_images(series=("26.05", "24.11")))  # the upgrade story starts on 24.11
-            yield cluster.kube()
+            images = chart_images(series=("26.05", "24.11"))  # the upgrade story starts on 24.11
+            registry = cluster.registry()
+            if registry is None:  # a cluster an older checkout started: no registry, images imported
+                cluster.import_images(images)
+            else:
+                push_images(images, registry)
+            yield cluster.kube(registry)
     except LocalClusterError as e:
         pytest.fail(str(e), pytrace=False)
     finally:

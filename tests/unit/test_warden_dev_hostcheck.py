@@ -119,6 +119,16 @@ def test_a_port_of_the_node_in_use_is_found() -> None:
     assert "10256 (kube-proxy healthz)" in unknown.what
 
 
+def test_a_listener_on_the_registry_port_is_found_with_its_own_remedy() -> None:
+    snap = snapshot(listeners=[Listener("0.0.0.0", 5000, 7, 900, "docker-registry")])
+    (finding,) = check(snap, LAYOUT)
+    assert (
+        finding.what == "TCP port 5000 (the local cluster's registry) is in use on 0.0.0.0 by pid 900 (docker-registry)"
+    )
+    assert "systemctl disable --now docker-registry" in finding.remedy
+    assert check(snap, LAYOUT, own_pids=[900]) == []  # the cluster's own registry
+
+
 def test_iptables_save_is_read_by_table() -> None:
     tables = parse_iptables_save(WITH_KUBE)
     assert sorted(tables) == ["filter", "mangle", "nat"]
