@@ -40,6 +40,12 @@ class Reason:
 _RECONCILE = {
     "Reconciled": Reason(False, "Reconcile", "every rendered object was applied; the note: how many, and the phase"),
     "InvalidSpec": Reason(True, "Validate", "the spec was refused; the note names the field and the fix"),
+    "UnknownFields": Reason(
+        True, "Validate", "the spec holds fields this operator does not know (a newer CRD): left out; the note: which"
+    ),
+    "ImagePullFailed": Reason(
+        True, "Observe", "a pod (related) cannot pull an image; the note: the image and the kubelet's words"
+    ),
     "ReconcileFailed": Reason(True, "Reconcile", "a reconcile stopped on an unexpected error; it is retried"),
     "ApplyFailed": Reason(True, "Apply", "one object could not be applied; the others were; retried every 10 s"),
     "SecretCreated": Reason(False, "Create", "Secrets generated once (JWT key, MUNGE key, database password)"),

@@ -35,7 +35,7 @@ from typing import Any
 import kopf
 from kubernetes import client, config
 
-from warden import opmetrics, slurmupgrade
+from warden import __version__, opmetrics, slurmupgrade
 from warden.directorysync import DirectorySync
 from warden.directorysync import Settings as DirectorySettings
 from warden.events import Event, Ref
@@ -55,7 +55,7 @@ from warden.model import (
     parse_spec,
 )
 from warden.naming import FIELD_MANAGER
-from warden.observe import health_report
+from warden.observe import health_report, image_pull_failures
 from warden.reconcile import Outcome, observed_blocks, previous_status, reconcile, refresh_status
 from warden.render.context import Cluster
 from warden.slurmactions import SlurmActions
@@ -69,6 +69,7 @@ MANAGED = {"app.kubernetes.io/managed-by": "warden"}
 MANAGED_SELECTOR = "app.kubernetes.io/managed-by=warden"
 USER_AGENT = "warden-operator"
 COMPONENT, HEALTH = "app.kubernetes.io/component", "health-check"
+INSTANCE = "app.kubernetes.io/instance"
 RETRY_DELAY_SECONDS = 10
 
 
@@ -91,6 +92,8 @@ class State:
         #: clusters whose heal failed and is tried again soon, with what drifted (told when it succeeds)
         self.heals_due: dict[tuple[str, str], list[str]] = {}
         self.heals_lock = threading.Lock()
+        #: pods that could not pull an image when last seen (their cluster's status looks again when they can)
+        self.pulls_failing: set[tuple[str, str]] = set()
 
     @property
     def slurm_required(self) -> bool:
@@ -219,6 +222,17 @@ def _post_upgrade_events(body: Mapping[str, Any], outcome: Outcome) -> None:
             _say(body, "UpgradeTooLarge", plan.refusal.message)
 
 
+def _post_unknown(body: Mapping[str, Any], outcome: Outcome) -> None:
+    if outcome.unknown:
+        _say(
+            body,
+            "UnknownFields",
+            f"this operator ({__version__}) does not know spec."
+            + ", spec.".join(outcome.unknown)
+            + ": left out, the cluster runs on the rest; upgrade the operator to its CRD's version",
+        )
+
+
 def _post_events(body: Mapping[str, Any], result: ApplyResult) -> None:
     if result.created_secrets:
         _say(body, "SecretCreated", "generated " + ", ".join(result.created_secrets))
@@ -250,6 +264,7 @@ def reconcile_cluster(body: kopf.Body, **_: Any) -> None:
         except Exception as e:  # kopf logs it and retries; people see it too
             _say(body, "ReconcileFailed", f"{type(e).__name__}: {e}")
             raise
+    _post_unknown(body, outcome)
     if outcome.invalid is not None:
         _say(body, "InvalidSpec", outcome.invalid)
         raise kopf.PermanentError(outcome.invalid)
@@ -453,10 +468,34 @@ def worker_set_changed(type: str | None, body: kopf.Body, meta: kopf.Meta, names
     _on_child_event(type, body, meta, namespace, WORKER_SET_KIND)
 
 
+def _pod_images(type_: str, pod: Mapping[str, Any]) -> None:
+    """A pod of a cluster cannot pull an image (or could not, and now can, or is gone): its cluster's
+    status looks again (ImagesPulled), and each failed pull is told with the kubelet's words (an Event
+    about the cluster, the pod related; a repeat counts up its series)."""
+    meta = pod["metadata"]
+    namespace, cluster = str(meta.get("namespace")), (meta.get("labels") or {}).get(INSTANCE)
+    key = (namespace, str(meta.get("name")))
+    failures = [] if type_ == "DELETED" else image_pull_failures(dict(pod))
+    if cluster is None or (not failures and key not in STATE.pulls_failing):
+        return
+    if failures:
+        STATE.pulls_failing.add(key)
+    else:
+        STATE.pulls_failing.discard(key)
+    _refresh(namespace, cluster)
+    told = [f for f in failures if f.reason != "ImagePullBackOff"]  # the back-off repeats no new words
+    body = kube().get(f"{API_GROUP}/{API_VERSION}", "SlurmCluster", namespace, cluster) if told else None
+    if body is None:
+        return
+    for f in told:
+        _say(body, "ImagePullFailed", f"{f.image}: {f.reason}: {f.message}", Ref.pod(namespace, f.pod))
+
+
 def _pod_changed(type_: str, pod: Mapping[str, Any]) -> None:
     """A worker pod came, changed (ready, ended) or went: its WorkerSet is looked at again. Told by the
     pod cache (``warden.kube.cache``), not kopf: kopf would hold and hand over every pod's full body."""
     meta = pod["metadata"]
+    _pod_images(type_, pod)
     if (meta.get("labels") or {}).get(COMPONENT) != "worker" or STATE.worker_sets is None:
         return
     for ref in meta.get("ownerReferences") or []:

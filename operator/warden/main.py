@@ -6,11 +6,14 @@ import argparse
 import ctypes
 import ctypes.util
 import logging
+import os
+import re
 
 import kopf
 from prometheus_client import start_http_server
 
 from warden import handlers, naming, opmetrics  # handlers: registers them
+from warden.model import IMAGE_REGISTRY, IMAGE_REGISTRY_ENV, default_image
 from warden.naming import Names
 from warden.slurmsync import Settings
 
@@ -72,6 +75,9 @@ def main(argv: list[str] | None = None) -> int:
         f" {Names(cluster='{name}', namespace='{namespace}').restapi_url})",
     )  # fmt: skip
     args = parser.parse_args(argv)
+    registry = os.environ.get(IMAGE_REGISTRY_ENV, "")
+    if registry and not re.match(IMAGE_REGISTRY, registry):
+        parser.error(f"{IMAGE_REGISTRY_ENV}={registry!r} is not host[:port]/path (the operator chart's image.registry)")
     handlers.STATE.namespaces = list(args.namespace)
     handlers.STATE.sync_settings = Settings(
         interval=args.slurm_sync_interval, register_timeout=args.register_timeout, restapi_url=args.slurmrestd_url
@@ -79,6 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.metrics_port:
         start_http_server(args.metrics_port, registry=opmetrics.REGISTRY)
     kopf.configure(verbose=args.verbose, log_format=kopf.LogFormat[args.log_format.upper()])
+    logging.getLogger(__name__).info("images a SlurmCluster does not name: %s", default_image("<name>"))
     kopf.run(
         standalone=True,
         clusterwide=not args.namespace,

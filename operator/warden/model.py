@@ -8,11 +8,22 @@ object that reaches the operator without admission checks (an old CRD, a dry run
 
 from __future__ import annotations
 
+import copy
+import os
 import re
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic.alias_generators import to_camel
 
 from warden import __version__
@@ -130,7 +141,12 @@ OWNED_KEY_LINE = rf"(?i)(^|\s)({'|'.join(OPERATOR_OWNED_SLURM_KEYS)})\s*="
 REFUSED_KEY_LINE = rf"(?i)(^|\s)({'|'.join(REFUSED_SLURM_KEYS)})\s*="
 SLURM_CONF_LINE = r"^[A-Za-z][A-Za-z0-9]*=[\t -~]*$"  # one line of printable ASCII
 
+#: where Warden's own images are when nothing says otherwise: the names `make images` gives them
 DEFAULT_IMAGE_REPOSITORY = "warden"
+#: the operator's environment variable naming where Warden's images are (the operator chart's `image.registry`)
+IMAGE_REGISTRY_ENV = "WARDEN_IMAGE_REGISTRY"
+#: `host[:port]/path` of a registry's repository prefix (the value of `IMAGE_REGISTRY_ENV`)
+IMAGE_REGISTRY = r"^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?(:[0-9]{1,5})?(/[a-z0-9]([a-z0-9._-]*[a-z0-9])?)*$"
 # slurm.conf CPUs is a 16-bit count
 MAX_SLURM_CPUS = 65533
 
@@ -230,27 +246,37 @@ SLURM_IMAGES = {
 }
 
 
+def image_registry() -> str:
+    """Where Warden's own images are: the operator's ``WARDEN_IMAGE_REGISTRY`` (the operator chart's
+    `image.registry`, `host[:port]/path`), else `warden`, the names `make images` gives them."""
+    return os.environ.get(IMAGE_REGISTRY_ENV, "").rstrip("/") or DEFAULT_IMAGE_REPOSITORY
+
+
 def default_image(name: str, series: str = DEFAULT_SLURM_SERIES) -> str:
-    """Warden's own image ``name`` for a Slurm series: ``warden/<name>:<version>`` for the default
-    series, ``warden/<name>:<version>-slurm<series>`` for another (images without Slurm: ``series``
-    left out)."""
+    """Warden's own image ``name`` for a Slurm series: ``<registry>/<name>:<version>`` for the default
+    series, ``<registry>/<name>:<version>-slurm<series>`` for another (images without Slurm: ``series``
+    left out). ``<registry>`` and ``<version>`` are the operator's own (``image_registry``)."""
     tag = __version__ if series == DEFAULT_SLURM_SERIES else f"{__version__}-slurm{series}"
-    return f"{DEFAULT_IMAGE_REPOSITORY}/{name}:{tag}"
+    return f"{image_registry()}/{name}:{tag}"
 
 
-def _default_image(name: str) -> str:
-    return default_image(name)
+#: images the CRD once wrote into every stored spec as schema defaults (Warden 0.1.0): read as "not set",
+#: so they follow the operator's registry and version like every default image
+FORMER_DEFAULT_IMAGES = frozenset({"warden/mariadb:0.1.0", "warden/operator:0.1.0"})
 
 
 _SERIES_DEFAULT = (
-    " Default: Warden's image of `spec.slurmVersion` (`warden/{name}:<version>` for 26.05, "
-    "`warden/{name}:<version>-slurm24.11` for 24.11); an image set here must carry that series."
+    " Default: Warden's image of `spec.slurmVersion` (`<registry>/{name}:<version>` for 26.05, "
+    "`<registry>/{name}:<version>-slurm24.11` for 24.11; the operator's registry and version); an image set "
+    "here must carry that series."
 )
 
 
 class Images(Spec):
     """Container images of every component (`[registry[:port]/]path[:tag][@sha256:digest]`).
-    Defaults match `make images`: the images that carry Slurm default to those of `spec.slurmVersion`."""
+    Defaults are Warden's own images from the operator's registry (its chart's `image.registry`; `warden/...`,
+    as `make images` names them, when none is set) at the operator's version; the images that carry Slurm
+    default to those of `spec.slurmVersion`."""
 
     controller: ImageReference | None = Field(
         default=None, description="slurmctld (and slurmrestd) image." + _SERIES_DEFAULT.format(name="controller")
@@ -265,7 +291,9 @@ class Images(Spec):
     accounting: ImageReference | None = Field(
         default=None, description="slurmdbd image." + _SERIES_DEFAULT.format(name="accounting")
     )
-    mariadb: ImageReference = Field(default=_default_image("mariadb"), description="In-cluster MariaDB image.")
+    mariadb: ImageReference | None = Field(
+        default=None, description="In-cluster MariaDB image. Default: Warden's `<registry>/mariadb:<version>`."
+    )
     populate_jail: ImageReference | None = Field(
         default=None,
         description="Image holding the jail's root filesystem and the copy program."
@@ -274,13 +302,25 @@ class Images(Spec):
     health_check: ImageReference | None = Field(
         default=None, description="NCCL health-check image." + _SERIES_DEFAULT.format(name="health-check")
     )
-    exporter: ImageReference = Field(
-        default=_default_image("operator"),
-        description="Image of the Slurm metrics exporter (`warden-slurm-exporter`, shipped in the operator's image).",
+    exporter: ImageReference | None = Field(
+        default=None,
+        description="Image of the Slurm metrics exporter (`warden-slurm-exporter`, shipped in the operator's image). "
+        "Default: the operator's own image (`<registry>/operator:<version>`).",
     )
     pull_policy: Literal["Always", "IfNotPresent", "Never"] = Field(
         default="IfNotPresent", description="imagePullPolicy of every container."
     )
+    pull_secrets: list[DnsSubdomain] = Field(
+        default_factory=list,
+        max_length=16,
+        description="Secrets (`kubernetes.io/dockerconfigjson`, in the cluster's namespace) every pod of the "
+        "cluster pulls its images with: `kubectl create secret docker-registry regcred ...`, then `[regcred]`.",
+    )
+
+    @field_validator("mariadb", "exporter")
+    @classmethod
+    def _former_default_unset(cls, image: str | None) -> str | None:
+        return None if image in FORMER_DEFAULT_IMAGES else image
 
 
 REQUEST_ABOVE_LIMIT = (
@@ -1393,6 +1433,12 @@ class SlurmClusterSpec(Spec):
         named: str | None = getattr(self.images, field)
         return named or default_image(SLURM_IMAGES[component], series or self.slurm_version)
 
+    def own_image(self, component: Literal["mariadb", "exporter"]) -> str:
+        """The image of a component without Slurm: the one the spec names, else Warden's own (the exporter
+        ships in the operator's image)."""
+        named: str | None = getattr(self.images, component)
+        return named or default_image("operator" if component == "exporter" else component)
+
     def effective_partitions(self) -> list[Partition]:
         """The partitions slurm.conf gets: the user's, or one default `main` with every group."""
         if self.partitions:
@@ -1404,8 +1450,50 @@ class SlurmClusterSpec(Spec):
 
 
 def parse_spec(spec: dict[str, Any]) -> SlurmClusterSpec:
-    """Validate and default a spec as found in a SlurmCluster object."""
-    return SlurmClusterSpec.model_validate(spec)
+    """Validate and default a spec as found in a SlurmCluster object (fields this operator does not know
+    are left out: ``parse_spec_unknown``)."""
+    return parse_spec_unknown(spec)[0]
+
+
+def parse_spec_unknown(spec: dict[str, Any]) -> tuple[SlurmClusterSpec, list[str]]:
+    """The spec, and the paths of the fields in it that this operator does not know (`workerGroups[0].x`),
+    which it leaves out. A CRD newer than the operator (its chart upgraded first) defaults and stores
+    fields only a newer operator reads: the cluster keeps running on what this one knows. Any other
+    error still refuses the spec."""
+    try:
+        return SlurmClusterSpec.model_validate(spec), []
+    except ValidationError as e:
+        errors = e.errors()
+        if any(err["type"] != "extra_forbidden" for err in errors):
+            raise
+        pruned = copy.deepcopy(spec)
+        for err in errors:
+            if not _drop(pruned, err["loc"]):
+                raise
+        return SlurmClusterSpec.model_validate(pruned), [_path(err["loc"]) for err in errors]
+
+
+def _drop(data: Any, loc: tuple[int | str, ...]) -> bool:
+    """Delete the field at ``loc`` (a pydantic error location) from ``data``; whether it was there."""
+    *parents, last = loc
+    for step in parents:
+        if isinstance(data, list) and isinstance(step, int) and 0 <= step < len(data):
+            data = data[step]
+            continue
+        if not isinstance(data, dict) or step not in data:
+            return False
+        data = data[step]
+    if not isinstance(data, dict) or last not in data:
+        return False
+    del data[last]
+    return True
+
+
+def _path(loc: tuple[int | str, ...]) -> str:
+    out = ""
+    for step in loc:
+        out += f"[{step}]" if isinstance(step, int) else (f".{step}" if out else str(step))
+    return out
 
 
 # ---------------------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ from warden.naming import SLURM_SERIES_ENV
 from warden.render.context import Cluster
 from warden.render.health import REPORT_KEY
 from warden.render.pods import Manifest
-from warden.status import Observed, Workload
+from warden.status import ImagePull, Observed, Workload
 
 #: the pods whose Slurm series an upgrade follows, by their component label
 SLURM_PARTS = ("accounting", "controller", "restapi", "worker", "login")
@@ -89,6 +89,28 @@ def slurm_parts(
     )
 
 
+#: a container's waiting reasons that mean its image cannot be had (the kubelet's words)
+PULL_FAILURES = frozenset({"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"})
+
+
+def image_pull_failures(pod: Manifest) -> list[ImagePull]:
+    """The containers of ``pod`` (init containers too) whose image the kubelet cannot pull."""
+    status = pod.get("status") or {}
+    out = []
+    for cs in [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]:
+        waiting = (cs.get("state") or {}).get("waiting") or {}
+        if waiting.get("reason") in PULL_FAILURES:
+            out.append(
+                ImagePull(
+                    pod=pod["metadata"]["name"],
+                    image=str(cs.get("image", "")),
+                    reason=str(waiting["reason"]),
+                    message=str(waiting.get("message", "")),
+                )
+            )
+    return out
+
+
 def health_report(cm: Manifest | None) -> dict[str, Any] | None:
     if cm is None:
         return None
@@ -148,4 +170,5 @@ def observe(kube: Kube, cluster: Cluster, slurmd_versions: dict[str, int] | None
         accounting=accounting,
         health_report=report,
         parts=slurm_parts(pods, job, desired, slurmd_versions),
+        image_pulls=tuple(f for pod in pods for f in image_pull_failures(pod)),
     )

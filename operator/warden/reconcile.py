@@ -30,7 +30,7 @@ from warden.model import (
     SlurmClusterSpec,
     SlurmClusterStatus,
     SlurmNodesStatus,
-    parse_spec,
+    parse_spec_unknown,
 )
 from warden.observe import observe
 from warden.render.cluster import render
@@ -76,6 +76,8 @@ class Outcome:
     upgrade: slurmupgrade.Plan | None = None
     #: a refusal the status did not show before this reconcile (told once, as a Warning Event)
     new_refusal: bool = False
+    #: fields of the spec this operator does not know and left out (a CRD newer than the operator)
+    unknown: tuple[str, ...] = ()
 
 
 def config_hash(objects: list[Manifest]) -> str:
@@ -163,6 +165,10 @@ def reconcile(applier: Applier, body: Manifest, slurm_required: bool = False) ->
     """Render, apply, prune and fold status for one SlurmCluster; counted and timed (``warden.opmetrics``)."""
     start = time.monotonic()
     outcome = _reconcile(applier, body, slurm_required)
+    if outcome.unknown:
+        meta = body["metadata"]
+        log.warning("SlurmCluster %s/%s: fields this operator does not know, left out: %s",
+                    meta["namespace"], meta["name"], ", ".join(outcome.unknown))  # fmt: skip
     opmetrics.RECONCILE_SECONDS.observe(time.monotonic() - start)
     if outcome.invalid is not None:
         result = "invalid"
@@ -205,7 +211,7 @@ def _reconcile(applier: Applier, body: Manifest, slurm_required: bool) -> Outcom
     generation = int(meta.get("generation", 0))
     previous = previous_status(body)
     try:
-        spec = parse_spec(body.get("spec") or {})
+        spec, unknown = parse_spec_unknown(body.get("spec") or {})
     except ValidationError as e:
         message = validation_message(e)
         status = invalid_spec_status(generation, message, previous, now())
@@ -224,7 +230,7 @@ def _reconcile(applier: Applier, body: Manifest, slurm_required: bool) -> Outcom
             c.type == "SlurmVersion" and c.reason == upgrade.refusal.reason and c.message == upgrade.refusal.message
             for c in previous.conditions
         )
-        return Outcome(status=status, result=None, upgrade=upgrade, new_refusal=not told)
+        return Outcome(status=status, result=None, upgrade=upgrade, new_refusal=not told, unknown=tuple(unknown))
     cluster = dataclasses.replace(
         cluster, slurm_images=slurmupgrade.images(upgrade, spec_images(spec), upgrade.settled)
     )
@@ -237,13 +243,13 @@ def _reconcile(applier: Applier, body: Manifest, slurm_required: bool) -> Outcom
         message = f"the operator cannot render this spec ({type(e).__name__}: {e}); change it, or report a bug"
         status = invalid_spec_status(generation, message, previous, now())
         kube.patch_status(meta["name"], meta["namespace"], status_patch(previous, status))
-        return Outcome(status=status, result=None, invalid=message)
+        return Outcome(status=status, result=None, invalid=message, unknown=tuple(unknown))
     problem = state_volume_problem(kube, cluster)
     if problem is not None:
         # refused before anything changes (the state volume would never be shared)
         status = invalid_spec_status(generation, problem, previous, now())
         kube.patch_status(meta["name"], meta["namespace"], status_patch(previous, status))
-        return Outcome(status=status, result=None, invalid=problem)
+        return Outcome(status=status, result=None, invalid=problem, unknown=tuple(unknown))
     config = config_hash(rendered.objects)
     objects = stamp_config(rendered.objects, config)
     result = ApplyResult()
@@ -284,7 +290,7 @@ def _reconcile(applier: Applier, body: Manifest, slurm_required: bool) -> Outcom
         slurm_required=slurm_required,
         upgrade=upgrade,
     )
-    return Outcome(status=status, result=result, upgrade=upgrade)
+    return Outcome(status=status, result=result, upgrade=upgrade, unknown=tuple(unknown))
 
 
 def held_images(spec: SlurmClusterSpec) -> dict[str, dict[str, str]]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,6 +47,16 @@ class Slurmctld:
     in_charge: str | None = None
 
 
+@dataclass(frozen=True)
+class ImagePull:
+    """A container whose image the kubelet cannot pull: its pod, the image, the kubelet's reason and words."""
+
+    pod: str
+    image: str
+    reason: str
+    message: str = ""
+
+
 #: ControllerReady's reason while slurmctld's pod may be Ready but slurmctld answers no reads
 UNRESPONSIVE = "SlurmctldUnresponsive"
 
@@ -68,6 +79,8 @@ class Observed:
     parts: slurmupgrade.Observation = field(default_factory=slurmupgrade.Observation)
     #: how spec.identity.ldap's directory answered (``warden.directorysync``); None: not checked this time
     directory: DirectoryCheck | None = None
+    #: the containers whose image cannot be pulled now
+    image_pulls: tuple[ImagePull, ...] = ()
 
 
 def _condition(
@@ -262,7 +275,8 @@ def fold(
                 observed_generation=generation,
             )
 
-    parts = [jail, controller, restapi, login, workers, accounting, registered]
+    images = images_condition(observed.image_pulls, cond)
+    parts = [images, jail, controller, restapi, login, workers, accounting, registered]
     failing = [p.type for p in parts if p.status == "False" or (p.status == "Unknown" and slurm_required)]
     if upgrade.refusal is not None:
         ready = cond("Ready", False, upgrade.refusal.reason, upgrade.refusal.message[:1024])
@@ -292,6 +306,7 @@ def fold(
         observed_generation=generation,
         conditions=[
             ready,
+            images,
             jail,
             controller,
             restapi,
@@ -310,6 +325,29 @@ def fold(
         slurm_nodes=slurm,
         slurm=slurm_status(spec, upgrade, observed.parts, slurm),
         slurmctld_in_charge=in_charge,
+    )
+
+
+#: ImagesPulled's reason while a pod cannot pull its image
+PULL_FAILED = "ImagePullFailed"
+
+
+def images_condition(failures: tuple[ImagePull, ...], cond: Callable[[str, bool, str, str], Condition]) -> Condition:
+    """ImagesPulled: False while any pod of the cluster cannot pull an image, naming each pod and image (the
+    same words whether the kubelet is trying or backing off, so status does not flicker)."""
+    if not failures:
+        return cond("ImagesPulled", True, "ImagesPulled", "every pod has its images")
+    pairs = sorted({(f.pod, f.image) for f in failures})
+    shown = ", ".join(f"{pod} ({image})" for pod, image in pairs[:5]) + (
+        f" and {len(pairs) - 5} more" if len(pairs) > 5 else ""
+    )
+    return cond(
+        "ImagesPulled",
+        False,
+        PULL_FAILED,
+        f"{len(pairs)} container(s) cannot pull their image: {shown}. Check the image names (spec.images, the "
+        "operator's image.registry), that the registry answers, and spec.images.pullSecrets "
+        "(`kubectl describe pod` has the kubelet's words)",
     )
 
 

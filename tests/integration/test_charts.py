@@ -195,6 +195,19 @@ def test_operator_chart_namespaced_rbac_accepted(
     dry_run_apply(controlplane, docs)
 
 
+def test_one_registry_value_moves_the_operators_image_and_the_clusters_default_images(helm: Helm) -> None:
+    docs = helm.template(OPERATOR_CHART, "--set", "image.registry=registry.example.com:5000/hpc/warden",
+                         "--set", "imagePullSecrets[0].name=regcred", release="warden")  # fmt: skip
+    (deploy,) = by_kind(docs, "Deployment")
+    pod = deploy["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["image"] == "registry.example.com:5000/hpc/warden/operator:0.1.0"
+    assert container["env"] == [{"name": "WARDEN_IMAGE_REGISTRY", "value": "registry.example.com:5000/hpc/warden"}]
+    assert pod["imagePullSecrets"] == [{"name": "regcred"}]
+    (plain,) = by_kind(helm.template(OPERATOR_CHART, release="warden"), "Deployment")
+    assert "env" not in plain["spec"]["template"]["spec"]["containers"][0]
+
+
 def test_rbac_has_no_wildcards_and_same_rules_in_both_modes(helm: Helm) -> None:
     wide = helm.template(OPERATOR_CHART, release="warden")
     narrow = helm.template(OPERATOR_CHART, "--set", "watchNamespaces={a,b}", release="warden")
@@ -249,6 +262,7 @@ WRONG_OPERATOR_VALUES = [
     (["--set", "securityContext.runAsNonRoot=false"], ["/securityContext/runAsNonRoot"]),
     (["--set", "metrics.service.type=Ingress"], ["/metrics/service/type"]),
     (["--set", "crds.enabeld=true"], ["/crds", "'enabeld'"]),
+    (["--set", "image.registry=https://registry.example.com"], ["/image/registry", "does not match"]),
 ]
 
 

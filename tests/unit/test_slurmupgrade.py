@@ -189,7 +189,7 @@ def test_images_default_to_the_series_and_every_slurm_pod_is_told_its_series() -
     assert spec.image("worker") == f"warden/worker:{__version__}-slurm24.11"
     assert spec.image("worker", NEW) == f"warden/worker:{__version__}"
     assert parse_spec({"workerGroups": [{"name": "cpu"}], "images": {"worker": "r/w:1"}}).image("worker") == "r/w:1"
-    assert spec.images.mariadb == f"warden/mariadb:{__version__}"  # no Slurm in it: one image
+    assert spec.own_image("mariadb") == f"warden/mariadb:{__version__}"  # no Slurm in it: one image
     gpu = parse_spec({**spec.model_dump(by_alias=True), "workerGroups": [{"name": "g", "gpus": {"count": 1}}]})
     objects = render(Cluster("demo", "ns", gpu)).objects
     seen = {}

@@ -39,6 +39,7 @@ def test_nothing_exists_yet_is_pending() -> None:
     assert status.phase == "Pending"
     assert conditions(status) == {
         "Ready": "False",
+        "ImagesPulled": "True",  # no pod, none failing
         "JailPopulated": "False",
         "ControllerReady": "False",
         "RestApiReady": "False",

@@ -45,7 +45,8 @@ app.kubernetes.io/part-of: warden
 {{- end -}}
 
 {{- define "slurm-operator.image" -}}
-{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- $repository := default (printf "%s/operator" (default "warden" .Values.image.registry)) .Values.image.repository -}}
+{{- printf "%s:%s" $repository (default .Chart.AppVersion .Values.image.tag) -}}
 {{- end -}}
 
 {{/* The plain Prometheus scrape annotations of the operator's pod and metrics Service (as the

@@ -93,7 +93,7 @@ def mariadb_statefulset(cluster: Cluster) -> Manifest:
     db = spec.accounting.in_cluster
     container: Manifest = {
         "name": "mariadb",
-        "image": spec.images.mariadb,
+        "image": spec.own_image("mariadb"),
         "imagePullPolicy": spec.images.pull_policy,
         "env": [{"name": "WARDEN_DB_NAME", "value": DB_NAME}, {"name": "WARDEN_DB_USER", "value": DB_USER}],
         "ports": [{"name": "mysql", "containerPort": naming.MARIADB_PORT}],

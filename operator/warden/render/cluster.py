@@ -46,4 +46,26 @@ def render(cluster: Cluster) -> Rendered:
     objects += nodes.render(cluster)
     objects += health.render(cluster)
     objects += budgets.render(cluster)
-    return Rendered(secrets=secret_specs(cluster), objects=objects)
+    return Rendered(secrets=secret_specs(cluster), objects=with_pull_secrets(objects, cluster.spec.images.pull_secrets))
+
+
+def pod_spec(obj: Manifest) -> Manifest | None:
+    """The pod spec of a workload (Deployment, StatefulSet, Job, WorkerSet, CronJob), else None."""
+    spec = obj.get("spec") or {}
+    if obj["kind"] == "CronJob":
+        spec = ((spec.get("jobTemplate") or {}).get("spec")) or {}
+    template = spec.get("template")
+    return template.get("spec") if isinstance(template, dict) else None
+
+
+def with_pull_secrets(objects: list[Manifest], secrets: list[str]) -> list[Manifest]:
+    """Every pod of the cluster pulls its images with ``secrets`` (spec.images.pullSecrets): the one
+    place they are given, so no pod is forgotten."""
+    if not secrets:
+        return objects
+    refs = [{"name": name} for name in secrets]
+    for obj in objects:
+        spec = pod_spec(obj)
+        if spec is not None:
+            spec["imagePullSecrets"] = refs
+    return objects

@@ -73,7 +73,7 @@ def _deployment(
     port_name, number = port
     container: Manifest = {
         "name": component,
-        "image": spec.images.exporter,
+        "image": spec.own_image("exporter"),
         "imagePullPolicy": spec.images.pull_policy,
         "command": [command],
         "args": args,

@@ -1,0 +1,113 @@
+"""Where a cluster's images come from: the operator's registry and version by default, the spec's pull
+secrets on every pod, pulls that fail named in status, and specs from a newer CRD run on what is known."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from warden import __version__
+from warden.model import IMAGE_REGISTRY_ENV, parse_spec, parse_spec_unknown
+from warden.observe import image_pull_failures
+from warden.render.cluster import pod_spec, render
+from warden.render.context import Cluster
+from warden.status import ImagePull, Observed, fold
+
+SPEC: dict[str, Any] = {
+    "workerGroups": [{"name": "cpu"}, {"name": "gpu", "gpus": {"count": 1}}],
+    "accounting": {"mode": "InCluster"},
+    "healthChecks": {"nccl": {"enabled": True}},
+}
+
+
+def _images(spec: dict[str, Any]) -> set[str]:
+    out = set()
+    for obj in render(Cluster("demo", "ns", parse_spec(spec))).objects:
+        pod = pod_spec(obj)
+        for c in [*(pod or {}).get("initContainers", []), *(pod or {}).get("containers", [])]:
+            out.add(c["image"])
+    return out
+
+
+def test_every_image_a_spec_does_not_name_comes_from_the_operators_registry_at_its_version(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert _images(SPEC) == {f"warden/{n}:{__version__}" for n in
+                             ("controller", "worker", "login", "accounting", "mariadb", "populate-jail",
+                              "health-check", "operator")}  # fmt: skip
+    monkeypatch.setenv(IMAGE_REGISTRY_ENV, "registry.example.com:5000/hpc/warden")
+    images = _images(SPEC)
+    assert len(images) == 8 and all(i.startswith("registry.example.com:5000/hpc/warden/") for i in images), images
+    assert f"registry.example.com:5000/hpc/warden/operator:{__version__}" in images  # the exporter
+    old = parse_spec({**SPEC, "slurmVersion": "24.11"})
+    assert old.image("worker") == f"registry.example.com:5000/hpc/warden/worker:{__version__}-slurm24.11"
+    named = {**SPEC, "images": {"worker": "site.example.com/w:1", "mariadb": "site.example.com/db:11"}}
+    assert {"site.example.com/w:1", "site.example.com/db:11"} <= _images(named)
+
+
+def test_the_images_an_old_crd_wrote_into_stored_specs_follow_the_operator(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Warden 0.1.0's CRD defaulted images.mariadb and images.exporter into every stored spec."""
+    monkeypatch.setenv(IMAGE_REGISTRY_ENV, "registry.example.com/warden")
+    stored = parse_spec({**SPEC, "images": {"mariadb": "warden/mariadb:0.1.0", "exporter": "warden/operator:0.1.0"}})
+    assert stored.own_image("mariadb") == f"registry.example.com/warden/mariadb:{__version__}"
+    assert stored.own_image("exporter") == f"registry.example.com/warden/operator:{__version__}"
+
+
+def test_every_pod_of_the_cluster_pulls_with_the_specs_secrets() -> None:
+    objects = render(Cluster("demo", "ns", parse_spec({**SPEC, "images": {"pullSecrets": ["regcred", "mirror"]}})))
+    pods = {f"{o['kind']}/{o['metadata']['name']}": pod_spec(o) for o in objects.objects if pod_spec(o) is not None}
+    assert {"WorkerSet/demo-worker-gpu", "CronJob/demo-nccl-check", "Job/demo-populate-jail"} <= set(pods)
+    for name, pod in pods.items():
+        assert pod is not None and pod["imagePullSecrets"] == [{"name": "regcred"}, {"name": "mirror"}], name
+    plain = render(Cluster("demo", "ns", parse_spec(SPEC))).objects
+    assert not any("imagePullSecrets" in (pod_spec(o) or {}) for o in plain)
+    with pytest.raises(ValidationError, match="pullSecrets"):
+        parse_spec({**SPEC, "images": {"pullSecrets": ["Not_A_Name"]}})
+
+
+def _pod(name: str, *statuses: dict[str, Any]) -> dict[str, Any]:
+    return {"metadata": {"name": name}, "status": {"containerStatuses": list(statuses)}}
+
+
+def _waiting(image: str, reason: str, message: str = "") -> dict[str, Any]:
+    return {"name": "c", "image": image, "state": {"waiting": {"reason": reason, "message": message}}}
+
+
+def test_a_pod_that_cannot_pull_is_named_in_status_whether_pulling_or_backing_off() -> None:
+    unauthorized = "failed to pull and unpack image: 401 Unauthorized"
+    pod = _pod("demo-controller-0", _waiting("r.example.com/warden/controller:1", "ErrImagePull", unauthorized),
+               {"name": "ok", "image": "x", "state": {"running": {}}})  # fmt: skip
+    failures = image_pull_failures(pod)
+    assert failures == [
+        ImagePull("demo-controller-0", "r.example.com/warden/controller:1", "ErrImagePull", unauthorized)
+    ]
+    starting = _pod("demo-login-0", _waiting("r.example.com/warden/login:1", "ContainerCreating"))
+    assert image_pull_failures(starting) == []
+
+    spec = parse_spec(SPEC)
+
+    def condition(pulls: tuple[ImagePull, ...]) -> tuple[str, str, str, str]:
+        status = fold(spec, 1, Observed(image_pulls=pulls), None, "2026-11-27T00:00:00Z")
+        (images,) = [c for c in status.conditions if c.type == "ImagesPulled"]
+        (ready,) = [c for c in status.conditions if c.type == "Ready"]
+        return images.status, images.reason, images.message, ready.message
+
+    state, reason, message, ready = condition(tuple(failures))
+    assert (state, reason) == ("False", "ImagePullFailed") and "ImagesPulled" in ready
+    assert "demo-controller-0 (r.example.com/warden/controller:1)" in message and "pullSecrets" in message
+    backoff = _pod("demo-controller-0", _waiting("r.example.com/warden/controller:1", "ImagePullBackOff", "Back-off"))
+    assert condition(tuple(image_pull_failures(backoff)))[2] == message  # no flicker between the two
+    assert condition(())[:2] == ("True", "ImagesPulled")
+
+
+def test_fields_a_newer_crd_added_are_left_out_and_named_but_real_errors_still_refuse() -> None:
+    newer = {**SPEC, "futureThing": {"on": True}, "workerGroups": [{"name": "cpu", "futureKnob": 3}],
+             "login": {"service": {"type": "NodePort", "futureField": "x"}}}  # fmt: skip
+    spec, unknown = parse_spec_unknown(newer)
+    assert sorted(unknown) == ["futureThing", "login.service.futureField", "workerGroups[0].futureKnob"]
+    assert spec.worker_groups[0].name == "cpu" and spec.login.service.type == "NodePort"
+    assert parse_spec_unknown(SPEC)[1] == []
+    with pytest.raises(ValidationError, match="replicas"):
+        parse_spec_unknown({**newer, "workerGroups": [{"name": "cpu", "futureKnob": 3, "replicas": -1}]})
