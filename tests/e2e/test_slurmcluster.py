@@ -48,6 +48,8 @@ from warden_dev.localcluster import (
     LocalCluster,
     install_charts,
     new_ssh_key,
+    project_version,
+    registry_hosts_toml,
     uninstall_charts,
     wait_slurmcluster_ready,
 )
@@ -1848,6 +1850,87 @@ def _spec_reconciled(installed: Installed, before: int, timeout: float = 120) ->
 def _jail_claim(installed: Installed) -> dict[str, Any] | None:
     pvcs = installed.kube.json("-n", installed.namespace, "get", "pvc")["items"]
     return next((p for p in pvcs if p["metadata"]["name"] == f"{NAME}-jail"), None)
+
+
+def _condition(kube: Kube, namespace: str, name: str, type_: str) -> dict[str, Any]:
+    obj = kube.json("-n", namespace, "get", "slurmcluster", name)
+    return next((c for c in (obj.get("status") or {}).get("conditions", []) if c["type"] == type_), {})
+
+
+def _pull_secret(kube: Kube, namespace: str, server: str, password: str) -> None:
+    secret = kube.kubectl("-n", namespace, "create", "secret", "docker-registry", "regcred",
+                          f"--docker-server={server}", "--docker-username=warden", f"--docker-password={password}",
+                          "--dry-run=client", "-o", "json")  # fmt: skip
+    kube.kubectl("apply", "-f", "-", input=secret)
+
+
+def test_a_pod_that_cannot_pull_with_a_wrong_pull_secret_is_named_in_status_and_events_until_it_is_fixed(
+    installed: Installed,
+) -> None:
+    """A registry that wants a password (the test's own container beside the node, on loopback) holds the
+    exporter's image; a second, small SlurmCluster pulls with a pull secret of the wrong password: its
+    ImagesPulled condition names the pod and image, an ImagePullFailed Event carries the kubelet's 401;
+    with the right password the pod pulls and the condition clears."""
+    if os.environ.get("KUBECONFIG"):
+        pytest.skip("the password registry runs beside the local cluster's node (loopback)")
+    kube, ns = installed.kube, installed.namespace
+    version = project_version()
+    port = 5001
+    server = f"127.0.0.1:{port}"
+    image = f"{server}/warden/operator:{version}"
+    container = f"warden-e2e-pull-{uuid.uuid4().hex[:6]}"
+    hosts = LocalCluster().state / "certs.d" / server / "hosts.toml"
+    config = installed.tmp / "docker-config"
+    name = "pulls"
+    try:
+        subprocess.run(["docker", "run", "-d", "--rm", "--name", container, "-p", f"{server}:5000",
+                        "-e", "REGISTRY_USER=warden", "-e", "REGISTRY_PASSWORD=right",
+                        f"warden/test-registry:{version}"], check=True, capture_output=True)  # fmt: skip
+        hosts.parent.mkdir(parents=True, exist_ok=True)
+        hosts.write_text(registry_hosts_toml(server))
+        login = ["docker", "--config", str(config), "login", server, "-u", "warden", "--password-stdin"]
+        _eventually("the password registry answering", lambda: subprocess.run(
+            login, input=b"right", capture_output=True).returncode == 0, timeout=60)  # fmt: skip
+        subprocess.run(["docker", "tag", f"warden/operator:{version}", image], check=True)
+        subprocess.run(["docker", "--config", str(config), "push", image], check=True, capture_output=True)
+        _pull_secret(kube, ns, server, "wrong")
+        cluster = {"apiVersion": "slurm.warden.dev/v1alpha1", "kind": "SlurmCluster",
+                   "metadata": {"name": name, "namespace": ns},
+                   "spec": {"workerGroups": [{"name": "cpu", "replicas": 0}], "login": {"replicas": 0},
+                            "jail": {"size": "1Gi", "retainOnDelete": False},
+                            "images": {"exporter": image, "pullSecrets": ["regcred"]}}}  # fmt: skip
+        kube.kubectl("apply", "-f", "-", input=json.dumps(cluster))
+
+        failed = _eventually("ImagesPulled False naming the exporter", lambda: (c := _condition(
+            kube, ns, name, "ImagesPulled")).get("status") == "False" and c, timeout=240, interval=3)  # fmt: skip
+        assert failed["reason"] == "ImagePullFailed" and image in failed["message"], failed
+        assert f"{name}-exporter-" in failed["message"] and "pullSecrets" in failed["message"], failed
+        ready = _condition(kube, ns, name, "Ready")
+        assert ready["status"] == "False" and "ImagesPulled" in ready["message"], ready
+
+        def told() -> list[dict[str, Any]]:
+            events = kube.json("-n", ns, "get", "events.events.k8s.io")
+            return [e for e in events["items"] if e["reason"] == "ImagePullFailed" and e["regarding"]["name"] == name]
+
+        (event, *_) = _eventually("an ImagePullFailed Event", told, timeout=60)
+        assert event["type"] == "Warning" and event["related"]["name"].startswith(f"{name}-exporter-"), event
+        assert image in event["note"] and ("401" in event["note"] or "nauthorized" in event["note"]), event["note"]
+
+        _pull_secret(kube, ns, server, "right")  # the kubelet tries again after its back-off
+        _eventually("ImagesPulled True once the secret is right", lambda: _condition(
+            kube, ns, name, "ImagesPulled").get("status") == "True", timeout=420, interval=5)  # fmt: skip
+        deploy = kube.json("-n", ns, "get", "deployment", f"{name}-exporter")
+        _eventually("the exporter running its pulled image", lambda: kube.json(
+            "-n", ns, "get", "deployment", f"{name}-exporter").get("status", {}).get("readyReplicas") == 1,
+            timeout=120)  # fmt: skip
+        assert deploy["spec"]["template"]["spec"]["imagePullSecrets"] == [{"name": "regcred"}]
+    finally:
+        kube.kubectl("-n", ns, "delete", "slurmcluster", name, "--ignore-not-found", "--wait=true", "--timeout=180s",
+                     check=False)  # fmt: skip
+        kube.kubectl("-n", ns, "delete", "secret", "regcred", "--ignore-not-found", check=False)
+        subprocess.run(["docker", "rm", "-f", container], capture_output=True)
+        subprocess.run(["docker", "rmi", image], capture_output=True)
+        hosts.unlink(missing_ok=True)
 
 
 def test_uninstall_and_reinstall_keep_a_users_home_and_only_explicit_deletion_deletes_it(installed: Installed) -> None:
