@@ -977,6 +977,30 @@ class LocalCluster:
              PAUSE_IMAGE], input=tar)  # fmt: skip
         log(f"built {PAUSE_IMAGE} from {src}")
 
+    def publish(self, refs: Sequence[str]) -> str:
+        """Push ``refs`` and the charts to this cluster's registry (``push_images``) and make the kubelet
+        pull again what changed under the same tag: containerd forgets each image of the registry whose
+        digest there is no longer the one it pulled (pods running it keep running), so `IfNotPresent`
+        pulls the new one. The registry, for ``kube``."""
+        registry = self.registry()
+        if registry is None:
+            raise LocalClusterError(
+                "the local cluster runs no registry (an older checkout started it): make down, make up"
+            )
+        push_images(refs, registry)
+        listed = self._ctr("images", "ls")
+        stale = []
+        for line in listed.splitlines()[1:]:
+            fields = line.split()
+            if len(fields) < 3 or not fields[0].startswith(f"{REGISTRY_ADDRESS}/") or "@" in fields[0]:
+                continue
+            if registry_digest(fields[0]) not in (None, fields[2]):
+                stale.append(fields[0])
+        if stale:
+            self._ctr("images", "rm", *stale)
+            log(f"changed in the registry, pulled again when next used: {' '.join(stale)}")
+        return registry
+
     def import_images(self, refs: Sequence[str]) -> None:
         """Import Docker images into containerd's k8s.io namespace, skipping those already there
         with the same image id."""
@@ -1057,6 +1081,31 @@ def registry_answers(address: str = REGISTRY_ADDRESS) -> bool:
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     with opener.open(f"http://{address}/v2/", timeout=2) as r:
         return bool(r.status == 200)
+
+
+#: what a registry may answer a manifest request with (single images and multi-platform indexes)
+MANIFEST_TYPES = ", ".join([
+    "application/vnd.docker.distribution.manifest.v2+json", "application/vnd.oci.image.manifest.v1+json",
+    "application/vnd.docker.distribution.manifest.list.v2+json", "application/vnd.oci.image.index.v1+json",
+])  # fmt: skip
+
+
+def registry_digest(ref: str) -> str | None:
+    """The digest the local registry holds for ``ref`` (``<address>/<path>:<tag>``); None when it has none."""
+    import urllib.error
+    import urllib.request
+
+    address, _, rest = ref.partition("/")
+    path, _, tag = rest.rpartition(":")
+    request = urllib.request.Request(f"http://{address}/v2/{path}/manifests/{tag}", method="HEAD",
+                                     headers={"Accept": MANIFEST_TYPES})  # fmt: skip
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    try:
+        with opener.open(request, timeout=10) as r:
+            digest = r.headers.get("Docker-Content-Digest")
+            return str(digest) if digest else None
+    except urllib.error.HTTPError:
+        return None
 
 
 def push_images(refs: Sequence[str], registry: str = REGISTRY) -> None:
@@ -1297,10 +1346,7 @@ def demo(cluster: LocalCluster) -> None:
     kubelet pulls every image), wait until the SlurmCluster is Ready, print the ssh command."""
     key = ensure_ssh_key()
     pub = key.with_suffix(".pub").read_text().strip()
-    registry = cluster.registry()
-    if registry is None:
-        raise LocalClusterError("the local cluster runs no registry (an older checkout started it): make down, make up")
-    push_images(chart_images(), registry)
+    registry = cluster.publish(chart_images())
     log(f"installing charts from oci://{registry}/charts: slurm-operator (+ slurm-operator-crds), slurm-cluster")
     kube = cluster.kube(registry)
     install_charts(kube, NAMESPACE_OPERATOR, NAMESPACE_DEMO, demo_values(pub), cluster.state / "demo-values.json")

@@ -95,7 +95,11 @@ PULL_FAILURES = frozenset({"ErrImagePull", "ImagePullBackOff", "InvalidImageName
 
 def image_pull_failures(pod: Manifest) -> list[ImagePull]:
     """The containers of ``pod`` (init containers too) whose image the kubelet cannot pull."""
-    status = pod.get("status") or {}
+    spec, status = pod.get("spec") or {}, pod.get("status") or {}
+    # a status's image is empty until the kubelet has it: the spec names it
+    images = {
+        c.get("name"): c.get("image") for c in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]
+    }
     out = []
     for cs in [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]:
         waiting = (cs.get("state") or {}).get("waiting") or {}
@@ -103,7 +107,7 @@ def image_pull_failures(pod: Manifest) -> list[ImagePull]:
             out.append(
                 ImagePull(
                     pod=pod["metadata"]["name"],
-                    image=str(cs.get("image", "")),
+                    image=str(images.get(cs.get("name")) or cs.get("image") or ""),
                     reason=str(waiting["reason"]),
                     message=str(waiting.get("message", "")),
                 )

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from warden_dev.controlplane import REPO_ROOT, sigterm_as_interrupt
-from warden_dev.localcluster import Kube, LocalCluster, LocalClusterError, chart_images, pinned_bin_dir, push_images
+from warden_dev.localcluster import Kube, LocalCluster, LocalClusterError, chart_images, pinned_bin_dir
 
 
 @pytest.fixture(scope="session")
@@ -50,7 +50,7 @@ def kube() -> Iterator[Kube]:
             if registry is None:  # a cluster an older checkout started: no registry, images imported
                 cluster.import_images(images)
             else:
-                push_images(images, registry)
+                cluster.publish(images)
             yield cluster.kube(registry)
     except LocalClusterError as e:
         pytest.fail(str(e), pytrace=False)

@@ -67,18 +67,23 @@ def test_every_pod_of_the_cluster_pulls_with_the_specs_secrets() -> None:
         parse_spec({**SPEC, "images": {"pullSecrets": ["Not_A_Name"]}})
 
 
-def _pod(name: str, *statuses: dict[str, Any]) -> dict[str, Any]:
-    return {"metadata": {"name": name}, "status": {"containerStatuses": list(statuses)}}
+def _pod(name: str, *statuses: tuple[str, dict[str, Any]]) -> dict[str, Any]:
+    """A pod whose containers (named after their position) run the images given with their states; as
+    the kubelet reports it, a container's status names no image before it is pulled."""
+    containers = [{"name": f"c{i}", "image": image} for i, (image, _) in enumerate(statuses)]
+    return {"metadata": {"name": name}, "spec": {"containers": containers},
+            "status": {"containerStatuses": [{"name": f"c{i}", "image": "", "state": state}
+                                             for i, (_, state) in enumerate(statuses)]}}  # fmt: skip
 
 
-def _waiting(image: str, reason: str, message: str = "") -> dict[str, Any]:
-    return {"name": "c", "image": image, "state": {"waiting": {"reason": reason, "message": message}}}
+def _waiting(image: str, reason: str, message: str = "") -> tuple[str, dict[str, Any]]:
+    return image, {"waiting": {"reason": reason, "message": message}}
 
 
 def test_a_pod_that_cannot_pull_is_named_in_status_whether_pulling_or_backing_off() -> None:
     unauthorized = "failed to pull and unpack image: 401 Unauthorized"
     pod = _pod("demo-controller-0", _waiting("r.example.com/warden/controller:1", "ErrImagePull", unauthorized),
-               {"name": "ok", "image": "x", "state": {"running": {}}})  # fmt: skip
+               ("x", {"running": {}}))  # fmt: skip
     failures = image_pull_failures(pod)
     assert failures == [
         ImagePull("demo-controller-0", "r.example.com/warden/controller:1", "ErrImagePull", unauthorized)

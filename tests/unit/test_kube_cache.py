@@ -13,6 +13,7 @@ import pytest
 
 from warden.kube.cache import matches, newer, slim_pod, without_managed_fields
 from warden.kube.fanout import Fanout, batches
+from warden.observe import image_pull_failures
 
 POD: dict[str, Any] = {
     "apiVersion": "v1",
@@ -33,6 +34,8 @@ POD: dict[str, Any] = {
     "spec": {
         "nodeName": "kwok-3",
         "volumes": [{"name": "jail", "persistentVolumeClaim": {"claimName": "big-jail"}}],
+        "initContainers": [{"name": "wait", "image": "warden/worker:1", "command": ["true"]},
+                           {"name": "copy", "image": "r.example.com/tools:2", "command": ["cp"]}],
         "containers": [
             {
                 "name": "slurmd",
@@ -53,6 +56,11 @@ POD: dict[str, Any] = {
             {"name": "slurmd", "ready": True, "restartCount": 1, "state": {"running": {"startedAt": "x"}},
              "imageID": "sha256:1", "lastState": {}},
         ],
+        "initContainerStatuses": [
+            {"name": "wait", "state": {"terminated": {"exitCode": 0, "containerID": "containerd://1"}}},
+            {"name": "copy", "state": {"waiting": {"reason": "ImagePullBackOff", "message": "Back-off"}},
+             "image": "r.example.com/tools:2"},
+        ],
     },
 }  # fmt: skip
 
@@ -66,7 +74,13 @@ def test_a_cached_pod_keeps_what_the_operator_reads_and_nothing_else() -> None:
     assert "managedFields" not in meta
     assert slim["spec"] == {
         "nodeName": "kwok-3",
-        "containers": [{"name": "slurmd", "env": [{"name": "WARDEN_SLURM_SERIES", "value": "26.05"}]}],
+        "containers": [
+            {"name": "slurmd", "image": "warden/worker:1", "env": [{"name": "WARDEN_SLURM_SERIES", "value": "26.05"}]}
+        ],
+        "initContainers": [
+            {"name": "wait", "image": "warden/worker:1"},
+            {"name": "copy", "image": "r.example.com/tools:2"},
+        ],
     }
     assert slim["status"]["phase"] == "Running"
     assert slim["status"]["conditions"] == [
@@ -75,6 +89,13 @@ def test_a_cached_pod_keeps_what_the_operator_reads_and_nothing_else() -> None:
     ]
     assert slim["status"]["containerStatuses"] == [
         {"name": "slurmd", "ready": True, "restartCount": 1, "state": {"running": {"startedAt": "x"}}, "lastState": {}}
+    ]
+    # an init container only while it waits: what ``warden.observe`` looks for (an image it cannot pull)
+    assert slim["status"]["initContainerStatuses"] == [
+        {"name": "copy", "state": {"waiting": {"reason": "ImagePullBackOff", "message": "Back-off"}}}
+    ]
+    assert [(f.pod, f.image, f.reason) for f in image_pull_failures(slim)] == [
+        ("big-worker-cpu-7", "r.example.com/tools:2", "ImagePullBackOff")
     ]
 
 

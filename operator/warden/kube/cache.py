@@ -93,9 +93,10 @@ def _kept_annotations(annotations: dict[str, str] | None) -> dict[str, str]:
 
 def slim_pod(pod: Manifest) -> Manifest:
     """A pod as the operator reads it (``warden.workers``, ``warden.slurmsync``, ``warden.observe``): its
-    identity, labels, annotations, owners, node, containers' names and environment markers, phase,
-    the Ready condition and Warden's own, container states; its strings shared with every other pod's.
-    Everything else (volumes, the full container specs, managedFields) stays on the API server."""
+    identity, labels, annotations, owners, node, containers' names, images and environment markers,
+    phase, the Ready condition and Warden's own, container states (an init container's while it
+    waits); its strings shared with every other pod's. Everything else (volumes, the full container
+    specs, managedFields) stays on the API server."""
     meta, spec, status = pod.get("metadata") or {}, pod.get("spec") or {}, pod.get("status") or {}
     kept_meta = {
         k: meta[k]
@@ -104,13 +105,24 @@ def slim_pod(pod: Manifest) -> Manifest:
     }
     kept_meta["annotations"] = _kept_annotations(meta.get("annotations"))
     containers = [
-        {"name": c.get("name"), "env": [e for e in c.get("env") or [] if e.get("name", "").startswith("WARDEN_")]}
+        {
+            "name": c.get("name"),
+            "image": c.get("image"),
+            "env": [e for e in c.get("env") or [] if e.get("name", "").startswith("WARDEN_")],
+        }
         for c in spec.get("containers") or []
     ]
     statuses = [
         {k: cs[k] for k in ("name", "ready", "restartCount", "state", "lastState") if k in cs}
         for cs in status.get("containerStatuses") or []
     ]
+    # an init container is looked at only while it waits (for its image: ``warden.observe``)
+    waiting = [
+        {"name": cs.get("name"), "state": cs["state"]}
+        for cs in status.get("initContainerStatuses") or []
+        if "waiting" in (cs.get("state") or {})
+    ]
+    inits = [{"name": c.get("name"), "image": c.get("image")} for c in spec.get("initContainers") or []]
     conditions = [  # Ready and Warden's own (the Slurm node's state); not the four others the kubelet sets
         {k: c[k] for k in ("type", "status", "reason", "message") if k in c}
         for c in status.get("conditions") or []
@@ -120,8 +132,9 @@ def slim_pod(pod: Manifest) -> Manifest:
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": kept_meta,
-        "spec": {"nodeName": spec.get("nodeName"), "containers": containers},
-        "status": {"phase": status.get("phase"), "conditions": conditions, "containerStatuses": statuses},
+        "spec": {"nodeName": spec.get("nodeName"), "containers": containers, "initContainers": inits},
+        "status": {"phase": status.get("phase"), "conditions": conditions, "containerStatuses": statuses,
+                   "initContainerStatuses": waiting},
     })  # fmt: skip
     return slim
 
