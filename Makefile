@@ -87,6 +87,7 @@ e2e: venv ## e2e tier: helm install on a real single-node Kubernetes (local clus
 	@$(STAGE) images hack/images.sh
 	@$(STAGE) images-24.11 env WARDEN_SLURM_SERIES=24.11 hack/images.sh
 	@$(STAGE) images-test hack/images.sh test
+	@$(STAGE) previous-release hack/previous-release.sh build
 	@$(STAGE) k8s-bins-cluster hack/build-k8s-bins.sh cluster
 	@$(STAGE) fake-gpu-plugin $(PY) -m warden_dev fake-gpu-plugin
 	@$(STAGE) e2e hack/pytest-tier.sh e2e -q

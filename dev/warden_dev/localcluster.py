@@ -1252,6 +1252,7 @@ def install_charts(
     cluster: bool = True,
     operator_set: dict[str, str] | None = None,
     charts: Path | str | None = None,
+    version: str | None = None,
 ) -> None:
     """helm upgrade --install the charts: the operator watching only ``cluster_ns`` (so several
     installations can share a cluster) and slurm-cluster with ``values``. ``crds``: "subchart" installs
@@ -1260,20 +1261,23 @@ def install_charts(
     ``cluster=False`` stops after the operator. ``operator_set``: more ``--set`` values of the operator chart.
     ``charts``: where the charts come from, a directory (``CHARTS_DIR``) or a registry prefix that hack/push.sh
     pushed the charts and images to (the operator then gets ``image.registry``: its image and the clusters'
-    default images are pulled from there); default: ``kube.registry`` when set, else ``CHARTS_DIR``."""
+    default images are pulled from there); default: ``kube.registry`` when set, else ``CHARTS_DIR``.
+    ``version``: the charts' version in a registry (default: the project's)."""
     source: Path | str = charts if charts is not None else (kube.registry or CHARTS_DIR)
     kube.apply([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": n}} for n in {operator_ns, cluster_ns}])
     crd_release = operator_release if crds == "subchart" else "slurm-operator-crds"
     if not claim_crd(kube, crd_release, operator_ns):
         crds = "none"
     if crds == "chart":
-        kube.helm("upgrade", "--install", "slurm-operator-crds", *chart_args(source, "slurm-operator-crds"),
+        kube.helm("upgrade", "--install", "slurm-operator-crds",
+                  *chart_args(source, "slurm-operator-crds", version),
                   "-n", operator_ns)  # fmt: skip
     if isinstance(source, Path):
         kube.helm("dependency", "build", str(source / "slurm-operator"))
     sets = {"image.registry": source} if isinstance(source, str) else {}
     sets.update(operator_set or {})
-    kube.helm("upgrade", "--install", operator_release, *chart_args(source, "slurm-operator"), "-n", operator_ns,
+    kube.helm("upgrade", "--install", operator_release, *chart_args(source, "slurm-operator", version),
+              "-n", operator_ns,
               "--set", f"crds.enabled={'true' if crds == 'subchart' else 'false'}",
               "--set", f"watchNamespaces[0]={cluster_ns}", "--wait", "--timeout=5m",
               *[a for k, v in sets.items() for a in ("--set", f"{k}={v}")])  # fmt: skip
@@ -1282,7 +1286,7 @@ def install_charts(
     values_file.parent.mkdir(parents=True, exist_ok=True)
     values_file.write_text(json.dumps(values, indent=2) + "\n")
     release = str(values.get("nameOverride") or "slurm-cluster")
-    kube.helm("upgrade", "--install", release, *chart_args(source, "slurm-cluster"), "-n", cluster_ns,
+    kube.helm("upgrade", "--install", release, *chart_args(source, "slurm-cluster", version), "-n", cluster_ns,
               "-f", str(values_file))  # fmt: skip
 
 

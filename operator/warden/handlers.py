@@ -56,7 +56,7 @@ from warden.model import (
 )
 from warden.naming import FIELD_MANAGER
 from warden.observe import health_report, image_pull_failures
-from warden.reconcile import Outcome, observed_blocks, previous_status, reconcile, refresh_status
+from warden.reconcile import Outcome, observed_blocks, pin_images, previous_status, reconcile, refresh_status
 from warden.render.context import Cluster
 from warden.slurmactions import SlurmActions
 from warden.slurmsync import Settings, SlurmSync
@@ -310,7 +310,7 @@ def _refresh_locked(
     except ValueError:
         return  # the reconcile handler reports invalid specs
     previous = previous_status(body)
-    cluster = Cluster(name=name, namespace=namespace, spec=spec)
+    cluster = Cluster(name=name, namespace=namespace, spec=pin_images(spec, previous))
     generation = int(body["metadata"].get("generation", 0))
     if previous is not None and previous.observed_generation is not None:
         generation = previous.observed_generation  # only the reconcile handler moves it forward

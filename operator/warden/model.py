@@ -226,6 +226,8 @@ def _keys_rule(message: str) -> dict[str, Any]:
 
 
 ImageReference = Annotated[str, Field(pattern=IMAGE_REFERENCE, min_length=1, max_length=255)]
+#: an image tag that leaves room for `-slurm<series>`
+ImageTag = Annotated[str, Field(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$", min_length=1, max_length=101)]
 DnsSubdomain = Annotated[str, Field(pattern=DNS_SUBDOMAIN, min_length=1, max_length=253)]
 QualifiedName = Annotated[str, Field(pattern=QUALIFIED_NAME, min_length=1, max_length=316)]
 LabelValue = Annotated[str, Field(pattern=LABEL_VALUE, max_length=63)]
@@ -252,12 +254,22 @@ def image_registry() -> str:
     return os.environ.get(IMAGE_REGISTRY_ENV, "").rstrip("/") or DEFAULT_IMAGE_REPOSITORY
 
 
-def default_image(name: str, series: str = DEFAULT_SLURM_SERIES) -> str:
+def default_image(name: str, series: str = DEFAULT_SLURM_SERIES, version: str | None = None) -> str:
     """Warden's own image ``name`` for a Slurm series: ``<registry>/<name>:<version>`` for the default
     series, ``<registry>/<name>:<version>-slurm<series>`` for another (images without Slurm: ``series``
-    left out). ``<registry>`` and ``<version>`` are the operator's own (``image_registry``)."""
-    tag = __version__ if series == DEFAULT_SLURM_SERIES else f"{__version__}-slurm{series}"
+    left out). ``<registry>`` is the operator's (``image_registry``), ``<version>`` its own unless given."""
+    version = version or __version__
+    tag = version if series == DEFAULT_SLURM_SERIES else f"{version}-slurm{series}"
     return f"{image_registry()}/{name}:{tag}"
+
+
+def images_version_of(image: str | None) -> str | None:
+    """The Warden version in the tag of one of Warden's own images that carry Slurm
+    (`<registry>/<name>:<version>[-slurm<series>]`), else None."""
+    if not image or "@" in image:
+        return None
+    match = re.match(r"^.+/[a-z-]+:(?P<v>[0-9]+\.[0-9]+\.[0-9]+[A-Za-z0-9_.-]*?)(-slurm[0-9.]+)?$", image)
+    return match.group("v") if match else None
 
 
 #: images the CRD once wrote into every stored spec as schema defaults (Warden 0.1.0): read as "not set",
@@ -309,6 +321,12 @@ class Images(Spec):
     )
     pull_policy: Literal["Always", "IfNotPresent", "Never"] = Field(
         default="IfNotPresent", description="imagePullPolicy of every container."
+    )
+    version: ImageTag | None = Field(
+        default=None,
+        description="Version (tag) of Warden's own images where this spec names none. Default: the one the "
+        "cluster was made with (`status.imagesVersion`), so upgrading the operator replaces no pod; set it "
+        "to move the cluster onto another release's images (workers one drained, idle node at a time).",
     )
     pull_secrets: list[DnsSubdomain] = Field(
         default_factory=list,
@@ -1007,6 +1025,18 @@ class Ldap(Spec):
     )
     start_tls: bool = Field(default=True, description="StartTLS on `ldap://` URIs (ldaps:// is TLS anyway).")
 
+    @field_validator("uris")
+    @classmethod
+    def _addresses(cls, uris: list[str]) -> list[str]:
+        for uri in uris:
+            try:
+                port = ldap_address(uri)[1]
+            except ValueError as e:  # `[0]` is no IPv6 address; a port above 65535
+                raise ValueError(f"{uri!r} names no host and port a client can reach ({e})") from None
+            if not 0 < port < 65536:
+                raise ValueError(f"{uri!r}: port {port} is not 1-65535")
+        return uris
+
     @property
     def ports(self) -> list[int]:
         """The servers' TCP ports: what the pods running SSSD may reach (warden.render.network)."""
@@ -1431,13 +1461,13 @@ class SlurmClusterSpec(Spec):
             return self.jail.populate.image
         field = {"populateJail": "populate_jail", "healthCheck": "health_check"}.get(component, component)
         named: str | None = getattr(self.images, field)
-        return named or default_image(SLURM_IMAGES[component], series or self.slurm_version)
+        return named or default_image(SLURM_IMAGES[component], series or self.slurm_version, self.images.version)
 
     def own_image(self, component: Literal["mariadb", "exporter"]) -> str:
         """The image of a component without Slurm: the one the spec names, else Warden's own (the exporter
         ships in the operator's image)."""
         named: str | None = getattr(self.images, component)
-        return named or default_image("operator" if component == "exporter" else component)
+        return named or default_image("operator" if component == "exporter" else component, version=self.images.version)
 
     def effective_partitions(self) -> list[Partition]:
         """The partitions slurm.conf gets: the user's, or one default `main` with every group."""
@@ -1629,4 +1659,8 @@ class SlurmClusterStatus(BaseModel):
     slurmctld_in_charge: str | None = Field(
         default=None,
         description="With backup controllers: the slurmctld pod in charge, as the operator's last Slurm sync saw it.",
+    )
+    images_version: str | None = Field(
+        default=None,
+        description="Version of Warden's images the cluster runs where spec.images names none (spec.images.version).",
     )

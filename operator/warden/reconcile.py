@@ -16,7 +16,7 @@ from functools import partial
 
 from pydantic import ValidationError
 
-from warden import naming, opmetrics, slurmupgrade
+from warden import __version__, naming, opmetrics, slurmupgrade
 from warden.kube.apply import Applier, ApplyResult, Owner, run_steps, with_owner
 from warden.kube.client import Kube
 from warden.kube.retention import apply_jail_claim
@@ -30,6 +30,8 @@ from warden.model import (
     SlurmClusterSpec,
     SlurmClusterStatus,
     SlurmNodesStatus,
+    default_image,
+    images_version_of,
     parse_spec_unknown,
 )
 from warden.observe import observe
@@ -141,6 +143,23 @@ def previous_status(body: Manifest) -> SlurmClusterStatus | None:
         return None
 
 
+def pin_images(spec: SlurmClusterSpec, previous: SlurmClusterStatus | None) -> SlurmClusterSpec:
+    """``spec`` with the version of Warden's images it runs where it names none (spec.images.version):
+    the one it names, else the one status recorded (a cluster keeps the images it was made with when the
+    operator is upgraded), else the version of the settled Slurm images status recorded (a cluster an
+    operator made before status recorded the version), else the operator's own (a new cluster)."""
+    if spec.images.version is not None:
+        return spec
+    version = previous.images_version if previous is not None else None
+    settled = previous.slurm if previous is not None else None
+    if version is None and settled is not None and settled.version is not None:
+        controller = settled.images.get("controller")
+        found = images_version_of(controller)
+        if found is not None and controller == default_image("controller", settled.version, found):
+            version = found
+    return spec.model_copy(update={"images": spec.images.model_copy(update={"version": version or __version__})})
+
+
 def _with_removals(old: Manifest, new: Manifest) -> Manifest:
     out = dict(new)
     for key, value in old.items():
@@ -217,6 +236,7 @@ def _reconcile(applier: Applier, body: Manifest, slurm_required: bool) -> Outcom
         status = invalid_spec_status(generation, message, previous, now())
         kube.patch_status(meta["name"], meta["namespace"], status_patch(previous, status))
         return Outcome(status=status, result=None, invalid=message)
+    spec = pin_images(spec, previous)
 
     monitors = spec.metrics.service_monitor.mode == "Auto" and kube.serves("monitoring.coreos.com/v1", "ServiceMonitor")
     cluster = Cluster(name=meta["name"], namespace=meta["namespace"], spec=spec, service_monitor_crd=monitors,

@@ -325,6 +325,7 @@ def fold(
         slurm_nodes=slurm,
         slurm=slurm_status(spec, upgrade, observed.parts, slurm),
         slurmctld_in_charge=in_charge,
+        images_version=spec.images.version,
     )
 
 

@@ -188,7 +188,7 @@ def test_slurm_upgraded_from_24_11_to_26_05_under_running_and_queued_jobs(instal
     assert str(slurm.get("workers", "")).startswith(f"{NEW}.5") and OLD not in str(slurm.get("workers")), slurm
     assert " 26.05.5" in _as(installed, "alice", alice, "srun --version")
     assert _as(installed, "alice", alice, "cat ~/before-upgrade.txt") == "kept\n"
-    assert all(":0.1.0-slurm" not in image for image in _images(installed).values()), _images(installed)
+    assert all("-slurm24.11" not in image for image in _images(installed).values()), _images(installed)
 
 
 def _template_images(installed: Installed) -> dict[str, str]:

@@ -109,7 +109,7 @@ def test_cluster_chart_accepted_by_apiserver(
     assert sc["kind"] == "SlurmCluster" and sc["metadata"]["name"] == "demo"
     labels = sc["metadata"]["labels"]
     assert labels["app.kubernetes.io/managed-by"] == "Helm" and labels["app.kubernetes.io/part-of"] == "warden"
-    assert labels["helm.sh/chart"] == "slurm-cluster-0.1.0"
+    assert labels["helm.sh/chart"] == "slurm-cluster-0.2.0"
     out = dry_run_apply(controlplane, docs)
     assert "slurmcluster.slurm.warden.dev/demo serverside-applied (server dry run)" in out, out
     if values is None:
@@ -164,7 +164,7 @@ def test_operator_chart_accepted_by_apiserver(
     spec = deploy["spec"]
     assert spec["replicas"] == 1 and spec["strategy"] == {"type": "Recreate"}
     (container,) = spec["template"]["spec"]["containers"]
-    assert container["image"] == "warden/operator:0.1.0"
+    assert container["image"] == "warden/operator:0.2.0"
     assert "--log-format=json" in container["args"] and "--all-namespaces" in container["args"]
     for probe in ("livenessProbe", "readinessProbe"):
         assert container[probe]["httpGet"] == {"path": "/healthz", "port": "http"}
@@ -201,7 +201,7 @@ def test_one_registry_value_moves_the_operators_image_and_the_clusters_default_i
     (deploy,) = by_kind(docs, "Deployment")
     pod = deploy["spec"]["template"]["spec"]
     (container,) = pod["containers"]
-    assert container["image"] == "registry.example.com:5000/hpc/warden/operator:0.1.0"
+    assert container["image"] == "registry.example.com:5000/hpc/warden/operator:0.2.0"
     assert container["env"] == [{"name": "WARDEN_IMAGE_REGISTRY", "value": "registry.example.com:5000/hpc/warden"}]
     assert pod["imagePullSecrets"] == [{"name": "regcred"}]
     (plain,) = by_kind(helm.template(OPERATOR_CHART, release="warden"), "Deployment")

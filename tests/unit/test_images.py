@@ -9,8 +9,9 @@ import pytest
 from pydantic import ValidationError
 
 from warden import __version__
-from warden.model import IMAGE_REGISTRY_ENV, parse_spec, parse_spec_unknown
+from warden.model import IMAGE_REGISTRY_ENV, SlurmClusterStatus, parse_spec, parse_spec_unknown
 from warden.observe import image_pull_failures
+from warden.reconcile import pin_images
 from warden.render.cluster import pod_spec, render
 from warden.render.context import Cluster
 from warden.status import ImagePull, Observed, fold
@@ -116,3 +117,29 @@ def test_fields_a_newer_crd_added_are_left_out_and_named_but_real_errors_still_r
     assert parse_spec_unknown(SPEC)[1] == []
     with pytest.raises(ValidationError, match="replicas"):
         parse_spec_unknown({**newer, "workerGroups": [{"name": "cpu", "futureKnob": 3, "replicas": -1}]})
+
+
+def _status(**fields: Any) -> SlurmClusterStatus:
+    return SlurmClusterStatus.model_validate(fields)
+
+
+def test_a_cluster_keeps_the_images_it_was_made_with_when_the_operator_is_upgraded() -> None:
+    spec = parse_spec(SPEC)
+    assert pin_images(spec, None).images.version == __version__  # a new cluster: the operator's
+    kept = pin_images(spec, _status(imagesVersion="0.0.7"))
+    assert kept.image("controller") == "warden/controller:0.0.7" and kept.own_image("mariadb") == "warden/mariadb:0.0.7"
+    assert kept.image("worker", "24.11") == "warden/worker:0.0.7-slurm24.11"
+    status = fold(kept, 1, Observed(), None, "2026-11-27T00:00:00Z")
+    assert status.images_version == "0.0.7"  # recorded for the next operator
+
+    # made by an operator that did not record it: the version of the Slurm images status settled on
+    settled = {"version": "24.11", "target": "24.11", "images": {"controller": "warden/controller:0.1.0-slurm24.11"}}
+    before = _status(slurm=settled)
+    assert pin_images(spec, before).images.version == "0.1.0"
+    named = _status(slurm={**settled, "images": {"controller": "site.example.com/ctl:3.1.4"}})
+    assert pin_images(spec, named).images.version == __version__  # a tag of the user's own says nothing
+    # the spec's word moves the cluster onto another release's images
+    moved = pin_images(parse_spec({**SPEC, "images": {"version": "0.3.0"}}), _status(imagesVersion="0.0.7"))
+    assert moved.image("login") == "warden/login:0.3.0"
+    with pytest.raises(ValidationError, match="version"):
+        parse_spec({**SPEC, "images": {"version": "not a tag"}})

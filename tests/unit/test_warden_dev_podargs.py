@@ -117,7 +117,7 @@ def test_every_pod_of_the_workloads_gets_a_container(planned: Any) -> None:
         "wdp-r1-dp-worker-cpu-1",
         "worker",
         "cpu",
-        "warden/worker:0.1.0",
+        "warden/worker:0.2.0",
     )
     # workers and login wait for the jail's population, the rest starts beside it
     assert {n for n, p in plans.items() if p.pod.waits_for_jail} == {
@@ -273,7 +273,7 @@ def test_commands_of_deployments_and_jobs(planned: Any, tmp_path: Path) -> None:
 def test_images_of_every_workload(tmp_path: Path) -> None:
     _, _, objects = translator(tmp_path)
     images = {c["image"] for o in objects for c in containers(o)}
-    assert {"warden/worker:0.1.0", "warden/controller:0.1.0", "warden/populate-jail:0.1.0"} <= images
+    assert {"warden/worker:0.2.0", "warden/controller:0.2.0", "warden/populate-jail:0.2.0"} <= images
 
 
 def pod_template(container: dict[str, Any], volumes: list[dict[str, Any]] | None = None) -> dict[str, Any]:
