@@ -42,6 +42,7 @@ def test_cluster_converges_to_ready_with_owned_labelled_children(
     status = obj["status"]
     assert {c["type"]: c["status"] for c in status["conditions"]} == {
         "Ready": "True",
+        "ImagesPulled": "True",
         "JailPopulated": "True",
         "ControllerReady": "True",
         "RestApiReady": "True",
