@@ -96,10 +96,13 @@ PULL_FAILURES = frozenset({"ErrImagePull", "ImagePullBackOff", "InvalidImageName
 def image_pull_failures(pod: Manifest) -> list[ImagePull]:
     """The containers of ``pod`` (init containers too) whose image the kubelet cannot pull."""
     spec, status = pod.get("spec") or {}, pod.get("status") or {}
-    # a status's image is empty until the kubelet has it: the spec names it
-    images = {
-        c.get("name"): c.get("image") for c in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]
-    }
+
+    def named(container: str) -> str:  # a status names no image until the kubelet has it: the spec does
+        for c in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
+            if c.get("name") == container:
+                return str(c.get("image") or "")
+        return ""
+
     out = []
     for cs in [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]:
         waiting = (cs.get("state") or {}).get("waiting") or {}
@@ -107,7 +110,7 @@ def image_pull_failures(pod: Manifest) -> list[ImagePull]:
             out.append(
                 ImagePull(
                     pod=pod["metadata"]["name"],
-                    image=str(images.get(cs.get("name")) or cs.get("image") or ""),
+                    image=named(str(cs.get("name"))) or str(cs.get("image") or ""),
                     reason=str(waiting["reason"]),
                     message=str(waiting.get("message", "")),
                 )
