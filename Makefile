@@ -67,7 +67,7 @@ dataplane: venv ## dataplane tier: real Slurm daemons from the project's images 
 	@$(STAGE) images-24.11 env WARDEN_SLURM_SERIES=24.11 hack/images.sh
 	@$(STAGE) images-gpu hack/images.sh gpu
 	@$(STAGE) images-test hack/images.sh test
-	@$(STAGE) dataplane env WARDEN_REQUIRE_GPU_JAIL=1 hack/pytest-tier.sh dataplane -q
+	@$(STAGE) dataplane env WARDEN_REQUIRE_GPU_JAIL=1 hack/pytest-tier.sh dataplane -q --durations=15
 
 gpu-jail: venv ## just the GPU jail: build warden/jail-gpu + populate-jail-gpu, check them (also part of `make dataplane`)
 	@$(STAGE) docker hack/docker.sh ensure
@@ -90,7 +90,7 @@ e2e: venv ## e2e tier: helm install on a real single-node Kubernetes (local clus
 	@$(STAGE) previous-release hack/previous-release.sh build
 	@$(STAGE) k8s-bins-cluster hack/build-k8s-bins.sh cluster
 	@$(STAGE) fake-gpu-plugin $(PY) -m warden_dev fake-gpu-plugin
-	@$(STAGE) e2e hack/pytest-tier.sh e2e -q
+	@$(STAGE) e2e hack/pytest-tier.sh e2e -q --durations=15
 
 test: ## every tier, each installing what it needs
 	@$(STAGE) unit-tier $(MAKE) --no-print-directory unit

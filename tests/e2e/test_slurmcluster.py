@@ -794,8 +794,8 @@ def test_a_directory_groups_partition_an_outage_and_a_person_who_left(installed:
 
     # she leaves: removed from the directory, her login is refused once the cache time has passed
     site.run("ldapdelete", f"uid=dana,{directory.PEOPLE}", f"cn=dana,{directory.GROUPS}")
-    _eventually("dana refused", lambda: dana("true").returncode != 0, timeout=directory.CACHE_SECONDS + 120,
-                interval=3)  # fmt: skip
+    _eventually("dana refused", lambda: dana("true").returncode != 0,
+                timeout=directory.BACK_ONLINE_SECONDS + directory.CACHE_SECONDS + 120, interval=3)  # fmt: skip
 
 
 def test_sbatch_on_two_nodes_writes_its_output_into_the_jail(installed: Installed) -> None:

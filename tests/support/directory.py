@@ -31,6 +31,9 @@ BIND_SECRET = "ldap-bind"
 CA_SECRET = "ldap-ca"
 #: how long SSSD trusts a looked-up user in the tests' clusters (spec.identity.ldap.cacheSeconds)
 CACHE_SECONDS = 20
+#: the longest SSSD waits before it asks the directory again once an outage ends (the rendered sssd.conf:
+#: offline_timeout_max 60 s plus a random offset of up to 10 s); only then do cached entries expire
+BACK_ONLINE_SECONDS = 70
 #: groups the site has before the cluster is installed (no members yet): name -> gid
 SITE_GROUPS = {"physics": 71000}
 

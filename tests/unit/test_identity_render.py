@@ -63,6 +63,8 @@ def test_sssd_reads_the_directory_over_verified_tls_without_the_password_in_any_
     assert f"ldap_tls_cacert = {naming.IDENTITY_CA_FILE}" in lines
     assert "ldap_user_ssh_public_key = sshPublicKey" in lines
     assert "entry_cache_timeout = 300" in lines
+    # after an outage SSSD asks the directory again within 70 s (docs/operations.md says so)
+    assert {"offline_timeout_max = 60", "offline_timeout_random_offset = 10"} <= set(lines)
     # the domain section is the file's last: the entrypoints append the bind DN and password to it
     assert [line for line in lines if line.startswith("[")][-1] == "[domain/directory]"
     assert not [line for line in lines if line.startswith("ldap_default_authtok")]
