@@ -18,6 +18,7 @@ Use it from pytest (``tests/integration/conftest.py``) or from the shell::
 from __future__ import annotations
 
 import argparse
+import base64
 import contextlib
 import ctypes
 import functools
@@ -110,6 +111,10 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def _b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
 
 
 def wait_for(
@@ -583,6 +588,16 @@ class ControlPlane:
         url = f"http://127.0.0.1:{self.ports['etcd-client']}/health"
         with urllib.request.urlopen(url, timeout=2) as r:
             return bool(json.loads(r.read()).get("health") == "true")
+
+    def etcd_values(self, prefix: str) -> dict[str, bytes]:
+        """What etcd holds under keys starting with ``prefix`` (``/registry/<group>/<plural>/`` for a custom
+        resource: the JSON the API server encoded each object as), through etcd's JSON gateway."""
+        url = f"http://127.0.0.1:{self.ports['etcd-client']}/v3/kv/range"
+        end = prefix[:-1] + chr(ord(prefix[-1]) + 1)
+        body = json.dumps({"key": _b64(prefix), "range_end": _b64(end)}).encode()
+        with urllib.request.urlopen(urllib.request.Request(url, data=body, method="POST"), timeout=5) as r:
+            kvs = json.loads(r.read()).get("kvs") or []
+        return {base64.b64decode(kv["key"]).decode(): base64.b64decode(kv["value"]) for kv in kvs}
 
     def _admin_ssl(self) -> ssl.SSLContext:
         ctx = ssl.create_default_context(cafile=str(self.pki.ca_crt))

@@ -39,7 +39,7 @@ from warden import __version__, opmetrics, slurmupgrade
 from warden.directorysync import DirectorySync
 from warden.directorysync import Settings as DirectorySettings
 from warden.events import Event, Ref
-from warden.kube import kinds
+from warden.kube import kinds, storedversions
 from warden.kube.apply import Applier, ApplyResult, Owner
 from warden.kube.client import CONNECTIONS, Kube
 from warden.kube.events import EventRecorder
@@ -155,6 +155,8 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     children = {(k.group, k.plural) for k in kinds.REGISTRY if k.watch in ("heal", "own") and k.kind != "SlurmCluster"}
     settings.watching.label_selectors[lambda r: (r.group, r.plural) in children] = MANAGED_SELECTOR
     STATE.kube = Kube(_load_kube_config())
+    # a CRD release that changed the storage version: Warden's objects are written again in it
+    storedversions.migrate_all(STATE.kube, STATE.namespaces)
     STATE.applier = Applier(STATE.kube)
     STATE.events = EventRecorder(STATE.kube)
     actions = SlurmActions(STATE.events)

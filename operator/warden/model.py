@@ -36,6 +36,8 @@ PLURAL = "slurmclusters"
 #: one per worker group: its pods, made and removed by the operator (it picks which ones leave)
 WORKER_SET_KIND = "WorkerSet"
 WORKER_SET_PLURAL = "workersets"
+#: Warden's CRDs, by name (charts/slurm-operator-crds)
+CRD_NAMES = (f"{PLURAL}.{API_GROUP}", f"{WORKER_SET_PLURAL}.{API_GROUP}")
 
 # Kubernetes-style names: DNS-1123 labels. Cluster and group names end up inside object names and
 # Slurm node names, so they are kept short enough that "<cluster>-worker-<group>-<ordinal>" stays a

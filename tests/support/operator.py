@@ -30,7 +30,8 @@ def free_port() -> int:
 
 
 class OperatorProcess:
-    """`warden-operator` in a subprocess, watching one namespace, logging to a file."""
+    """`warden-operator` in a subprocess, watching one namespace (every one: ``namespace=""``), logging to
+    a file."""
 
     def __init__(
         self,
@@ -48,7 +49,7 @@ class OperatorProcess:
         self.extra_args = list(extra_args)
         self.metrics = metrics
         self.namespace = namespace
-        self.log_path = log_dir / f"operator-{namespace}.log"
+        self.log_path = log_dir / f"operator-{namespace or 'every-namespace'}.log"
         self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
         self.liveness_url = ""
@@ -69,8 +70,7 @@ class OperatorProcess:
                 sys.executable,
                 "-m",
                 "warden.main",
-                "-n",
-                self.namespace,
+                *(["-n", self.namespace] if self.namespace else ["--all-namespaces"]),
                 "--liveness",
                 liveness,
                 "-v",

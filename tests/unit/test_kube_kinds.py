@@ -18,7 +18,13 @@ CHART = Path(__file__).resolve().parents[2] / "charts" / "slurm-operator" / "tem
 
 
 def _triples(rules: list[dict[str, Any]]) -> set[kinds.Rule]:
-    return {(g, r, v) for rule in rules for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]}
+    return {
+        (g, r, v, ",".join(rule.get("resourceNames", [])))
+        for rule in rules
+        for g in rule["apiGroups"]
+        for r in rule["resources"]
+        for v in rule["verbs"]
+    }
 
 
 def chart_manager_rules() -> set[kinds.Rule]:

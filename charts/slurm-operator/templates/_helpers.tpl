@@ -82,13 +82,15 @@ authorized as "create", of one that exists as "patch": both are needed for appli
 # What the operator does in a namespace: the namespaced kinds of warden.kube.kinds.REGISTRY, rule for
 # rule (tests/unit/test_kube_kinds.py holds this list and the discovery ClusterRole to it).
 # SlurmClusters: kopf lists/watches them and patches its annotations; the status refresh GETs them.
+# "update" (both kinds): written back unchanged at the operator's start when a CRD release changed the
+# storage version, so that the old version can leave the CRD.
 - apiGroups: ["slurm.warden.dev"]
   resources: ["slurmclusters"]
-  verbs: ["get", "list", "watch", "patch"]
+  verbs: ["get", "list", "watch", "patch", "update"]
 # WorkerSets (one per worker group): applied, watched, pruned; their pods are the operator's to make.
 - apiGroups: ["slurm.warden.dev"]
   resources: ["workersets"]
-  verbs: ["get", "list", "watch", "create", "patch", "delete"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete", "update"]
 # status is written by the operator (merge patch on the status subresource).
 - apiGroups: ["slurm.warden.dev"]
   resources: ["slurmclusters/status", "workersets/status"]

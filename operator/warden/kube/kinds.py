@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from warden.model import API_GROUP, API_VERSION, PLURAL, WORKER_SET_KIND, WORKER_SET_PLURAL
+from warden.model import API_GROUP, API_VERSION, CRD_NAMES, PLURAL, WORKER_SET_KIND, WORKER_SET_PLURAL
 
 #: ``heal``: the generic handler puts the object back when someone else deletes or edits it;
 #: ``own``: a handler of its own in ``warden.handlers`` (readiness, status, pods to make; drift too);
@@ -37,6 +37,8 @@ class Kind:
     optional: bool = False
     #: kept in memory by a watch (``warden.kube.cache``): reads of it never reach the API server
     cached: bool = False
+    #: the only objects its subresources may be written for (RBAC resourceNames); none: any
+    subresource_names: tuple[str, ...] = ()
 
     @property
     def group(self) -> str:
@@ -57,10 +59,11 @@ _OWN = (*_READ, "create", "patch", "delete")
 _CLUSTER = f"{API_GROUP}/{API_VERSION}"
 
 REGISTRY: tuple[Kind, ...] = (
-    # kopf lists and watches SlurmClusters and patches its annotations; status is written on its own
-    Kind(_CLUSTER, "SlurmCluster", PLURAL, ("get", "list", "watch", "patch"), watch="own", cached=True,
+    # kopf lists and watches SlurmClusters and patches its annotations; status is written on its own;
+    # "update": written again unchanged when the CRD's storage version changed (warden.kube.storedversions)
+    Kind(_CLUSTER, "SlurmCluster", PLURAL, ("get", "list", "watch", "patch", "update"), watch="own", cached=True,
          subresources=(("status", ("patch",)), ("finalizers", ("update",)))),
-    Kind(_CLUSTER, WORKER_SET_KIND, WORKER_SET_PLURAL, _OWN, pruned=True, watch="own", cached=True,
+    Kind(_CLUSTER, WORKER_SET_KIND, WORKER_SET_PLURAL, (*_OWN, "update"), pruned=True, watch="own", cached=True,
          subresources=(("status", ("patch",)), ("finalizers", ("update",)))),
     # "update": the operator makes a Role granting it on the health report, and RBAC lets nobody grant
     # what they do not hold
@@ -94,9 +97,12 @@ REGISTRY: tuple[Kind, ...] = (
     Kind("v1", "PersistentVolume", "persistentvolumes", ("get", "list", "patch"), namespaced=False),
     # backup controllers' shared state volume: does its class give single-node volumes
     Kind("storage.k8s.io/v1", "StorageClass", "storageclasses", ("get", "list"), namespaced=False),
-    # kopf's own discovery: the resources served (CRDs), the namespaces it watches when given a list
-    Kind("apiextensions.k8s.io/v1", "CustomResourceDefinition", "customresourcedefinitions", ("list", "watch"),
-         namespaced=False, watch="kopf"),
+    # kopf's own discovery: the resources served (CRDs), the namespaces it watches when given a list;
+    # Warden's own CRDs read, and their status.storedVersions set once every object is stored in the
+    # storage version (warden.kube.storedversions)
+    Kind("apiextensions.k8s.io/v1", "CustomResourceDefinition", "customresourcedefinitions",
+         ("get", "list", "watch"), namespaced=False, watch="kopf", subresources=(("status", ("patch",)),),
+         subresource_names=CRD_NAMES),
     Kind("v1", "Namespace", "namespaces", ("list", "watch"), namespaced=False, watch="kopf"),
 )  # fmt: skip
 
@@ -116,7 +122,7 @@ def of(api_version: str, kind: str) -> Kind:
         raise KeyError(f"{kind} ({api_version}) is not in warden.kube.kinds.REGISTRY") from None
 
 
-Rule = tuple[str, str, str]  # (API group, resource, verb)
+Rule = tuple[str, str, str, str]  # (API group, resource, verb, resourceNames joined with ",")
 
 
 def rbac_rules(namespaced: bool) -> set[Rule]:
@@ -126,7 +132,7 @@ def rbac_rules(namespaced: bool) -> set[Rule]:
     for k in REGISTRY:
         if k.namespaced != namespaced:
             continue
-        rules |= {(k.group, k.plural, verb) for verb in k.verbs}
+        rules |= {(k.group, k.plural, verb, "") for verb in k.verbs}
         for sub, verbs in k.subresources:
-            rules |= {(k.group, f"{k.plural}/{sub}", verb) for verb in verbs}
+            rules |= {(k.group, f"{k.plural}/{sub}", verb, ",".join(k.subresource_names)) for verb in verbs}
     return rules
