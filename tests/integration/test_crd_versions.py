@@ -1,5 +1,7 @@
-"""A CRD release that changes the storage version, on a real API server and etcd: the operator moves every
-SlurmCluster onto the new version at its start, so that the old version can then leave the CRD.
+"""Warden's CRDs over releases, on a real API server and etcd. A CRD release that changes the storage
+version: the operator moves every SlurmCluster onto the new version at its start, so that the old version
+can then leave the CRD. The previous release's CRD under this operator: clusters stay Ready and no pod
+template moves. (The newer CRD under the previous release's operator: tests/e2e/test_warden_upgrade.py.)
 
 The new version here (``v1alpha2``, the SlurmCluster schema under a second name) stands for the one a
 later release will add; nothing else of Warden knows it. The test puts the session's CRD back as it
@@ -10,17 +12,27 @@ from __future__ import annotations
 
 import copy
 import json
+import subprocess
 from typing import Any
 
 import pytest
+import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from tests.support.operator import CLUSTER_PATH, OperatorProcess, apply_cluster, crd_body, get_cluster, load_example
+from tests.support.operator import (
+    CLUSTER_PATH,
+    OperatorProcess,
+    apply_cluster,
+    crd_body,
+    get_cluster,
+    load_example,
+    wait_ready,
+)
 from warden.kube import storedversions
 from warden.kube.client import Kube
 from warden.model import API_GROUP, API_VERSION, PLURAL
-from warden_dev.controlplane import ControlPlane, wait_for
+from warden_dev.controlplane import REPO_ROOT, ControlPlane, pinned_versions, wait_for
 
 NEW = "v1alpha2"
 CRD = f"{PLURAL}.{API_GROUP}"
@@ -104,3 +116,55 @@ def test_a_new_storage_version_moves_every_object_at_the_operators_start_and_the
     assert _encodings(controlplane)[key] == f"{API_GROUP}/{API_VERSION}"
     # nothing to do the second time, and nothing written
     assert storedversions.migrate(Kube(api_client), CRD) is None
+
+
+def _previous_release_crd() -> dict[str, Any]:
+    """The SlurmCluster CRD of the previous release (hack/versions.env), from its commit."""
+    commit = pinned_versions()["WARDEN_PREVIOUS_RELEASE_COMMIT"]
+    path = "charts/slurm-operator-crds/templates/slurmclusters.yaml"
+    shown = subprocess.run(["git", "-C", str(REPO_ROOT), "show", f"{commit}:{path}"], capture_output=True, text=True)
+    assert shown.returncode == 0, f"the previous release's CRD ({commit}) is not in this clone: {shown.stderr}"
+    body: dict[str, Any] = yaml.safe_load(shown.stdout)
+    return body
+
+
+def _templates(api_client: Any, ns: str) -> dict[str, tuple[int, list[str]]]:
+    """Each StatefulSet and Deployment of the namespace: its generation and its containers' images."""
+    apps = client.AppsV1Api(api_client)
+    found: list[Any] = [*apps.list_namespaced_stateful_set(ns).items, *apps.list_namespaced_deployment(ns).items]
+    return {
+        f"{type(o).__name__}/{o.metadata.name}": (
+            o.metadata.generation,
+            [c.image for c in o.spec.template.spec.containers],
+        )
+        for o in found
+    }
+
+
+def test_the_previous_releases_crd_under_this_operator_keeps_a_cluster_ready_with_its_pods_in_place(
+    api_client: Any, cluster_namespace: str, operator: OperatorProcess
+) -> None:
+    ext = client.ApiextensionsV1Api(api_client)
+    ns = cluster_namespace
+    _replace_crd(ext, _previous_release_crd())
+    try:
+        apply_cluster(api_client, load_example("cpu-only", ns))
+        obj = wait_ready(api_client, ns, "cpu", operator)
+        # what the older CRD does not know is pruned from what the operator writes: status.imagesVersion
+        assert "imagesVersion" not in obj["status"], obj["status"]
+        before = _templates(api_client, ns)
+        assert before and all(images for _, images in before.values())
+
+        # the operator restarts (an upgrade of its own chart): it reads the cluster again, moves nothing
+        operator.stop()
+        operator.start()
+
+        def resumed() -> bool:
+            log = operator.log_of_this_start()
+            return "Handler 'reconcile_cluster' succeeded." in log and "Resuming is processed: 1 succeeded" in log
+
+        wait_for("the restarted operator's resume reconcile", resumed, 60, on_fail=operator.log_tail)
+        assert _templates(api_client, ns) == before
+        assert wait_ready(api_client, ns, "cpu", operator)["metadata"]["uid"] == obj["metadata"]["uid"]
+    finally:
+        _replace_crd(ext, crd_body())
