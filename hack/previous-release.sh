@@ -5,8 +5,9 @@
 #   hack/previous-release.sh build              its images (warden/<name>:<release>), with its own hack/images.sh
 #   hack/previous-release.sh push REGISTRY      those images and its charts, with its own hack/push.sh
 #
-# The images are those a cluster without accounting and GPUs runs (IMAGES below) and the ones they start
-# FROM; a build for the same commit whose images Docker still has is skipped.
+# The images are those a cluster of the release's default values (accounting in the cluster, no GPUs)
+# runs (IMAGES below) and the ones they start FROM; a build for the same commit whose images Docker still
+# has is skipped.
 #   hack/previous-release.sh version            print the release
 #
 # The source is the tag v<release>, or WARDEN_PREVIOUS_RELEASE_COMMIT where a clone lacks the tag;
@@ -24,7 +25,7 @@ git rev-parse -q --verify "$ref^{commit}" >/dev/null || ref="$WARDEN_PREVIOUS_RE
 tree="${WARDEN_CACHE:-$HOME/.cache/warden}/release-$release"
 thirdparty="${WARDEN_THIRDPARTY_DIR:-$ROOT/../shared/thirdparty}"
 BASES=(spank container-runtime slurm-base jail)
-IMAGES=(controller worker login populate-jail operator)
+IMAGES=(controller worker login accounting mariadb populate-jail operator)
 
 export_tree() {
     local commit stamp="$tree/.warden-source"
