@@ -1870,7 +1870,8 @@ def test_a_pod_that_cannot_pull_with_a_wrong_pull_secret_is_named_in_status_and_
     """A registry that wants a password (the test's own container beside the node, on loopback) holds the
     exporter's image; a second, small SlurmCluster pulls with a pull secret of the wrong password: its
     ImagesPulled condition names the pod and image, an ImagePullFailed Event carries the kubelet's 401;
-    with the right password the pod pulls and the condition clears."""
+    with the right password the pod pulls and the condition clears. Its pull policy (Always) reaches the
+    kubelet: an image the node holds is pulled again."""
     if os.environ.get("KUBECONFIG"):
         pytest.skip("the password registry runs beside the local cluster's node (loopback)")
     kube, ns = installed.kube, installed.namespace
@@ -1898,7 +1899,8 @@ def test_a_pod_that_cannot_pull_with_a_wrong_pull_secret_is_named_in_status_and_
                    "metadata": {"name": name, "namespace": ns},
                    "spec": {"workerGroups": [{"name": "cpu", "replicas": 0}], "login": {"replicas": 0},
                             "jail": {"size": "1Gi", "retainOnDelete": False},
-                            "images": {"exporter": image, "pullSecrets": ["regcred"]}}}  # fmt: skip
+                            "images": {"exporter": image, "pullSecrets": ["regcred"],
+                                       "pullPolicy": "Always"}}}  # fmt: skip
         kube.kubectl("apply", "-f", "-", input=json.dumps(cluster))
 
         failed = _eventually("ImagesPulled False naming the exporter", lambda: (c := _condition(
@@ -1926,6 +1928,16 @@ def test_a_pod_that_cannot_pull_with_a_wrong_pull_secret_is_named_in_status_and_
             "-n", ns, "get", "deployment", f"{name}-exporter").get("status", {}).get("readyReplicas") == 1,
             timeout=120)  # fmt: skip
         assert deploy["spec"]["template"]["spec"]["imagePullSecrets"] == [{"name": "regcred"}]
+
+        # pullPolicy Always: the kubelet asks the registry even for an image its node holds already (the
+        # controller's, which the first cluster runs), where IfNotPresent says "already present"
+        def pulls_of_the_controller() -> list[str]:
+            selector = f"involvedObject.name={name}-controller-0"
+            events = kube.json("-n", ns, "get", "events", "--field-selector", selector)
+            return [e.get("message", "") for e in events["items"] if e.get("reason") == "Pulled"]
+
+        pulled = _eventually("the controller's image pulled", pulls_of_the_controller, timeout=120)
+        assert all(m.startswith("Successfully pulled image") for m in pulled), pulled
     finally:
         kube.kubectl("-n", ns, "delete", "slurmcluster", name, "--ignore-not-found", "--wait=true", "--timeout=180s",
                      check=False)  # fmt: skip

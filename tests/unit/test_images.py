@@ -68,6 +68,20 @@ def test_every_pod_of_the_cluster_pulls_with_the_specs_secrets() -> None:
         parse_spec({**SPEC, "images": {"pullSecrets": ["Not_A_Name"]}})
 
 
+def test_every_container_of_every_pod_pulls_by_the_specs_policy() -> None:
+    def policies(spec: dict[str, Any]) -> dict[str, set[str]]:
+        out: dict[str, set[str]] = {}
+        for obj in render(Cluster("demo", "ns", parse_spec(spec))).objects:
+            pod = pod_spec(obj) or {}
+            for c in [*pod.get("initContainers", []), *pod.get("containers", [])]:
+                out.setdefault(c.get("imagePullPolicy", "(none)"), set()).add(f"{obj['metadata']['name']}/{c['name']}")
+        return out
+
+    assert set(policies(SPEC)) == {"IfNotPresent"}
+    always = policies({**SPEC, "images": {"pullPolicy": "Always"}})
+    assert set(always) == {"Always"} and len(always["Always"]) >= 10, always
+
+
 def _pod(name: str, *statuses: tuple[str, dict[str, Any]]) -> dict[str, Any]:
     """A pod whose containers (named after their position) run the images given with their states; as
     the kubelet reports it, a container's status names no image before it is pulled."""
