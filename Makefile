@@ -50,7 +50,7 @@ fuzz: ## fuzz the plugin's argument parser (FUZZ_SECONDS=30; installs clang + li
 	@$(STAGE) fuzz $(MAKE) --no-print-directory -C spank fuzz
 
 # --- test tiers --------------------------------------------------------------------------------
-.PHONY: unit integration dataplane gpu-jail conformance e2e test
+.PHONY: unit integration dataplane gpu-jail conformance e2e tier-builds test
 unit: venv ## unit tier: lint, renderers, parsers, plugin helpers, the plugin's C tests (< 1 min)
 	@$(STAGE) lint $(MAKE) --no-print-directory lint
 	@$(STAGE) unit hack/pytest-tier.sh unit -q
@@ -92,11 +92,22 @@ e2e: venv ## e2e tier: helm install on a real single-node Kubernetes (local clus
 	@$(STAGE) fake-gpu-plugin $(PY) -m warden_dev fake-gpu-plugin
 	@$(STAGE) e2e hack/pytest-tier.sh e2e -q --durations=15
 
-test: ## every tier, each installing what it needs
+tier-builds: venv ## what the integration, dataplane and conformance tiers need (Kubernetes binaries, images), built once
+	@$(STAGE) k8s-bins $(MAKE) --no-print-directory k8s-bins
+	@$(STAGE) docker hack/docker.sh ensure
+	@$(STAGE) base-image hack/base-image.sh
+	@$(STAGE) images hack/images.sh
+	@$(STAGE) images-24.11 env WARDEN_SLURM_SERIES=24.11 hack/images.sh
+	@$(STAGE) images-gpu hack/images.sh gpu
+	@$(STAGE) images-test hack/images.sh test
+
+# The dataplane tier (Docker) runs beside the integration and conformance tiers (a control plane, then
+# Docker again): they share nothing but the two cores, and mostly wait on daemons. Their output is
+# prefixed with the lane's first tier.
+test: ## every tier, each installing what it needs: unit; dataplane beside integration then conformance; e2e
 	@$(STAGE) unit-tier $(MAKE) --no-print-directory unit
-	@$(STAGE) integration-tier $(MAKE) --no-print-directory integration
-	@$(STAGE) dataplane-tier $(MAKE) --no-print-directory dataplane
-	@$(STAGE) conformance-tier $(MAKE) --no-print-directory conformance
+	@$(STAGE) tier-builds $(MAKE) --no-print-directory tier-builds
+	@$(STAGE) lanes hack/lanes.sh dataplane "integration conformance"
 	@$(STAGE) e2e-tier $(MAKE) --no-print-directory e2e
 
 # --- images ------------------------------------------------------------------------------------
