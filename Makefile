@@ -50,6 +50,17 @@ fuzz: ## fuzz the plugin's argument parser (FUZZ_SECONDS=30; installs clang + li
 	@$(STAGE) fuzz $(MAKE) --no-print-directory -C spank fuzz
 
 # --- test tiers --------------------------------------------------------------------------------
+# What the dataplane tier builds (Docker, the base image, both Slurm series, the GPU jail, test images);
+# `make tier-builds` builds it too, before the tiers run side by side.
+define DATAPLANE_BUILDS
+@$(STAGE) docker hack/docker.sh ensure
+@$(STAGE) base-image hack/base-image.sh
+@$(STAGE) images hack/images.sh
+@$(STAGE) images-24.11 env WARDEN_SLURM_SERIES=24.11 hack/images.sh
+@$(STAGE) images-gpu hack/images.sh gpu
+@$(STAGE) images-test hack/images.sh test
+endef
+
 .PHONY: unit integration dataplane gpu-jail conformance e2e tier-builds test
 unit: venv ## unit tier: lint, renderers, parsers, plugin helpers, the plugin's C tests (< 1 min)
 	@$(STAGE) lint $(MAKE) --no-print-directory lint
@@ -61,12 +72,7 @@ integration: venv ## integration tier: the operator against a real kube-apiserve
 	@$(STAGE) integration hack/pytest-tier.sh integration -q
 
 dataplane: venv ## dataplane tier: real Slurm daemons from the project's images in Docker (and the GPU jail, built once)
-	@$(STAGE) docker hack/docker.sh ensure
-	@$(STAGE) base-image hack/base-image.sh
-	@$(STAGE) images hack/images.sh
-	@$(STAGE) images-24.11 env WARDEN_SLURM_SERIES=24.11 hack/images.sh
-	@$(STAGE) images-gpu hack/images.sh gpu
-	@$(STAGE) images-test hack/images.sh test
+	$(DATAPLANE_BUILDS)
 	@$(STAGE) dataplane env WARDEN_REQUIRE_GPU_JAIL=1 hack/pytest-tier.sh dataplane -q --durations=15
 
 gpu-jail: venv ## just the GPU jail: build warden/jail-gpu + populate-jail-gpu, check them (also part of `make dataplane`)
@@ -94,12 +100,7 @@ e2e: venv ## e2e tier: helm install on a real single-node Kubernetes (local clus
 
 tier-builds: venv ## what the integration, dataplane and conformance tiers need (Kubernetes binaries, images), built once
 	@$(STAGE) k8s-bins $(MAKE) --no-print-directory k8s-bins
-	@$(STAGE) docker hack/docker.sh ensure
-	@$(STAGE) base-image hack/base-image.sh
-	@$(STAGE) images hack/images.sh
-	@$(STAGE) images-24.11 env WARDEN_SLURM_SERIES=24.11 hack/images.sh
-	@$(STAGE) images-gpu hack/images.sh gpu
-	@$(STAGE) images-test hack/images.sh test
+	$(DATAPLANE_BUILDS)
 
 # The dataplane tier (Docker) runs beside the integration and conformance tiers (a control plane, then
 # Docker again): they share nothing but the two cores, and mostly wait on daemons. Their output is

@@ -158,12 +158,7 @@ def test_the_previous_releases_crd_under_this_operator_keeps_a_cluster_ready_wit
         # the operator restarts (an upgrade of its own chart): it reads the cluster again, moves nothing
         operator.stop()
         operator.start()
-
-        def resumed() -> bool:
-            log = operator.log_of_this_start()
-            return "Handler 'reconcile_cluster' succeeded." in log and "Resuming is processed: 1 succeeded" in log
-
-        wait_for("the restarted operator's resume reconcile", resumed, 60, on_fail=operator.log_tail)
+        wait_for("the restarted operator's resume reconcile", operator.resumed, 60, on_fail=operator.log_tail)
         assert _templates(api_client, ns) == before
         assert wait_ready(api_client, ns, "cpu", operator)["metadata"]["uid"] == obj["metadata"]["uid"]
     finally:

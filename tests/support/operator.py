@@ -111,6 +111,12 @@ class OperatorProcess:
         marker = f"--- start #{self.starts} ---"
         return text.rpartition(marker)[2] if self.starts and marker in text else ""
 
+    def resumed(self) -> bool:
+        """The running process's resume reconcile (every object applied) succeeded, for the one SlurmCluster
+        it watches: what tells a restarted operator did its work when status cannot (Ready already)."""
+        log = self.log_of_this_start()
+        return "Handler 'reconcile_cluster' succeeded." in log and "Resuming is processed: 1 succeeded" in log
+
     def log_tail(self, lines: int = 60) -> str:
         try:
             return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])

@@ -185,16 +185,22 @@ class Kube:
         """Those labels of every Kubernetes node (each node's dict holds the ones it has): the nodes'
         metadata alone, ``NODE_PAGE`` at a time, so that ten thousand nodes are never held whole."""
         out: dict[str, dict[str, str]] = {}
-        query: list[tuple[str, str]] = [("limit", str(NODE_PAGE))]
+        for item in self.pages(self.path("v1", "Node", ""), NODE_PAGE, accept=METADATA_ONLY):
+            labels = item["metadata"].get("labels") or {}
+            out[sys.intern(str(item["metadata"]["name"]))] = {k: labels[k] for k in keys if k in labels}
+        return out
+
+    def pages(self, path: str, limit: int, accept: str = "application/json") -> Iterator[Manifest]:
+        """Every item a list at ``path`` holds, asked for ``limit`` at a time (the API server's continue
+        tokens), so that a long list is never held whole."""
+        query: list[tuple[str, str]] = [("limit", str(limit))]
         while True:
-            page = self.call("GET", self.path("v1", "Node", ""), query=query, accept=METADATA_ONLY)
-            for item in page.get("items") or []:
-                labels = item["metadata"].get("labels") or {}
-                out[sys.intern(str(item["metadata"]["name"]))] = {k: labels[k] for k in keys if k in labels}
+            page = self.call("GET", path, query=query, accept=accept)
+            yield from page.get("items") or []
             token = (page.get("metadata") or {}).get("continue")
             if not token:
-                return out
-            query = [("limit", str(NODE_PAGE)), ("continue", token)]
+                return
+            query = [("limit", str(limit)), ("continue", token)]
 
     def delete(self, api_version: str, kind: str, namespace: str, name: str, propagation: str) -> bool:
         body = {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": propagation}

@@ -16,8 +16,9 @@ An operator that watches only some namespaces rewrites the objects in those and 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import chain
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
@@ -69,19 +70,6 @@ class Migration:
         return f"{what}; storedVersions is now [{self.storage}]: older versions may leave the CRD"
 
 
-def _objects(kube: Kube, prefix: str, plural: str, namespaces: Sequence[str]) -> Iterator[dict[str, Any]]:
-    """Every object of the kind through ``prefix`` (``/apis/<group>/<version>``), a page at a time."""
-    for base in [f"{prefix}/namespaces/{ns}/{plural}" for ns in namespaces] or [f"{prefix}/{plural}"]:
-        query: list[tuple[str, str]] = [("limit", str(PAGE))]
-        while True:
-            page = kube.call("GET", base, query=query)
-            yield from page.get("items") or []
-            token = (page.get("metadata") or {}).get("continue")
-            if not token:
-                break
-            query = [("limit", str(PAGE)), ("continue", token)]
-
-
 def migrate(kube: Kube, name: str, namespaces: Sequence[str] = ()) -> Migration | None:
     """Write every object of the CRD ``name`` again in its storage version (only in ``namespaces`` when
     given, every namespace otherwise) and then, watching every namespace and with every write through,
@@ -98,7 +86,8 @@ def migrate(kube: Kube, name: str, namespaces: Sequence[str] = ()) -> Migration 
     group, plural = crd["spec"]["group"], crd["spec"]["names"]["plural"]
     prefix = f"/apis/{group}/{storage}"
     rewritten, failed = 0, []
-    for obj in _objects(kube, prefix, plural, namespaces):
+    bases = [f"{prefix}/namespaces/{ns}/{plural}" for ns in namespaces] or [f"{prefix}/{plural}"]
+    for obj in chain.from_iterable(kube.pages(base, PAGE) for base in bases):
         meta = obj["metadata"]
         path = f"{prefix}/namespaces/{meta['namespace']}/{plural}/{meta['name']}"
         try:
