@@ -101,3 +101,14 @@ def test_pods_already_going_count_as_gone_and_steady_groups_need_nothing() -> No
     going = group(1, pod(0), pod(1, since=NOW, deleting=True))
     assert plan([going], nodes(node(0), node(1)), {}, NOW) == plan([], {}, {}, NOW)
     assert plan([group(4, pod(0), pod(1))], nodes(node(0), node(1)), {}, NOW) == plan([], {}, {}, NOW)
+
+
+def test_without_slurms_end_times_no_busy_node_is_picked_until_they_are_read() -> None:
+    """A round whose read of Slurm's jobs failed (slurmctld not answering): by ordinal alone it would pick
+    the long job's node; it picks only what needs no end time and leaves the rest to the next round."""
+    g = group(1, pod(0), pod(1), pod(2))
+    busy = nodes(node(0, "ALLOCATED"), node(1), node(2, "ALLOCATED"))
+    blind = plan([g], busy, None, NOW)
+    assert blind.pick == [name(1)] and blind.drains == [(name(1), reason(g))]
+    later = plan([group(1, pod(0), pod(1, since=NOW), pod(2))], busy, {name(0): NOW + 60, name(2): NOW + 600}, NOW)
+    assert later.pick == [name(0)], "read again: the job that ends first"

@@ -65,17 +65,21 @@ class SlurmView:
     rest: SlurmRest
     read_at: datetime.datetime
     _ends: dict[str, float] | None = field(default=None, repr=False)
+    _read: bool = field(default=False, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
-    def job_ends(self) -> dict[str, float]:
-        """For each node running jobs: when the last of them is due to end (Slurm's end time)."""
+    def job_ends(self) -> dict[str, float] | None:
+        """For each node running jobs: when the last of them is due to end (Slurm's end time); None when
+        Slurm's jobs could not be read this round (no busy node is then picked: ``scalein.plan``)."""
         with self._lock:
-            if self._ends is None:
+            if not self._read:
+                self._read = True
                 try:
                     jobs: list[Job] = self.rest.jobs()
-                except SlurmError as e:  # without end times, busy nodes rank by ordinal alone
-                    log.warning("SlurmCluster %s/%s: %s", self.cluster.namespace, self.cluster.name, e)
-                    jobs = []
+                except SlurmError as e:
+                    log.warning("SlurmCluster %s/%s: %s (busy nodes are picked next round)",
+                                self.cluster.namespace, self.cluster.name, e)  # fmt: skip
+                    return None
                 ends: dict[str, float] = {}
                 for job in jobs:
                     if job.state == "RUNNING" and job.end_time is not None:

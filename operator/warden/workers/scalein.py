@@ -61,6 +61,10 @@ def ours(node: Node | None) -> bool:
     return node is not None and node.drained and node.reason.startswith(reasons.SCALE_IN)
 
 
+#: the rank of a busy node not yet picked: ordered by its jobs' end
+BUSY_TIER = 4
+
+
 def rank(pod: Pod, node: Node | None, ends: float | None) -> tuple[int, float, int]:
     """Sort key: lower leaves first (see the module's order)."""
     if pod.leaving_since is not None:
@@ -72,17 +76,22 @@ def rank(pod: Pod, node: Node | None, ends: float | None) -> tuple[int, float, i
     elif not node.busy:
         tier, when = 3, 0.0
     else:
-        tier, when = 4, ends if ends is not None else math.inf
+        tier, when = BUSY_TIER, ends if ends is not None else math.inf
     return tier, when, -pod.ordinal
 
 
-def plan(groups: Iterable[Group], nodes: Mapping[str, Node], ends: Mapping[str, float], now: float) -> ScaleIn:
-    """``ends``: for a node running jobs, when the last of them is due to end (epoch seconds)."""
+def plan(groups: Iterable[Group], nodes: Mapping[str, Node], ends: Mapping[str, float] | None, now: float) -> ScaleIn:
+    """``ends``: for a node running jobs, when the last of them is due to end (epoch seconds); None when
+    Slurm's jobs could not be read this round: then no busy node is picked (a pick is final, and by
+    ordinal alone it could take the node of the longest job); the next round picks it."""
     out = ScaleIn()
+    known = ends or {}
     for g in groups:
         live = [p for p in g.pods if not p.deleting]
-        order = sorted(live, key=lambda p: rank(p, nodes.get(p.name), ends.get(p.name)))
+        order = sorted(live, key=lambda p: rank(p, nodes.get(p.name), known.get(p.name)))
         leaving = order[: max(0, len(live) - g.desired)]
+        if ends is None:
+            leaving = [p for p in leaving if rank(p, nodes.get(p.name), None)[0] < BUSY_TIER]
         for p in order[len(leaving) :]:
             if p.leaving_since is not None:
                 out.unpick.append(p.name)
