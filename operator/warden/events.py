@@ -1,6 +1,7 @@
 """What the operator tells people through Kubernetes Events, and how each is written (pure).
 
-Every Event the operator posts is an `events.k8s.io/v1` Event about its SlurmCluster (`regarding`),
+Every Event the operator posts is an `events.k8s.io/v1` Event about its SlurmCluster (`regarding`; the
+bridge's are about the pods it schedules),
 with a reason from `REASONS` (which fixes its type and its `action`, the verb of what was done) and,
 when one object is what it is about, that object as `related` (the worker pod of a drained node).
 A person finds them with `kubectl events --for slurmcluster/demo`, or all drains of a namespace with
@@ -98,8 +99,19 @@ _DIRECTORY = {
     ),
     "DirectoryReachable": Reason(False, "Observe", "the directory answers and accepts the bind (again)"),
 }
+#: the bridge's, about the pods it schedules (``warden.bridge``); the first two are kube-scheduler's words
+_BRIDGE = {
+    "Scheduled": Reason(False, "Bind", "Slurm's job for the pod runs: the pod was bound to a node of its allocation"),
+    "FailedScheduling": Reason(True, "Submit", "Slurm refused the pod's job (the note: Slurm's words); tried again"),
+    "SlurmJobPreempted": Reason(
+        True, "Delete", "the pod's Slurm job is preempted: the pod is deleted within its grace time"
+    ),
+    "SlurmJobCancelled": Reason(True, "Delete", "the pod's Slurm job was cancelled (scancel): the pod is deleted"),
+    "SlurmJobEnded": Reason(True, "Delete", "the pod's Slurm job ended otherwise (time limit, node failure): deleted"),
+    "SlurmJobGone": Reason(True, "Delete", "Slurm no longer lists the bound pod's job: the pod is deleted"),
+}
 #: every reason the operator posts; a reason not listed here is a programming error
-REASONS: dict[str, Reason] = {**_RECONCILE, **_HEALTH, **_SLURM, **_UPGRADE, **_DIRECTORY}
+REASONS: dict[str, Reason] = {**_RECONCILE, **_HEALTH, **_SLURM, **_UPGRADE, **_DIRECTORY, **_BRIDGE}
 
 
 @dataclass(frozen=True)

@@ -57,7 +57,7 @@ from warden.model import (
 from warden.naming import FIELD_MANAGER
 from warden.observe import health_report, image_pull_failures
 from warden.reconcile import Outcome, observed_blocks, pin_images, previous_status, reconcile, refresh_status
-from warden.render.context import Cluster
+from warden.render.context import Cluster, ServiceAccountRef
 from warden.slurmactions import SlurmActions
 from warden.slurmsync import Settings, SlurmSync
 from warden.status import Slurmctld
@@ -88,6 +88,9 @@ class State:
         self.sync: SlurmSync | None = None
         self.directory_settings = DirectorySettings()
         self.directories: DirectorySync | None = None
+        #: the bridge's ServiceAccount (``--bridge-service-account``): clusters with an enabled bridge give
+        #: it a Role to read their bridge token (``warden.render.bridge``); None: no bridge installed
+        self.bridge_account: ServiceAccountRef | None = None
         self.worker_sets: WorkerSets | None = None
         #: clusters whose heal failed and is tried again soon, with what drifted (told when it succeeds)
         self.heals_due: dict[tuple[str, str], list[str]] = {}
@@ -262,7 +265,7 @@ def reconcile_cluster(body: kopf.Body, **_: Any) -> None:
         STATE.directories.check_soon()  # the directory settings may have changed
     with STATE.locks[(body["metadata"]["namespace"], body["metadata"]["name"])]:
         try:
-            outcome = reconcile(applier(), dict(body), STATE.slurm_required)
+            outcome = reconcile(applier(), dict(body), STATE.slurm_required, STATE.bridge_account)
         except Exception as e:  # kopf logs it and retries; people see it too
             _say(body, "ReconcileFailed", f"{type(e).__name__}: {e}")
             raise
@@ -334,7 +337,7 @@ def _refresh_locked(
     if upgrading or new_blocks:
         fresh = api.kube.get(f"{API_GROUP}/{API_VERSION}", "SlurmCluster", namespace, name)
         if fresh is not None and not fresh["metadata"].get("deletionTimestamp"):
-            outcome = reconcile(api, fresh, STATE.slurm_required)
+            outcome = reconcile(api, fresh, STATE.slurm_required, STATE.bridge_account)
             _post_upgrade_events(fresh, outcome)
             if outcome.result is not None:
                 _post_events(fresh, outcome.result)
@@ -388,7 +391,7 @@ def _heal(namespace: str, name: str, what: str) -> None:
     log.info("SlurmCluster %s/%s: %s; reconciling", namespace, name, what)
     try:
         with STATE.locks[(namespace, name)]:
-            outcome = reconcile(api, body, STATE.slurm_required)
+            outcome = reconcile(api, body, STATE.slurm_required, STATE.bridge_account)
     except Exception as e:  # said, logged and tried again, never lost
         log.exception("SlurmCluster %s/%s: putting back %s failed", namespace, name, what)
         _say(body, "ReconcileFailed", f"{type(e).__name__}: {e}")

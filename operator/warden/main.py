@@ -13,8 +13,9 @@ import kopf
 from prometheus_client import start_http_server
 
 from warden import handlers, naming, opmetrics  # handlers: registers them
-from warden.model import IMAGE_REGISTRY, IMAGE_REGISTRY_ENV, default_image
+from warden.model import DNS_SUBDOMAIN, IMAGE_REGISTRY, IMAGE_REGISTRY_ENV, default_image
 from warden.naming import Names
+from warden.render.context import ServiceAccountRef
 from warden.slurmsync import Settings
 
 
@@ -22,6 +23,22 @@ def _restapi_url(template: str) -> str:
     if not template.startswith(("http://", "https://")):
         raise argparse.ArgumentTypeError(f"not an http:// or https:// URL: {template!r}")
     return template
+
+
+#: a Kubernetes namespace name (a DNS-1123 label)
+NAMESPACE = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+
+
+def service_account(text: str) -> ServiceAccountRef:
+    """``<namespace>/<name>`` of a ServiceAccount (``--bridge-service-account``)."""
+    namespace, sep, name = text.partition("/")
+    if not sep or not re.match(NAMESPACE, namespace) or len(namespace) > 63:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: give <namespace>/<name> of the bridge's ServiceAccount, e.g. warden-system/warden-bridge"
+        )
+    if not re.match(DNS_SUBDOMAIN, name) or len(name) > 253:
+        raise argparse.ArgumentTypeError(f"{text!r}: {name!r} is no ServiceAccount name (a DNS subdomain)")
+    return ServiceAccountRef(namespace=namespace, name=name)
 
 
 #: glibc's mallopt parameter: how many malloc arenas threads may spread over (glibc's malloc.h)
@@ -74,11 +91,18 @@ def main(argv: list[str] | None = None) -> int:
         " port-forward svc/<cluster>-restapi 6820 (default: the Service's in-cluster URL,"
         f" {Names(cluster='{name}', namespace='{namespace}').restapi_url})",
     )  # fmt: skip
+    parser.add_argument(
+        "--bridge-service-account", type=service_account, default=None, metavar="NAMESPACE/NAME",
+        help="the bridge's ServiceAccount (warden-bridge, the operator chart's bridge.enabled): each SlurmCluster"
+        " with spec.bridge.enabled gets a Role and RoleBinding letting it read the cluster's bridge token Secret"
+        " (default: none, and no such Role)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     registry = os.environ.get(IMAGE_REGISTRY_ENV, "")
     if registry and not re.match(IMAGE_REGISTRY, registry):
         parser.error(f"{IMAGE_REGISTRY_ENV}={registry!r} is not host[:port]/path (the operator chart's image.registry)")
     handlers.STATE.namespaces = list(args.namespace)
+    handlers.STATE.bridge_account = args.bridge_service_account
     handlers.STATE.sync_settings = Settings(
         interval=args.slurm_sync_interval, register_timeout=args.register_timeout, restapi_url=args.slurmrestd_url
     )

@@ -750,6 +750,10 @@ SLURM_RESERVED_PARTITION_NAMES = ("default",)
 SLURM_RESERVED_GROUP_NAMES = ("all",)
 
 
+#: a Slurm partition name (`sbatch -p`)
+PartitionName = Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]+$", min_length=1, max_length=32)]
+
+
 class Partition(Spec):
     """A Slurm partition made of whole worker groups."""
 
@@ -774,9 +778,7 @@ class Partition(Spec):
         }
     )
 
-    name: Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]+$", min_length=1, max_length=32)] = Field(
-        description="Partition name (`sbatch -p`)."
-    )
+    name: PartitionName = Field(description="Partition name (`sbatch -p`).")
     worker_groups: list[DnsLabel] = Field(min_length=1, max_length=64, description="Groups in this partition.")
     default: bool = Field(default=False, description="The default partition (at most one).")
     max_time: str = Field(
@@ -796,7 +798,9 @@ class Partition(Spec):
     @classmethod
     def _not_a_keyword(cls, name: str) -> str:
         if name.lower() in SLURM_RESERVED_PARTITION_NAMES:
-            raise ValueError(f"{name}: Slurm's keyword for every partition's defaults, no partition: choose another")
+            raise ValueError(
+                f"{name!r} is Slurm's keyword for every partition's defaults, no partition: choose another"
+            )
         return name
 
     @field_validator("allow_groups")
@@ -804,7 +808,9 @@ class Partition(Spec):
     def _no_keyword_group(cls, groups: list[str]) -> list[str]:
         for g in groups:
             if g.lower() in SLURM_RESERVED_GROUP_NAMES:
-                raise ValueError(f"{g}: Slurm's keyword for everyone, no Unix group: leave allowGroups empty instead")
+                raise ValueError(
+                    f"{g!r} is Slurm's keyword for everyone, no Unix group: leave allowGroups empty instead"
+                )
         return groups
 
 
@@ -1352,6 +1358,155 @@ class Metrics(Spec):
     dcgm_job_mapping: DcgmJobMapping = Field(default_factory=DcgmJobMapping)
 
 
+#: the partition slurm.conf gets when spec.partitions is empty (``SlurmClusterSpec.effective_partitions``)
+DEFAULT_PARTITION = "main"
+#: the Slurm series whose slurmctld has no external jobs (the bridge's placeholders: Slurm 25.05 on)
+SERIES_WITHOUT_EXTERNAL_JOBS = ("24.11",)
+#: what a worker group shared with the bridge's pods needs: explicit requests below its limits
+BRIDGE_SHARED_RESOURCES = ("cpu", "memory")
+BRIDGE_ROOM_HINT = (
+    "its Slurm nodes are sized by the limits, and the bridge's pods run beside the worker pod on the same"
+    " Kubernetes node, where the kubelet admits them only if the worker pod's requests leave room (unset requests"
+    " default to the limits): set resources.requests.cpu and .memory below resources.limits.cpu and .memory, e.g."
+    " requests {cpu: 100m, memory: 256Mi} with limits {cpu: 1, memory: 1Gi}"
+)
+
+
+class Bridge(Spec):
+    """The bridge (docs/bridge.md): Slurm schedules Kubernetes pods onto the Slurm nodes of shared worker
+    groups, each pod's place held by a placeholder Slurm job. Needs `slurmVersion` 26.05 and the operator
+    chart's `bridge.enabled`."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "!has(self.enabled) || !self.enabled || (has(self.workerGroups) && size(self.workerGroups)"
+                    " > 0)",
+                    "message": "an enabled bridge needs at least one worker group whose Slurm nodes Kubernetes pods"
+                    " may share: list it in workerGroups (e.g. [cpu])",
+                    "fieldPath": ".workerGroups",
+                },
+                {
+                    "rule": "!has(self.partition) || "
+                    + " && ".join(f"self.partition.lowerAscii() != {n!r}" for n in SLURM_RESERVED_PARTITION_NAMES),
+                    "message": "DEFAULT (in any case) is Slurm's keyword for every partition's defaults, no"
+                    " partition: choose another name",
+                    "fieldPath": ".partition",
+                },
+            ]
+        }
+    )
+
+    enabled: bool = Field(default=False, description="Let Slurm schedule Kubernetes pods on this cluster.")
+    partition: PartitionName = Field(
+        default="k8s",
+        description="The Slurm partition of the bridge's placeholder jobs (`squeue -p`), made of the nodes of"
+        " `workerGroups`; no partition of spec.partitions may have its name.",
+    )
+    worker_groups: list[DnsLabel] = Field(
+        default_factory=list,
+        max_length=64,
+        description="Worker groups (names in spec.workerGroups) whose Slurm nodes Kubernetes pods may share,"
+        " running beside the worker pod on its Kubernetes node; at least one when enabled. Each needs"
+        " `resources.requests` cpu and memory below its `resources.limits` (the Slurm node's size), so that"
+        " the worker pod leaves room for the pods.",
+        json_schema_extra={"x-kubernetes-list-type": "set"},
+    )
+    qos: Annotated[str, Field(pattern=r"^([A-Za-z0-9_][A-Za-z0-9_.-]*)?$", max_length=64)] = Field(
+        default="",
+        description="The QoS of the placeholder jobs unless a pod's or its namespace's annotation"
+        " `slurm.warden.dev/qos` says otherwise; empty: Slurm's default QoS.",
+    )
+    scheduler_name: DnsSubdomain = Field(
+        default="warden-slurm",
+        description="The `spec.schedulerName` of the pods the bridge schedules onto this cluster: the bridge's"
+        " own (the operator chart's `bridge.schedulerName`).",
+    )
+
+    @field_validator("partition")
+    @classmethod
+    def _partition_not_a_keyword(cls, name: str) -> str:
+        if name.lower() in SLURM_RESERVED_PARTITION_NAMES:
+            raise ValueError(
+                f"{name!r} is Slurm's keyword for every partition's defaults, no partition: choose another"
+            )
+        return name
+
+    @field_validator("worker_groups")
+    @classmethod
+    def _each_group_once(cls, groups: list[str]) -> list[str]:
+        dupes = sorted({g for g in groups if groups.count(g) > 1})
+        if dupes:
+            raise ValueError(f"{dupes[0]!r} is named twice: name each worker group once")
+        return groups
+
+    @model_validator(mode="after")
+    def _groups_when_enabled(self) -> Bridge:
+        if self.enabled and not self.worker_groups:
+            raise ValueError(
+                "workerGroups: an enabled bridge needs at least one worker group whose Slurm nodes Kubernetes pods"
+                " may share: list it (e.g. workerGroups: [cpu])"
+            )
+        return self
+
+
+def shared_group_problem(group: WorkerGroup) -> str | None:
+    """What keeps ``group`` from sharing its nodes with the bridge's pods, or None: each of
+    ``BRIDGE_SHARED_RESOURCES`` needs a limit (the Slurm node's size) and a request below it."""
+    resources = group.resources
+    for name in BRIDGE_SHARED_RESOURCES:
+        limit, request = resources.limits.get(name), resources.requests.get(name)
+        if limit is None:
+            return f"no resources.limits.{name}"
+        if request is None:
+            return f"no resources.requests.{name}"
+        if quantity_mod.parse(request) >= quantity_mod.parse(limit):
+            return f"resources.requests.{name} {request} is not below resources.limits.{name} {limit}"
+    return None
+
+
+#: CEL twins of the checks ``SlurmClusterSpec._bridge_fits`` makes, spec-wide
+_BRIDGE_ON = "has(self.bridge) && has(self.bridge.enabled) && self.bridge.enabled"
+_ROOM_LEFT = (
+    "has(g.resources) && has(g.resources.requests) && has(g.resources.limits) && "
+    + repr(list(BRIDGE_SHARED_RESOURCES))
+    + ".all(r, r in g.resources.requests && r in g.resources.limits"
+    " && isQuantity(string(g.resources.requests[r])) && isQuantity(string(g.resources.limits[r]))"
+    " && quantity(string(g.resources.requests[r])).compareTo(quantity(string(g.resources.limits[r]))) < 0)"
+)
+BRIDGE_CEL_RULES: list[dict[str, Any]] = [
+    {
+        "rule": f"!({_BRIDGE_ON}) || !has(self.slurmVersion) || "
+        + " && ".join(f"self.slurmVersion != {v!r}" for v in SERIES_WITHOUT_EXTERNAL_JOBS),
+        "message": "bridge: Slurm 24.11 has no external jobs, which the bridge's placeholder jobs are: set"
+        " slurmVersion 26.05, or bridge.enabled false",
+        "fieldPath": ".bridge",
+    },
+    {
+        "rule": f"!({_BRIDGE_ON}) || !has(self.bridge.workerGroups) || "
+        "self.bridge.workerGroups.all(w, self.workerGroups.exists(g, g.name == w))",
+        "message": "every bridge.workerGroups entry must name a group in spec.workerGroups",
+        "fieldPath": ".bridge.workerGroups",
+    },
+    {
+        "rule": f"!({_BRIDGE_ON}) || !has(self.bridge.partition) || (has(self.partitions) && size(self.partitions)"
+        " > 0 ? self.partitions.all(p, p.name != self.bridge.partition)"
+        f" : self.bridge.partition != {DEFAULT_PARTITION!r})",
+        "message": "bridge.partition is already a partition of spec.partitions (or the default partition"
+        f" {DEFAULT_PARTITION!r} when spec.partitions is empty): choose another name",
+        "fieldPath": ".bridge.partition",
+    },
+    {
+        "rule": f"!({_BRIDGE_ON}) || !has(self.bridge.workerGroups) || "
+        f"self.workerGroups.all(g, !(g.name in self.bridge.workerGroups) || ({_ROOM_LEFT}))",
+        "message": "a worker group in bridge.workerGroups needs resources.requests.cpu and .memory below its"
+        f" resources.limits: {BRIDGE_ROOM_HINT}",
+        "fieldPath": ".bridge.workerGroups",
+    },
+]
+
+
 class SlurmClusterSpec(Spec):
     """Desired state of a Slurm cluster with a shared root filesystem."""
 
@@ -1376,6 +1531,7 @@ class SlurmClusterSpec(Spec):
                     " set slurmVersion 26.05",
                     "fieldPath": ".topology",
                 },
+                *BRIDGE_CEL_RULES,
             ]
         }
     )
@@ -1422,6 +1578,11 @@ class SlurmClusterSpec(Spec):
         ' operator (docs/operations.md, "Topology").',
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["label"]},
     )
+    bridge: Bridge | None = Field(
+        default=None,
+        description="Slurm schedules Kubernetes pods on the nodes of shared worker groups (docs/bridge.md);"
+        " unset: off.",
+    )
 
     @model_validator(mode="after")
     def _cross_field(self) -> SlurmClusterSpec:
@@ -1447,6 +1608,47 @@ class SlurmClusterSpec(Spec):
         if len(set(labels)) != len(labels):
             raise ValueError("nodeLabelFeatures: name each label once")
         return self
+
+    @model_validator(mode="after")
+    def _bridge_fits(self) -> SlurmClusterSpec:
+        """An enabled bridge: a Slurm with external jobs, groups of this spec with room for pods, a
+        partition name of its own (the CEL twins: ``BRIDGE_CEL_RULES``)."""
+        bridge = self.active_bridge
+        if bridge is None:
+            return self
+        if self.slurm_version in SERIES_WITHOUT_EXTERNAL_JOBS:
+            raise ValueError(
+                f"bridge: Slurm {self.slurm_version} has no external jobs, which the bridge's placeholder jobs are"
+                " (Slurm 25.05 and later): set slurmVersion 26.05, or bridge.enabled false"
+            )
+        groups = {g.name: (i, g) for i, g in enumerate(self.worker_groups)}
+        for name in bridge.worker_groups:
+            if name not in groups:
+                raise ValueError(
+                    f"bridge.workerGroups: {name!r} is not a group in spec.workerGroups: name one of "
+                    f"{', '.join(sorted(groups))}, or add the group"
+                )
+            index, group = groups[name]
+            problem = shared_group_problem(group)
+            if problem is not None:
+                raise ValueError(
+                    f"workerGroups[{index}].resources: group {name!r} shares its Slurm nodes with Kubernetes pods"
+                    f" (bridge.workerGroups) but has {problem}; {BRIDGE_ROOM_HINT}"
+                )
+        if bridge.partition in {p.name for p in self.effective_partitions()}:
+            where = "a partition in spec.partitions"
+            if not self.partitions:
+                where = "the default partition slurm.conf gets while spec.partitions is empty"
+            raise ValueError(
+                f"bridge.partition: {bridge.partition!r} is already {where}: give the bridge's partition a name"
+                " of its own"
+            )
+        return self
+
+    @property
+    def active_bridge(self) -> Bridge | None:
+        """``bridge`` when it is enabled, else None."""
+        return self.bridge if self.bridge is not None and self.bridge.enabled else None
 
     def containers_on(self, group: WorkerGroup) -> bool:
         """Whether pyxis runs in ``group``'s job steps: the group's own word, else spec.containers'."""
@@ -1478,7 +1680,7 @@ class SlurmClusterSpec(Spec):
                 return list(self.partitions)
             first, *rest = self.partitions
             return [first.model_copy(update={"default": True}), *rest]
-        return [Partition(name="main", worker_groups=[g.name for g in self.worker_groups], default=True)]
+        return [Partition(name=DEFAULT_PARTITION, worker_groups=[g.name for g in self.worker_groups], default=True)]
 
 
 def parse_spec(spec: dict[str, Any]) -> SlurmClusterSpec:

@@ -31,6 +31,11 @@ TOKEN_DIR = "/etc/warden/token"
 #: (job_submit.lua, ``warden.render.config.job_submit_lua``) and it is no Slurm operator or admin
 READER_USER = "warden-reader"
 READER_UID = 64999
+#: the Slurm user the bridge (``warden.bridge``) submits, reads and cancels its placeholder jobs as: a
+#: system user of the controller image like READER_USER, so slurmctld maps its token to it and no node
+#: knows it (no job step can ever run as it); no Slurm operator or admin
+BRIDGE_USER = "warden-bridge"
+BRIDGE_UID = 64998
 #: slurmctld's job_submit/lua script, beside slurm.conf (Slurm looks for it there)
 JOB_SUBMIT_LUA = "job_submit.lua"
 #: where the entrypoints put the working copies of the config and keys (owned by SlurmUser)
@@ -98,6 +103,8 @@ RESTAPI_VERSION = "v0.0.42"
 #: the data_parser version that reads and sets a node's place in the topology (Slurm 25.05 on): the sync
 #: speaks it to clusters with spec.topology, which only runs on such a Slurm
 RESTAPI_VERSION_TOPOLOGY = "v0.0.44"
+#: the same version by the series that serves it (Slurm 25.11 and 26.05): external jobs and nodes (the bridge)
+RESTAPI_VERSION_2605 = RESTAPI_VERSION_TOPOLOGY
 MARIADB_PORT = 3306
 #: the Slurm metrics exporter's HTTP port (`/metrics`), and the operator's own
 EXPORTER_PORT = 9341
@@ -272,6 +279,18 @@ class Names:
         (``warden.tokens``)."""
         return f"{self.cluster}-{component}-token"
 
+    # --- the bridge (spec.bridge) ----------------------------------------------------------------
+    @property
+    def bridge_token_secret(self) -> str:
+        """The bridge's Slurm token Secret (``warden-bridge``'s), mounted by no pod: the bridge, in the
+        operator's namespace, reads it through the API."""
+        return self.token("bridge")
+
+    @property
+    def bridge(self) -> str:
+        """The Role and RoleBinding that let the bridge's ServiceAccount read ``bridge_token_secret``."""
+        return f"{self.cluster}-bridge"
+
     # --- health checks ------------------------------------------------------------------------
     @property
     def nccl_check(self) -> str:
@@ -320,3 +339,21 @@ SLURM_TOPOLOGY = "default"
 def group_feature(group: str) -> str:
     """The Slurm feature that marks a worker group's nodes (partitions select on it)."""
     return f"warden-group-{group}"
+
+
+# --- the bridge (warden.bridge): Kubernetes pods scheduled by Slurm -------------------------------------
+#: namespace label a cluster admin sets to let the bridge schedule the namespace's pods, value
+#: ``<cluster-namespace>.<cluster>``: the SlurmCluster whose Slurm places them
+BRIDGE_NAMESPACE_LABEL = f"{LABEL_PREFIX}/bridge"
+#: pod label: the Slurm job (the placeholder) the pod belongs to
+BRIDGE_JOB_LABEL = f"{LABEL_PREFIX}/slurm-job"
+#: pod annotation set at binding: the Slurm node whose share of the allocation the pod took
+BRIDGE_NODE_ANNOTATION = f"{LABEL_PREFIX}/slurm-node"
+#: pod (or namespace) annotations that choose the placeholder's partition, QoS, time limit (minutes) and
+#: whether the job shares its nodes only with its own user's jobs (``user``)
+BRIDGE_PARTITION_ANNOTATION = f"{LABEL_PREFIX}/partition"
+BRIDGE_QOS_ANNOTATION = f"{LABEL_PREFIX}/qos"
+BRIDGE_TIME_LIMIT_ANNOTATION = f"{LABEL_PREFIX}/time-limit"
+BRIDGE_ISOLATION_ANNOTATION = f"{LABEL_PREFIX}/isolation"
+#: the job comment's first word: the job is a placeholder of this bridge, in this format
+BRIDGE_COMMENT_TAG = "warden-bridge/v1"

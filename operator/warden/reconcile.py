@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import logging
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -36,7 +37,7 @@ from warden.model import (
 )
 from warden.observe import observe
 from warden.render.cluster import render
-from warden.render.context import Cluster
+from warden.render.context import Cluster, ServiceAccountRef
 from warden.render.controller import state_class_problem
 from warden.render.pods import Manifest, content_hash
 from warden.restarts import template_changes
@@ -47,6 +48,10 @@ log = logging.getLogger(__name__)
 
 def now() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+#: a field, or a path of fields below a model, as a cross-field check names it at the head of its message
+FIELD_PATH = re.compile(r"^[A-Za-z_]\w*(\[\d+\])?(\.[A-Za-z_]\w*(\[\d+\])?)*$")
 
 
 def validation_message(err: ValidationError) -> str:
@@ -60,9 +65,10 @@ def validation_message(err: ValidationError) -> str:
             else:
                 loc.append(str(part))
         msg = e["msg"].removeprefix("Value error, ")
-        # Cross-field checks of a model name the field they are about: "<field>: <message>".
+        # Cross-field checks of a model name the field they are about: "<field>: <message>", where the
+        # field may be a path below the model ("bridge.partition", "workerGroups[0].resources").
         head, sep, rest = msg.partition(": ")
-        if sep and head.isidentifier():
+        if sep and FIELD_PATH.match(head):
             loc.append(head)
             msg = rest
         lines.append(f"{'.'.join(loc)}: {msg}")
@@ -180,10 +186,16 @@ def status_patch(previous: SlurmClusterStatus | None, status: SlurmClusterStatus
     return _with_removals(previous.model_dump(by_alias=True, exclude_none=True), new)
 
 
-def reconcile(applier: Applier, body: Manifest, slurm_required: bool = False) -> Outcome:
-    """Render, apply, prune and fold status for one SlurmCluster; counted and timed (``warden.opmetrics``)."""
+def reconcile(
+    applier: Applier,
+    body: Manifest,
+    slurm_required: bool = False,
+    bridge_account: ServiceAccountRef | None = None,
+) -> Outcome:
+    """Render, apply, prune and fold status for one SlurmCluster; counted and timed (``warden.opmetrics``).
+    ``bridge_account``: the bridge's ServiceAccount (``--bridge-service-account``), if the operator knows it."""
     start = time.monotonic()
-    outcome = _reconcile(applier, body, slurm_required)
+    outcome = _reconcile(applier, body, slurm_required, bridge_account)
     if outcome.unknown:
         meta = body["metadata"]
         log.warning("SlurmCluster %s/%s: fields this operator does not know, left out: %s",
@@ -224,7 +236,27 @@ def state_volume_problem(kube: Kube, cluster: Cluster) -> str | None:
     return state_class_problem(cluster, storage_class)
 
 
-def _reconcile(applier: Applier, body: Manifest, slurm_required: bool) -> Outcome:
+#: clusters with an enabled bridge that were told, once, that the operator knows no bridge ServiceAccount
+_TOLD_NO_BRIDGE_ACCOUNT: set[tuple[str, str]] = set()
+
+
+def tell_no_bridge_account(cluster: Cluster) -> None:
+    """Log, once per cluster, that its enabled bridge gets no access to its token: the operator was not
+    given the bridge's ServiceAccount."""
+    key = (cluster.namespace, cluster.name)
+    if cluster.spec.active_bridge is None or cluster.bridge_account is not None or key in _TOLD_NO_BRIDGE_ACCOUNT:
+        return
+    _TOLD_NO_BRIDGE_ACCOUNT.add(key)
+    log.warning(
+        "SlurmCluster %s/%s enables the bridge, but the operator runs without --bridge-service-account: no Role"
+        " lets the bridge read Secret %s; install the operator chart with bridge.enabled=true, or pass the flag",
+        cluster.namespace, cluster.name, cluster.names.bridge_token_secret,
+    )  # fmt: skip
+
+
+def _reconcile(
+    applier: Applier, body: Manifest, slurm_required: bool, bridge_account: ServiceAccountRef | None = None
+) -> Outcome:
     kube = applier.kube
     meta = body["metadata"]
     generation = int(meta.get("generation", 0))
@@ -240,7 +272,8 @@ def _reconcile(applier: Applier, body: Manifest, slurm_required: bool) -> Outcom
 
     monitors = spec.metrics.service_monitor.mode == "Auto" and kube.serves("monitoring.coreos.com/v1", "ServiceMonitor")
     cluster = Cluster(name=meta["name"], namespace=meta["namespace"], spec=spec, service_monitor_crd=monitors,
-                      blocks=observed_blocks(previous))  # fmt: skip
+                      blocks=observed_blocks(previous), bridge_account=bridge_account)  # fmt: skip
+    tell_no_bridge_account(cluster)
     upgrade = plan_upgrade(kube, cluster, previous)
     if upgrade.refusal is not None:
         # Refused before anything is touched: the cluster keeps running what it has; status is refreshed.

@@ -8,6 +8,8 @@ neither a Slurm operator nor an administrator, whose job submissions and changes
 (``warden.readgate``), the one pod with SlurmUser's token, which answers the exporter's four reads and
 nothing else: Slurm has no read-only administrator, and privateData hides others' jobs from plain users.
 So whoever gets into the pod Prometheus scrapes can read what the metrics show, and change nothing.
+The bridge's is for ``warden-bridge`` (``naming.BRIDGE_USER``), another such user: it submits, sees and
+cancels its own placeholder jobs, and no pod mounts it (the bridge reads the Secret through the API).
 
 The operator mints each token with the key, valid ``LIFETIME_S``, and writes a new one in the first Slurm
 sync round that finds the current one missing, signed with another key (the key was rotated: see
@@ -49,12 +51,20 @@ class Purpose:
 EXPORTER = Purpose(component="exporter", user=naming.READER_USER, mounted_by=("exporter", "read-gate"))
 #: the exporter's reads, asked as SlurmUser (``warden.readgate``): the one token of a pod that reads everything
 READ_GATE = Purpose(component="read-gate", user="slurm", mounted_by=("read-gate",))
-PURPOSES = (EXPORTER, READ_GATE)
+#: the bridge's placeholder jobs (``warden.bridge``), as warden-bridge. No pod mounts it: the bridge runs in
+#: the operator's namespace and reads the Secret (``Names.bridge_token_secret``) through the API, as the Role
+#: of ``warden.render.bridge`` lets it
+BRIDGE = Purpose(component="bridge", user=naming.BRIDGE_USER, mounted_by=())
+PURPOSES = (EXPORTER, READ_GATE, BRIDGE)
 
 
 def wanted(cluster: Cluster) -> tuple[Purpose, ...]:
-    """The purposes this cluster has a component for (the exporter and its read gate: spec.metrics.enabled)."""
-    return PURPOSES if cluster.spec.metrics.enabled else ()
+    """The purposes this cluster has a component for: the exporter and its read gate (spec.metrics.enabled),
+    the bridge (spec.bridge.enabled)."""
+    out: tuple[Purpose, ...] = (EXPORTER, READ_GATE) if cluster.spec.metrics.enabled else ()
+    if cluster.spec.active_bridge is not None:
+        out += (BRIDGE,)
+    return out
 
 
 def due(token: str | None, key: bytes, user: str, now: float) -> bool:

@@ -38,6 +38,18 @@ def _group(**changes: Any) -> dict[str, Any]:
     return _with(workerGroups=[{"name": "cpu", "replicas": 1, **changes}])
 
 
+#: a worker group whose nodes the bridge's pods may share: requests below its limits
+SHARED_RESOURCES = {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"cpu": "1", "memory": "1Gi"}}
+
+
+def bridge_spec(resources: dict[str, Any] = SHARED_RESOURCES, **changes: Any) -> dict[str, Any]:
+    """spec.bridge on group cpu (with ``resources``), with ``changes`` to the spec."""
+    spec = _group(resources=resources)
+    spec["bridge"] = {"enabled": True, "workerGroups": ["cpu"]}
+    spec.update(copy.deepcopy(changes))
+    return spec
+
+
 CASES = [
     Case("no-worker-groups", _with(workerGroups=[]), "workerGroups"),
     Case("negative-replicas", _group(replicas=-1), "replicas"),
@@ -191,4 +203,31 @@ CASES = [
     ),
     Case("extra-line-launch-type", _with(slurmConfig={"extraLines": ["LaunchType=launch/other"]}), "extraLines"),
     Case("extra-line-select-type", _with(slurmConfig={"extraLines": ["SelectType=select/linear"]}), "extraLines"),
+    # the bridge: Slurm with external jobs, groups of this spec with room for pods, a partition of its own
+    Case("bridge-on-slurm-24-11", bridge_spec(slurmVersion="24.11"), "bridge"),
+    Case("bridge-without-groups", bridge_spec(bridge={"enabled": True}), "bridge.workerGroups"),
+    Case("bridge-unknown-group", bridge_spec(bridge={"enabled": True, "workerGroups": ["gpu"]}), "bridge.workerGroups"),
+    Case(
+        "bridge-requests-unset", bridge_spec(resources={"limits": {"cpu": "1", "memory": "1Gi"}}), "bridge.workerGroups"
+    ),
+    Case(
+        "bridge-requests-at-limits",
+        bridge_spec(resources={"requests": {"cpu": "1", "memory": "256Mi"}, "limits": {"cpu": "1", "memory": "1Gi"}}),
+        "bridge.workerGroups",
+    ),
+    Case(
+        "bridge-partition-taken",
+        bridge_spec(bridge={"enabled": True, "workerGroups": ["cpu"], "partition": "main"}),
+        "bridge.partition",
+    ),
+    Case(
+        "bridge-partition-default",
+        bridge_spec(bridge={"enabled": True, "workerGroups": ["cpu"], "partition": "DEFAULT"}),
+        "bridge.partition",
+    ),
+    Case(
+        "bridge-scheduler-name",
+        bridge_spec(bridge={"enabled": True, "workerGroups": ["cpu"], "schedulerName": "Warden Slurm"}),
+        "schedulerName",
+    ),
 ]

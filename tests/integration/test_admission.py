@@ -10,7 +10,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from tests.cases.malformed import BASE, CASES, Case
+from tests.cases.malformed import BASE, CASES, Case, bridge_spec
 from tests.support.operator import CLUSTER_PATH
 
 GROUP, VERSION, PLURAL = CLUSTER_PATH
@@ -42,6 +42,24 @@ def test_a_valid_spec_is_accepted_and_defaulted(api_client: Any, crd_installed: 
     assert spec["jail"]["size"] == "20Gi"
     assert spec["accounting"]["mode"] == "Disabled"
     assert spec["workerGroups"][0]["gpus"]["count"] == 0
+
+
+def test_a_bridge_with_room_on_its_groups_is_accepted_and_defaulted(
+    api_client: Any, crd_installed: None, admission_namespace: str
+) -> None:
+    """The bridge's CEL rules refuse only what the operator refuses: a shared group with requests below its
+    limits, a partition of its own; a disabled bridge is not checked."""
+    on = create(
+        api_client,
+        admission_namespace,
+        "bridge-on",
+        bridge_spec(partitions=[{"name": "batch", "workerGroups": ["cpu"]}]),
+    )
+    assert on["spec"]["bridge"] == {
+        "enabled": True, "workerGroups": ["cpu"], "partition": "k8s", "qos": "", "schedulerName": "warden-slurm"
+    }  # fmt: skip
+    off = bridge_spec(slurmVersion="24.11", bridge={"enabled": False, "workerGroups": ["gpu"], "partition": "main"})
+    create(api_client, admission_namespace, "bridge-off", off)
 
 
 def test_names_longer_than_children_allow_are_refused(

@@ -25,7 +25,9 @@ import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from tests.cases.malformed import SHARED_RESOURCES
 from tests.support.operator import SERVICE_MONITOR_CRD, OperatorProcess, get_cluster, owned_objects, wait_ready
+from warden.kube.kinds import BRIDGE_RULES
 from warden_dev.controlplane import ControlPlane, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -195,6 +197,49 @@ def test_operator_chart_namespaced_rbac_accepted(
     dry_run_apply(controlplane, docs)
 
 
+def test_operator_chart_with_the_bridge_accepted_by_apiserver(
+    helm: Helm, controlplane: ControlPlane, admission_namespace: str
+) -> None:
+    """bridge.enabled: the bridge's Deployment, ServiceAccount and ClusterRole (exactly BRIDGE_RULES), and
+    the operator told the ServiceAccount, so each cluster with spec.bridge lets it read its token."""
+    ns = admission_namespace
+    docs = helm.template(OPERATOR_CHART, "--set", "bridge.enabled=true", "--set", "bridge.schedulerName=slurm",
+                         "--set", "bridge.interval=2", "--set", "crds.enabled=false", release="warden",
+                         namespace=ns)  # fmt: skip
+    bridge = [d for d in docs if d["metadata"]["name"] == "warden-slurm-operator-bridge"]
+    assert sorted(d["kind"] for d in bridge) == ["ClusterRole", "ClusterRoleBinding", "Deployment", "ServiceAccount"]
+    dry_run_apply(controlplane, docs)
+
+    (role,) = [d for d in bridge if d["kind"] == "ClusterRole"]
+    rules = {(g, r, v, "") for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"]
+             for v in rule["verbs"]}  # fmt: skip
+    assert rules == BRIDGE_RULES
+    (binding,) = [d for d in bridge if d["kind"] == "ClusterRoleBinding"]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "warden-slurm-operator-bridge", "namespace": ns}]
+    (deploy,) = [d for d in bridge if d["kind"] == "Deployment"]
+    spec = deploy["spec"]
+    assert spec["replicas"] == 1 and spec["strategy"] == {"type": "Recreate"}
+    pod = spec["template"]["spec"]
+    assert pod["serviceAccountName"] == "warden-slurm-operator-bridge"
+    (container,) = pod["containers"]
+    assert container["image"] == "warden/operator:0.2.0" and container["command"] == ["warden-bridge"]
+    assert container["args"] == ["--scheduler-name=slurm", "--interval=2", "--liveness-port=8081"]
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
+    assert {"name": "health", "containerPort": 8081, "protocol": "TCP"} in container["ports"]
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    # the two Deployments never select each other's pods
+    (operator,) = [d for d in by_kind(docs, "Deployment") if d is not deploy]
+    assert operator["spec"]["selector"]["matchLabels"] != spec["selector"]["matchLabels"]
+    args = operator["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert f"--bridge-service-account={ns}/warden-slurm-operator-bridge" in args
+    assert not any("slurmrestd-url" in a for a in args + container["args"])
+
+    plain = helm.template(OPERATOR_CHART, "--set", "crds.enabled=false", release="warden", namespace=ns)
+    assert not [d for d in plain if "bridge" in d["metadata"]["name"]]
+    (plain_operator,) = by_kind(plain, "Deployment")
+    assert not any("bridge" in a for a in plain_operator["spec"]["template"]["spec"]["containers"][0]["args"])
+
+
 def test_one_registry_value_moves_the_operators_image_and_the_clusters_default_images(helm: Helm) -> None:
     docs = helm.template(OPERATOR_CHART, "--set", "image.registry=registry.example.com:5000/hpc/warden",
                          "--set", "imagePullSecrets[0].name=regcred", release="warden")  # fmt: skip
@@ -263,6 +308,9 @@ WRONG_OPERATOR_VALUES = [
     (["--set", "metrics.service.type=Ingress"], ["/metrics/service/type"]),
     (["--set", "crds.enabeld=true"], ["/crds", "'enabeld'"]),
     (["--set", "image.registry=https://registry.example.com"], ["/image/registry", "does not match"]),
+    (["--set", "bridge.interval=0"], ["/bridge/interval", "exclusiveMinimum"]),
+    (["--set", "bridge.schedulerName=Warden_Slurm"], ["/bridge/schedulerName", "'Warden_Slurm'"]),
+    (["--set", "bridge.enable=true"], ["/bridge", "'enable'"]),
 ]
 
 
@@ -375,7 +423,7 @@ def test_chart_rbac_is_enough_for_the_real_operator(
     release = f"w{uuid.uuid4().hex[:6]}"
     docs = helm.template(
         OPERATOR_CHART, "--set", "crds.enabled=false", "--set", f"watchNamespaces={{{cluster_namespace}}}",
-        release=release, namespace=op_ns,
+        "--set", "bridge.enabled=true", release=release, namespace=op_ns,
     )  # fmt: skip
     rbac_kinds = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
     rbac = [d for d in docs if d["kind"] in rbac_kinds]
@@ -388,9 +436,12 @@ def test_chart_rbac_is_enough_for_the_real_operator(
             controlplane.kubectl("delete", kind.lower(), name, "--ignore-not-found", check=False)
 
     request.addfinalizer(cleanup)
-    (sa,) = by_kind(docs, "ServiceAccount")
-    (deploy,) = by_kind(docs, "Deployment")
+    (deploy, bridge) = sorted(by_kind(docs, "Deployment"), key=lambda d: d["metadata"]["name"].endswith("-bridge"))
+    (sa,) = [d for d in by_kind(docs, "ServiceAccount") if not d["metadata"]["name"].endswith("-bridge")]
     assert deploy["spec"]["template"]["spec"]["serviceAccountName"] == sa["metadata"]["name"]
+    bridge_sa = bridge["spec"]["template"]["spec"]["serviceAccountName"]
+    (bridge_flag,) = [a for a in deploy["spec"]["template"]["spec"]["containers"][0]["args"] if "bridge" in a]
+    assert bridge_flag == f"--bridge-service-account={op_ns}/{bridge_sa}"
     token = controlplane.service_account_token(op_ns, sa["metadata"]["name"])
     kubeconfig = _sa_kubeconfig(controlplane, token, tmp_path / "operator.kubeconfig")
 
@@ -405,22 +456,23 @@ def test_chart_rbac_is_enough_for_the_real_operator(
             raise
     wait_for("servicemonitors served", lambda: _serves_service_monitors(api_client), 30)
     # The operator as the chart runs it (watching the namespaces of watchNamespaces), as nothing but the SA.
-    op = OperatorProcess(kubeconfig, cluster_namespace, controlplane.log_dir)
+    op = OperatorProcess(kubeconfig, cluster_namespace, controlplane.log_dir, extra_args=[bridge_flag])
     op.start()
     request.addfinalizer(op.stop)
 
     # Every kind the operator can make: a GPU group with the NCCL check (CronJob, its ServiceAccount, Role
     # and RoleBinding) and in-cluster accounting (MariaDB, its generated password Secret) besides the
-    # chart's default CPU group.
+    # chart's default CPU group, whose nodes the bridge shares (the bridge's Role and RoleBinding).
     gpu_label = {"warden.dev/charts-rbac-gpu": "true"}
     controlplane.add_fake_nodes(1, gpu_label, gpu=8, prefix="kwok-charts-gpu")
     values = {
         "workerGroups": [
-            {"name": "cpu", "replicas": 2},
+            {"name": "cpu", "replicas": 2, "resources": SHARED_RESOURCES},
             {"name": "gpu", "replicas": 1, "gpus": {"count": 8, "type": "h100"}, "nodeSelector": gpu_label},
         ],
         "healthChecks": {"nccl": {"enabled": True}},
         "accounting": {"mode": "InCluster"},
+        "bridge": {"enabled": True, "workerGroups": ["cpu"]},
     }
     values_file = tmp_path / "values.yaml"
     values_file.write_text(yaml.safe_dump(values))
@@ -433,6 +485,7 @@ def test_chart_rbac_is_enough_for_the_real_operator(
     made = owned_objects(api_client, cluster_namespace, obj["metadata"]["uid"])
     for kind in ("CronJob", "Role", "RoleBinding", "ServiceAccount", "Secret", "NetworkPolicy", "Job"):
         assert any(key.startswith(f"{kind}/") for key in made), f"no {kind} made: {sorted(made)}"
+    assert {"Role/demo-bridge", "RoleBinding/demo-bridge"} <= set(made), sorted(made)
     monitor = client.CustomObjectsApi(api_client).get_namespaced_custom_object(
         "monitoring.coreos.com", "v1", cluster_namespace, "servicemonitors", "demo-exporter"
     )
@@ -494,3 +547,19 @@ def test_chart_rbac_is_enough_for_the_real_operator(
             assert e.value.status == 403, f"{what}: expected 403, got {e.value.status}"
     finally:
         sa_api.close()
+
+    # The bridge, as its own ServiceAccount, reads its token Secret in the cluster's namespace and no other
+    # Secret (the Slurm sync, which writes the token, is off here: the Secret is made by hand).
+    token_secret: Any = {"metadata": {"name": "demo-bridge-token"}, "data": {"token": "dG9rZW4="}}
+    client.CoreV1Api(api_client).create_namespaced_secret(cluster_namespace, token_secret)
+    bridge_api = controlplane.new_api_client(token=controlplane.service_account_token(op_ns, bridge_sa))
+    try:
+        bridge_core = client.CoreV1Api(bridge_api)
+        assert bridge_core.read_namespaced_secret("demo-bridge-token", cluster_namespace).data == {"token": "dG9rZW4="}
+        for read in (lambda: bridge_core.read_namespaced_secret("demo-jwt-key", cluster_namespace),
+                     lambda: bridge_core.list_namespaced_secret(cluster_namespace)):  # fmt: skip
+            with pytest.raises(ApiException) as e:
+                read()
+            assert e.value.status == 403
+    finally:
+        bridge_api.close()

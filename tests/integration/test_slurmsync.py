@@ -217,9 +217,10 @@ def test_steady_sync_rounds_read_kubernetes_from_the_watch_caches(
 ) -> None:
     """What a platform team's API server sees of a quiet cluster: each sync round lists the cordoned
     Kubernetes nodes once, and asks for nothing else of Kubernetes (the cluster, its pods, WorkerSets and
-    slurmrestd's Deployment come from the watch caches; three Secrets are read each round: the JWT key
-    and the two tokens the round keeps fresh, ``warden.tokens``; Secrets are not cached: the operator
-    also reads users' Secrets, which a label-selected cache would not hold)."""
+    slurmrestd's Deployment come from the watch caches; four Secrets are read each round: the JWT key,
+    the two tokens the round keeps fresh and the bridge's, looked for to delete it when the bridge is
+    off (``warden.tokens``); Secrets are not cached: the operator also reads users' Secrets, which a
+    label-selected cache would not hold)."""
     ns, op = cluster_namespace, synced_operator
     _up(api_client, ns, slurm, op)
     _rounds(slurm, 3, op)  # settled: conditions set, status written
@@ -230,9 +231,9 @@ def test_steady_sync_rounds_read_kubernetes_from_the_watch_caches(
     requests = audit_requests(log, ("warden-operator",), since, until, namespace=ns)
     assert rounds >= 5
     # a round is one list of the cordoned nodes (give or take the round in flight at either end) and
-    # reads of the JWT key and the exporter's and read gate's tokens; a quiet cluster needs no write
+    # reads of the JWT key and the exporter's, read gate's and bridge's tokens; a quiet cluster needs no write
     assert rounds - 1 <= requests.by["list nodes"] <= rounds + 1, requests.by
-    assert requests.by["get secrets"] <= 3 * (rounds + 1), requests.by
+    assert requests.by["get secrets"] <= 4 * (rounds + 1), requests.by
     others = {k: v for k, v in requests.by.items() if k not in ("list nodes", "get secrets")}
     assert others == {}, f"{rounds} rounds asked Kubernetes for more: {others}"
 

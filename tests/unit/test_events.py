@@ -97,14 +97,15 @@ def test_the_same_event_again_is_the_same_series_and_another_is_not() -> None:
 
 
 def _reasons_in_source() -> set[str]:
-    """Every reason the operator's code passes as a literal to Event(...), _say(...), act(...) or _act(...)."""
+    """Every reason the operator's code passes as a literal to Event(...), _say(...), act(...), _act(...),
+    or the bridge's _event(...) and Evict(...)."""
     found: set[str] = set(UNUSABLE.values())
     for path in (ROOT / "operator" / "warden").rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
             if not isinstance(node, ast.Call):
                 continue
             name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
-            if name not in ("Event", "_say", "act", "_act"):
+            if name not in ("Event", "_say", "act", "_act", "_event", "Evict"):
                 continue
             for arg in node.args:
                 if (

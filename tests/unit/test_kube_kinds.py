@@ -27,12 +27,25 @@ def _triples(rules: list[dict[str, Any]]) -> set[kinds.Rule]:
     }
 
 
+def _defined_rules(template: str) -> set[kinds.Rule]:
+    """The rules a ``define`` of _helpers.tpl holds."""
+    text = (CHART / "_helpers.tpl").read_text()
+    body = re.search(rf'\{{\{{- define "slurm-operator.{template}" -\}}\}}\n(.*?)\{{\{{- end -\}}\}}', text, re.S)
+    assert body is not None, f"no {template} template in _helpers.tpl"
+    return _triples(yaml.safe_load(body[1]))
+
+
 def chart_manager_rules() -> set[kinds.Rule]:
     """The rules of the operator's Role (or ClusterRole): the ``slurm-operator.managerRules`` template."""
-    text = (CHART / "_helpers.tpl").read_text()
-    body = re.search(r'\{\{- define "slurm-operator.managerRules" -\}\}\n(.*?)\{\{- end -\}\}', text, re.S)
-    assert body is not None, "no managerRules template in _helpers.tpl"
-    return _triples(yaml.safe_load(body[1]))
+    return _defined_rules("managerRules")
+
+
+def chart_bridge_rules() -> set[kinds.Rule]:
+    """The rules of the bridge's ClusterRole (bridge.enabled): the ``slurm-operator.bridgeRules`` template,
+    the only rules templates/bridge.yaml grants."""
+    bridge = (CHART / "bridge.yaml").read_text()
+    assert 'include "slurm-operator.bridgeRules"' in bridge and bridge.count("rules:") == 1
+    return _defined_rules("bridgeRules")
 
 
 def chart_discovery_rules() -> set[kinds.Rule]:
@@ -51,6 +64,15 @@ def test_the_charts_namespaced_rules_are_the_registrys() -> None:
 
 def test_the_charts_cluster_wide_rules_are_the_registrys() -> None:
     assert chart_discovery_rules() == kinds.rbac_rules(namespaced=False)
+
+
+def test_the_charts_bridge_rules_are_the_bridges() -> None:
+    chart = chart_bridge_rules()
+    assert chart - kinds.BRIDGE_RULES == set(), "the chart grants the bridge what warden.kube.kinds does not list"
+    assert kinds.BRIDGE_RULES - chart == set(), "warden.kube.kinds lists for the bridge what the chart does not grant"
+    # a scheduler of pods: it binds them and tells them why they wait, and reads no Secret but its token
+    assert ("", "pods/binding", "create", "") in chart and ("", "pods/status", "patch", "") in chart
+    assert not {r for r in chart if r[1] == "secrets" or "*" in r}
 
 
 def test_every_watched_kind_can_be_watched_and_every_pruned_one_deleted() -> None:

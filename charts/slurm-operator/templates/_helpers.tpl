@@ -44,6 +44,26 @@ app.kubernetes.io/part-of: warden
 {{- end -}}
 {{- end -}}
 
+{{/* The bridge's objects (bridge.enabled): <fullname>-bridge. Its pods' selector labels differ from the
+operator's (name), so neither Deployment ever counts the other's pods. */}}
+{{- define "slurm-operator.bridgeName" -}}
+{{- printf "%s-bridge" (include "slurm-operator.fullname" . | trunc 56 | trimSuffix "-") -}}
+{{- end -}}
+
+{{- define "slurm-operator.bridgeSelectorLabels" -}}
+app.kubernetes.io/name: {{ include "slurm-operator.name" . | trunc 56 | trimSuffix "-" }}-bridge
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "slurm-operator.bridgeLabels" -}}
+helm.sh/chart: {{ include "slurm-operator.chart" . }}
+{{ include "slurm-operator.bridgeSelectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/component: bridge
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: warden
+{{- end -}}
+
 {{- define "slurm-operator.image" -}}
 {{- $repository := default (printf "%s/operator" (default "warden" .Values.image.registry)) .Values.image.repository -}}
 {{- printf "%s:%s" $repository (default .Chart.AppVersion .Values.image.tag) -}}
@@ -106,8 +126,8 @@ authorized as "create", of one that exists as "patch": both are needed for appli
   resources: ["configmaps"]
   verbs: ["get", "list", "watch", "create", "patch", "update", "delete"]
 # Generated Secrets (keys, passwords): created once when absent, never changed or deleted; watched (the
-# operator's own, by label) so a deleted one is made again. Token Secrets (<cluster>-exporter-token):
-# written anew before their token expires (patch), deleted when their component goes. The directory's
+# operator's own, by label) so a deleted one is made again. Token Secrets (<cluster>-exporter-token,
+# <cluster>-bridge-token): written anew before their token expires (patch), deleted when their component goes. The directory's
 # bind and CA Secrets (spec.identity.ldap): read to check the directory. The jail's PVC: created once
 # when absent, watched (its volume is kept once bound), its owner reference patched when
 # `retainOnDelete` changes. Never deleted.
@@ -150,7 +170,7 @@ authorized as "create", of one that exists as "patch": both are needed for appli
 - apiGroups: ["networking.k8s.io"]
   resources: ["networkpolicies"]
   verbs: ["get", "list", "watch", "create", "patch", "delete"]
-# The NCCL health check's Role and RoleBinding.
+# The NCCL health check's Role and RoleBinding, and the bridge's (get on the cluster's bridge token Secret).
 - apiGroups: ["rbac.authorization.k8s.io"]
   resources: ["roles", "rolebindings"]
   verbs: ["get", "list", "watch", "create", "patch", "delete"]
@@ -164,4 +184,44 @@ authorized as "create", of one that exists as "patch": both are needed for appli
 - apiGroups: ["events.k8s.io"]
   resources: ["events"]
   verbs: ["create", "patch"]
+{{- end -}}
+
+{{/*
+What the bridge (bridge.enabled) does in every namespace: exactly warden.kube.kinds.BRIDGE_RULES
+(tests/unit/test_kube_kinds.py holds this list to it). Its Slurm token Secret it reads through the Role
+the operator makes in each cluster's namespace (`--bridge-service-account`), not through these rules.
+*/}}
+{{- define "slurm-operator.bridgeRules" -}}
+# The pods it schedules (watched by spec.schedulerName) and the worker pods whose nodes they share: labelled
+# with their Slurm job, deleted when that job ends or is preempted; bound to the node Slurm gave them; told
+# why they wait (the PodScheduled condition) or that they are about to go (DisruptionTarget).
+- apiGroups: [""]
+  resources: ["pods"]
+  verbs: ["get", "list", "watch", "patch", "delete"]
+- apiGroups: [""]
+  resources: ["pods/binding"]
+  verbs: ["create"]
+- apiGroups: [""]
+  resources: ["pods/status"]
+  verbs: ["patch"]
+# Its Events about the pods (Bound, SlurmPending, SlurmJobPreempted...); a repeat counts up a series.
+- apiGroups: ["events.k8s.io"]
+  resources: ["events"]
+  verbs: ["create", "patch"]
+- apiGroups: [""]
+  resources: ["events"]
+  verbs: ["create", "patch"]
+# Namespaces: the opt-in label (slurm.warden.dev/bridge) and the annotations with their defaults; nodes:
+# where the pods go.
+- apiGroups: [""]
+  resources: ["namespaces", "nodes"]
+  verbs: ["get", "list", "watch"]
+# A Job's pods that start together become one Slurm job.
+- apiGroups: ["batch"]
+  resources: ["jobs"]
+  verbs: ["get", "list", "watch"]
+# Which SlurmClusters enable the bridge, with which partition, QoS and scheduler name.
+- apiGroups: ["slurm.warden.dev"]
+  resources: ["slurmclusters"]
+  verbs: ["get", "list", "watch"]
 {{- end -}}

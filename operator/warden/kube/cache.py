@@ -166,11 +166,14 @@ class Informer:
         selector: dict[str, str],
         project: Project = without_managed_fields,
         on_change: OnChange | None = None,
+        field_selector: str = "",
     ) -> None:
         self._call = call  # Kube.call
         self._stream = stream  # Kube.stream_lines
         self.path = path
         self.selector = ",".join(f"{k}={v}" for k, v in sorted(selector.items()))
+        #: selects server-side too (the bridge's pods: ``spec.schedulerName=warden-slurm``)
+        self.field_selector = field_selector
         self.project = project
         self.on_change = on_change
         self._objects: dict[Key, Manifest] = {}
@@ -251,11 +254,15 @@ class Informer:
                 log.info("watch of %s ended (%s); resuming", self.path, e)
                 self._stop.wait(1)
 
+    def _selectors(self) -> tuple[tuple[str, str], ...]:
+        fields = (("fieldSelector", self.field_selector),) if self.field_selector else ()
+        return (("labelSelector", self.selector), *fields)
+
     def _relist(self) -> None:
         fresh: dict[Key, Manifest] = {}
         token = ""
         while True:
-            query = [("labelSelector", self.selector), ("limit", str(PAGE))]
+            query = [*self._selectors(), ("limit", str(PAGE))]
             if token:
                 query.append(("continue", token))
             page = self._call("GET", self.path, query=query)
@@ -286,7 +293,7 @@ class Informer:
 
     def _watch(self) -> None:
         query = [
-            ("labelSelector", self.selector),
+            *self._selectors(),
             ("watch", "1"),
             ("allowWatchBookmarks", "true"),
             ("resourceVersion", self._version),

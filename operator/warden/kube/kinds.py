@@ -4,11 +4,13 @@ does with it, whether it is pruned and how it is watched.
 From this one list come the REST paths of ``warden.kube.client`` (a fixed table: no discovery round
 trips), what ``warden.kube.apply`` prunes, which children the generic heal handler of
 ``warden.handlers`` watches, and the RBAC rules the operator needs (``rbac_rules``), which a unit test
-holds the chart's Role and ClusterRole to (charts/slurm-operator/templates).
+holds the chart's Role and ClusterRole to (charts/slurm-operator/templates). A second list, ``BRIDGE_KINDS``,
+says the same of the bridge (``BRIDGE_RULES``, the chart's bridge ClusterRole).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -70,6 +72,7 @@ REGISTRY: tuple[Kind, ...] = (
     Kind("v1", "ConfigMap", "configmaps", (*_OWN[:5], "update", "delete"), pruned=True, watch="heal", cached=True),
     # generated once when absent, never changed or deleted; put back (made afresh) when deleted
     # patch, delete: the per-purpose token Secrets (``warden.tokens``); the others are made once
+    # get: also granted, on the bridge's token alone, by the Role the operator makes for the bridge
     Kind("v1", "Secret", "secrets", (*_READ, "create", "patch", "delete"), watch="heal"),
     Kind("v1", "Service", "services", _OWN, pruned=True, watch="heal"),
     Kind("v1", "ServiceAccount", "serviceaccounts", _OWN, pruned=True, watch="heal"),
@@ -85,6 +88,7 @@ REGISTRY: tuple[Kind, ...] = (
     Kind("batch/v1", "CronJob", "cronjobs", _OWN, pruned=True, watch="heal"),
     Kind("policy/v1", "PodDisruptionBudget", "poddisruptionbudgets", _OWN, pruned=True, watch="heal"),
     Kind("networking.k8s.io/v1", "NetworkPolicy", "networkpolicies", _OWN, pruned=True, watch="heal"),
+    # the NCCL check's (its report ConfigMap) and the bridge's (its token Secret: warden.render.bridge)
     Kind("rbac.authorization.k8s.io/v1", "Role", "roles", _OWN, pruned=True, watch="heal"),
     Kind("rbac.authorization.k8s.io/v1", "RoleBinding", "rolebindings", _OWN, pruned=True, watch="heal"),
     Kind("monitoring.coreos.com/v1", "ServiceMonitor", "servicemonitors", _OWN, pruned=True, watch="heal",
@@ -125,14 +129,39 @@ def of(api_version: str, kind: str) -> Kind:
 Rule = tuple[str, str, str, str]  # (API group, resource, verb, resourceNames joined with ",")
 
 
-def rbac_rules(namespaced: bool) -> set[Rule]:
-    """What the operator needs: the namespaced kinds' (a Role per watched namespace, or one
-    ClusterRole), or the cluster-scoped ones' (the discovery ClusterRole)."""
+def _rules(kinds: Iterable[Kind]) -> set[Rule]:
+    """The RBAC rules that let one do with ``kinds`` what they say."""
     rules: set[Rule] = set()
-    for k in REGISTRY:
-        if k.namespaced != namespaced:
-            continue
+    for k in kinds:
         rules |= {(k.group, k.plural, verb, "") for verb in k.verbs}
         for sub, verbs in k.subresources:
             rules |= {(k.group, f"{k.plural}/{sub}", verb, ",".join(k.subresource_names)) for verb in verbs}
     return rules
+
+
+def rbac_rules(namespaced: bool) -> set[Rule]:
+    """What the operator needs: the namespaced kinds' (a Role per watched namespace, or one
+    ClusterRole), or the cluster-scoped ones' (the discovery ClusterRole)."""
+    return _rules(k for k in REGISTRY if k.namespaced == namespaced)
+
+
+#: What the bridge (``warden.bridge``, Deployment ``<release>-slurm-operator-bridge`` of the operator chart)
+#: does with each kind, in every namespace: its ClusterRole's rules (``BRIDGE_RULES``; a unit test holds the
+#: chart's to them). Its Slurm token it reads through the Role each cluster gives it (``warden.render.bridge``).
+BRIDGE_KINDS: tuple[Kind, ...] = (
+    # the pods it schedules, watched by schedulerName, and the worker pods whose nodes they share: labelled
+    # with their Slurm job, deleted when that job ends, bound to a node, told why they wait (PodScheduled)
+    Kind("v1", "Pod", "pods", (*_READ, "patch", "delete"),
+         subresources=(("binding", ("create",)), ("status", ("patch",)))),
+    # its Events about the pods (Bound, SlurmPending, SlurmJobPreempted...), as events.k8s.io/v1 and core/v1
+    Kind("events.k8s.io/v1", "Event", "events", ("create", "patch")),
+    Kind("v1", "Event", "events", ("create", "patch")),
+    # the namespaces' opt-in label and annotations; the Kubernetes nodes pods go to
+    Kind("v1", "Namespace", "namespaces", _READ, namespaced=False),
+    Kind("v1", "Node", "nodes", _READ, namespaced=False),
+    # a Job's pods start together (parallelism): one Slurm job for them
+    Kind("batch/v1", "Job", "jobs", _READ),
+    # which clusters enable the bridge, with which partition, QoS and scheduler name
+    Kind(_CLUSTER, "SlurmCluster", PLURAL, _READ),
+)  # fmt: skip
+BRIDGE_RULES: frozenset[Rule] = frozenset(_rules(BRIDGE_KINDS))

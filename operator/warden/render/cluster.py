@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from warden.render import (
     accounting,
+    bridge,
     budgets,
     configmaps,
     controller,
@@ -45,6 +46,7 @@ def render(cluster: Cluster) -> Rendered:
     objects += exporter.render(cluster)
     objects += nodes.render(cluster)
     objects += health.render(cluster)
+    objects += bridge.render(cluster)
     objects += budgets.render(cluster)
     return Rendered(secrets=secret_specs(cluster), objects=with_pull_secrets(objects, cluster.spec.images.pull_secrets))
 

@@ -58,6 +58,8 @@ def slurm_conf(cluster: Cluster) -> str:
         }
         for p in spec.effective_partitions()
     ]
+    if (bridge := bridge_partition(cluster)) is not None:
+        partitions.append(bridge)
     return _render(
         "slurm.conf.j2",
         **_common(cluster),
@@ -97,6 +99,23 @@ def slurm_conf(cluster: Cluster) -> str:
         extra_lines=list(spec.slurm_config.extra_lines),
         topology=spec.topology,
     )
+
+
+def bridge_partition(cluster: Cluster) -> dict[str, Any] | None:
+    """With an enabled spec.bridge: its partition, of the NodeSets of its shared worker groups (slurm.conf's
+    partition line as for the spec's own), never the default, with no time limit of its own (a pod's comes
+    with its placeholder job). None without."""
+    bridge = cluster.spec.active_bridge
+    if bridge is None:
+        return None
+    return {
+        "name": bridge.partition,
+        "nodes": [nodeset_name(g) for g in bridge.worker_groups],
+        "default": False,
+        "max_time": "UNLIMITED",
+        "allow_groups": [],
+        "def_mem_per_cpu": None,
+    }
 
 
 def topology_conf(cluster: Cluster) -> str:

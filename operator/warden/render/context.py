@@ -11,6 +11,17 @@ from warden.naming import SLURM_SERIES_ENV, Names
 
 
 @dataclass(frozen=True)
+class ServiceAccountRef:
+    """A ServiceAccount of another namespace than the cluster's (the bridge's, in the operator's)."""
+
+    namespace: str
+    name: str
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True)
 class Cluster:
     name: str
     namespace: str
@@ -23,6 +34,9 @@ class Cluster:
     #: the blocks some worker's Kubernetes node is labelled with, as the Slurm sync last saw them
     #: (status.slurmNodes.topology.blocks): topology.conf names them (``warden.topology``)
     blocks: tuple[str, ...] = ()
+    #: the bridge's ServiceAccount (the operator's ``--bridge-service-account``): with an enabled
+    #: spec.bridge it may read the cluster's bridge token Secret (``warden.render.bridge``); None: no flag
+    bridge_account: ServiceAccountRef | None = None
 
     @cached_property
     def names(self) -> Names:

@@ -338,7 +338,11 @@ def expand_hostlist(expr: str) -> list[str]:
 
 @dataclass(frozen=True)
 class Job:
-    """A job as slurmctld lists it (slurmrestd's ``/jobs``, data_parser v0.0.42)."""
+    """A job as slurmctld lists it (slurmrestd's ``/jobs``, data_parser v0.0.42 and v0.0.44).
+
+    The fields after ``cpus`` are what the bridge (``warden.bridge``) reads of its placeholder jobs
+    (external jobs, data_parser v0.0.44, Slurm 25.05 on); a record that lacks one (v0.0.42, Slurm 24.11)
+    leaves its default."""
 
     id: int
     #: base state (PENDING, RUNNING, COMPLETED, CANCELLED, ...), or COMPLETING while Slurm is still
@@ -351,10 +355,22 @@ class Job:
     #: why a pending job waits (``Resources``, ``Priority``, ``ReqNodeNotAvail...``); ``None`` otherwise
     state_reason: str = "None"
     cpus: int = 0
+    name: str = ""
+    user: str = ""  # the owner's Slurm user name (``user_name``)
+    comment: str = ""  # the owner's comment (not ``admin_comment``)
+    #: Slurm's job flags as it lists them (``EXTERNAL_JOB``, ``USING_DEFAULT_QOS``, ...)
+    flags: tuple[str, ...] = ()
+    #: (Slurm node, CPUs allocated on it) in Slurm's order (``job_resources.nodes.allocation``); () while
+    #: pending, or when the record does not say
+    allocation: tuple[tuple[str, int], ...] = ()
+    #: epoch seconds at which slurmctld chose to preempt the job (it then ends at ``end_time``, after the
+    #: grace time); None when it was not
+    preempt_time: float | None = None
 
 
-def _end_time(raw: Any, job_id: int) -> float | None:
-    """``{"set": true, "infinite": false, "number": 1700000000}`` (data_parser v0.0.40+) or a number."""
+def _epoch(raw: Any, job_id: int, field: str) -> float | None:
+    """``{"set": true, "infinite": false, "number": 1700000000}`` (data_parser v0.0.40+) or a number;
+    None when unset, infinite or 0."""
     if raw is None:
         return None
     if isinstance(raw, dict):
@@ -362,8 +378,30 @@ def _end_time(raw: Any, job_id: int) -> float | None:
             return None
         raw = raw.get("number")
     if isinstance(raw, bool) or not isinstance(raw, int | float):
-        raise SlurmParseError(f"job {job_id}: end_time is not a number: {raw!r}")
+        raise SlurmParseError(f"job {job_id}: {field} is not a number: {raw!r}")
     return float(raw) if raw > 0 else None
+
+
+def _allocation(raw: Any, job_id: int) -> tuple[tuple[str, int], ...] | None:
+    """``job_resources.nodes.allocation`` as (node, CPUs); None when the record has none (pending)."""
+    resources = raw.get("job_resources")
+    allocated = resources.get("nodes") if isinstance(resources, dict) else None
+    entries = allocated.get("allocation") if isinstance(allocated, dict) else None
+    if not isinstance(entries, list) or not entries:
+        return None
+    out = []
+    for entry in entries:
+        name = entry.get("name") if isinstance(entry, dict) else None
+        if not isinstance(name, str) or not name:
+            raise SlurmParseError(f"job {job_id}: an allocated node without a name: {str(entries)[:200]!r}")
+        cpus = entry.get("cpus")
+        count = cpus.get("count") if isinstance(cpus, dict) else cpus
+        out.append((name, _count(count, f"job {job_id}: CPUs on {name}")))
+    return tuple(out)
+
+
+def _text(raw: Any) -> str:
+    return raw if isinstance(raw, str) else ""
 
 
 def _job_from_json(raw: Any) -> Job:
@@ -376,14 +414,9 @@ def _job_from_json(raw: Any) -> Job:
     if not words:
         raise SlurmParseError(f"job {job_id}: no job_state: {raw.get('job_state')!r}")
     state = "COMPLETING" if "COMPLETING" in words else words[0]
-    resources = raw.get("job_resources")
-    allocated = resources.get("nodes") if isinstance(resources, dict) else None
-    allocation = allocated.get("allocation") if isinstance(allocated, dict) else None
-    if isinstance(allocation, list) and allocation:
-        names = [a.get("name") if isinstance(a, dict) else None for a in allocation]
-        if not all(isinstance(n, str) and n for n in names):
-            raise SlurmParseError(f"job {job_id}: an allocated node without a name: {str(allocation)[:200]!r}")
-        nodes = tuple(str(n) for n in names)
+    allocation = _allocation(raw, job_id)
+    if allocation is not None:
+        nodes = tuple(name for name, _ in allocation)
     else:
         hostlist = raw.get("nodes") or ""
         if not isinstance(hostlist, str):
@@ -392,20 +425,26 @@ def _job_from_json(raw: Any) -> Job:
             nodes = tuple(expand_hostlist("" if hostlist == "(null)" else hostlist))
         except SlurmParseError as e:
             raise SlurmParseError(f"job {job_id}: {e}") from e
-    partition, reason = raw.get("partition"), raw.get("state_reason")
+    reason = raw.get("state_reason")
     return Job(
         id=job_id,
         state=state,
         nodes=nodes,
-        end_time=_end_time(raw.get("end_time"), job_id),
-        partition=partition if isinstance(partition, str) else "",
+        end_time=_epoch(raw.get("end_time"), job_id, "end_time"),
+        partition=_text(raw.get("partition")),
         state_reason=reason if isinstance(reason, str) and reason else "None",
         cpus=_count(raw.get("cpus"), f"job {job_id}: cpus"),
+        name=_text(raw.get("name")),
+        user=_text(raw.get("user_name")),
+        comment=_text(raw.get("comment")),
+        flags=_str_list(raw.get("flags")),
+        allocation=allocation or (),
+        preempt_time=_epoch(raw.get("preempt_time"), job_id, "preempt_time"),
     )
 
 
 def jobs_from_doc(doc: Any) -> list[Job]:
-    """Jobs from slurmrestd's ``GET /slurm/v0.0.42/jobs``."""
+    """Jobs from slurmrestd's ``GET /slurm/v0.0.4x/jobs`` (or ``job/<id>``)."""
     if not isinstance(doc, dict) or not isinstance(doc.get("jobs"), list):
         raise SlurmParseError(f"no 'jobs' list in Slurm's JSON: {str(doc)[:200]!r}")
     errors = doc.get("errors") or []

@@ -6,6 +6,12 @@ Everything the operator and the exporter ask of or do to slurmctld goes through 
 JSON slurmrestd serves is what ``scontrol show node --json`` prints for the same data_parser version, so
 both halves share ``warden.slurm.model.Node``.
 
+The bridge (``warden.bridge``) submits, lists and cancels its placeholder jobs through it as well, at
+data_parser v0.0.44 (``naming.RESTAPI_VERSION_2605``): ``submit_job``, ``jobs_since``, ``cancel_job``
+and ``cancel_jobs``, and creates external nodes with ``create_node``. What slurmrestd 26.05.5 answers to
+each, refusals included, is captured in tests/unit/fixtures/slurm/slurmrestd_v0044_*.json (described in
+slurmrestd_v0044.md there).
+
 Tokens: ``mint_token`` signs an HS256 JSON Web Token with the cluster's JWT key (Secret
 ``<cluster>-jwt-key``), the same way slurmctld signs ``scontrol token``'s: claims ``iat``, ``exp`` and
 ``sun`` (the Slurm user name). The operator acts as ``slurm`` (SlurmUser: a Slurm administrator).
@@ -18,8 +24,9 @@ import codecs
 import hashlib
 import hmac
 import json
+import re
 import time
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Collection, Generator, Iterable
 from contextlib import closing
 from dataclasses import dataclass
 from typing import Any
@@ -39,7 +46,17 @@ from warden.slurm.model import (
     nodes_from_pieces,
 )
 
-__all__ = ["ControllerPing", "SlurmRest", "SlurmRestError", "SlurmUnreachable", "mint_token", "token_claims"]
+__all__ = [
+    "ControllerPing",
+    "SlurmNodeExists",
+    "SlurmRest",
+    "SlurmRestError",
+    "SlurmSubmitError",
+    "SlurmUnreachable",
+    "Submitted",
+    "mint_token",
+    "token_claims",
+]
 
 OPERATOR_USER = "slurm"
 #: the most bytes of an answer read at once when it is decoded as it arrives
@@ -49,18 +66,54 @@ ABSENT_JOB_ID = 2147483646
 
 
 class SlurmRestError(SlurmError):
-    """slurmrestd answered with an error status; ``str()`` says what for and Slurm's own words."""
+    """slurmrestd answered with an error status; ``str()`` says what for and Slurm's own words.
+    ``answer``: the document it answered with (None when it sent none)."""
 
-    def __init__(self, what: str, status: int, errors: list[str]) -> None:
+    def __init__(self, what: str, status: int, errors: list[str], answer: Any = None) -> None:
         self.status = status
         self.errors = errors
+        self.answer = answer
         super().__init__(f"{what}: HTTP {status}: {'; '.join(errors) or '(no error text)'}")
+
+
+class SlurmSubmitError(SlurmRestError):
+    """A job submit answered with errors. ``job_id`` is not None when Slurm made the job all the same:
+    slurmrestd 26.05 drops a field it cannot parse (an unknown flag), says so in ``errors`` with HTTP 500,
+    and submits the rest (tests/unit/fixtures/slurm/slurmrestd_v0044_submit_parse_error.json)."""
+
+    def __init__(self, what: str, status: int, errors: list[str], answer: Any, job_id: int | None) -> None:
+        super().__init__(what, status, errors, answer)
+        self.job_id = job_id
+
+
+class SlurmNodeExists(SlurmRestError):
+    """``create_node``: slurmctld already has a node of that name."""
+
+
+@dataclass(frozen=True)
+class Submitted:
+    """A job slurmctld took: its id, and what Slurm said about it, in its words (``Requested partition
+    configuration not available now`` for a job no node of its partition can ever hold: it stays
+    PENDING with reason ``PartitionConfig``)."""
+
+    job_id: int
+    warnings: tuple[str, ...] = ()
 
 
 class SlurmUnreachable(SlurmError):
     """No answer: slurmrestd did not answer (not running, not resolvable, timed out), or it answered
     that slurmctld did not (``CONTROLLER_SILENT``)."""
 
+
+#: Slurm's error numbers for a job that is gone already (ESLURM_INVALID_JOB_ID: never known or purged after
+#: MinJobAge) or is ending or has ended (ESLURM_ALREADY_DONE): cancelling it again is nothing to do
+JOB_GONE_CODES = frozenset({2017, 2021})
+JOB_GONE_TEXTS = ("Invalid job id specified", "Job/step already completing or completed")
+#: slurmrestd's warning when ``GET jobs?update_time=`` finds no job changed since then
+NO_JOB_CHANGES = "No job changes since"
+#: the first data_parser that knows the ``EXTERNAL_JOB`` flag (Slurm 25.05); older ones drop it, and
+#: slurmrestd then submits the job without it
+EXTERNAL_JOB_SINCE = 43
 
 #: slurmrestd's words when slurmctld took no request or sent no answer in time (Slurm's own error
 #: texts for SLURM_PROTOCOL_SOCKET_IMPL_TIMEOUT and SLURMCTLD_COMMUNICATIONS_*_ERROR)
@@ -168,7 +221,7 @@ class SlurmRest:
             raise SlurmParseError(f"{what}: slurmrestd sent no JSON: {text[:200]!r}") from None
         errors = _error_texts(doc)
         if errors:
-            raise SlurmRestError(what, 200, errors)
+            raise SlurmRestError(what, 200, errors, doc)
         return doc
 
     def _request_text(self, method: str, path: str, what: str, body: dict[str, Any] | None = None) -> str:
@@ -232,7 +285,7 @@ class SlurmRest:
         errors = _error_texts(doc) or ([text.strip()[:200]] if text.strip() else [])
         if any(silent in e for e in errors for silent in CONTROLLER_SILENT):
             raise SlurmUnreachable(f"{what}: slurmctld did not answer slurmrestd: {'; '.join(errors)}")
-        raise SlurmRestError(what, response.status, errors)
+        raise SlurmRestError(what, response.status, errors, doc)
 
     def pings(self) -> list[ControllerPing]:
         """Every slurmctld of the cluster (its SlurmctldHost lines, in order) and whether it answered
@@ -264,6 +317,83 @@ class SlurmRest:
         """Every job slurmctld still lists (pending, running, completing, recently ended), with the nodes
         each runs on and when it will end."""
         return jobs_from_doc(self._request("GET", "jobs", "list jobs"))
+
+    def jobs_since(self, update_time: float | None) -> list[Job] | None:
+        """Every job, as ``jobs()``, or None when slurmctld says no job changed since ``update_time``
+        (epoch seconds; None: no earlier read, every job). slurmctld compares whole seconds on its own
+        clock and reports a change in the second of ``update_time`` too (no change only when its last
+        job change is before ``update_time - 1``); slurmrestd answers "no change" with no jobs and the
+        warning "No job changes since update_time[T]=...". The answer's ``last_update`` (slurmctld's
+        clock) is what to pass next; a caller that uses its own clock should go back a little."""
+        if update_time is None:
+            return self.jobs()
+        doc = self._request("GET", f"jobs?update_time={int(update_time)}", "list jobs")
+        raw_jobs = doc.get("jobs") if isinstance(doc, dict) else None
+        if raw_jobs == [] and any(t.startswith(NO_JOB_CHANGES) for t in _warning_texts(doc)):
+            return None
+        return jobs_from_doc(doc)
+
+    def submit_job(self, desc: dict[str, Any]) -> Submitted:
+        """Submit a job description (data_parser's ``job``: an external job, ``"flags": ["EXTERNAL_JOB"]``
+        with no script, needs v0.0.43 on). slurmctld's refusal raises ``SlurmSubmitError`` with its words
+        (``Invalid configuration for external job``, ``Invalid partition name specified``, and what
+        job_submit.lua told the user); a job it takes but can never run now is taken, with a warning.
+
+        slurmrestd gives up on slurmctld after MessageTimeout and answers "Socket timed out on send/recv
+        operation" (``SlurmUnreachable``) while slurmctld may still make the job: seen on 26.05.5, so a
+        caller that finds no job id must look for the job (by its name or comment) before submitting again."""
+        flags = desc.get("flags") or ()
+        if "EXTERNAL_JOB" in flags and _parser_number(self.api_version) < EXTERNAL_JOB_SINCE:
+            raise ValueError(f"data_parser {self.api_version} does not know EXTERNAL_JOB: slurmrestd would drop it")
+        what = f"submit job {desc.get('name') or '(no name)'}"
+        try:
+            doc = self._request("POST", "job/submit", what, {"job": desc})
+        except SlurmRestError as e:
+            said = e.errors + [m for m in [_user_message(e.answer)] if m and m not in e.errors]
+            raise SlurmSubmitError(what, e.status, said, e.answer, _submitted_id(e.answer)) from e
+        job_id = _submitted_id(doc)
+        if job_id is None:
+            raise SlurmParseError(f"{what}: slurmrestd answered no job id: {str(doc)[:200]!r}")
+        told = [*_warning_texts(doc), _user_message(doc)]
+        return Submitted(job_id=job_id, warnings=_distinct(t for t in told if t))
+
+    def cancel_job(self, job_id: int) -> None:
+        """Cancel a job (SIGKILL to the whole job; an external job's nodes are free at once). A job that
+        is unknown, ending or ended is nothing to do: slurmrestd says so with HTTP 200 and a ``status``
+        entry ("Invalid job id specified", "Job/step already completing or completed"). Another user's
+        job raises ("Access/permission denied")."""
+        self._cancel("DELETE", f"job/{int(job_id)}", f"cancel job {job_id}", None)
+
+    def cancel_jobs(self, job_ids: Collection[int]) -> None:
+        """``cancel_job`` for several jobs in one request (``DELETE jobs/``); nothing when there are none."""
+        if job_ids:
+            ids = [str(int(i)) for i in job_ids]
+            self._cancel("DELETE", "jobs/", f"cancel jobs {','.join(ids)}", {"jobs": ids})
+
+    def _cancel(self, method: str, path: str, what: str, body: dict[str, Any] | None) -> None:
+        try:
+            doc = self._request(method, path, what, body)
+        except SlurmRestError as e:
+            if e.errors and all(any(t in text for t in JOB_GONE_TEXTS) for text in e.errors):
+                return
+            raise
+        failed = _cancel_failures(doc)
+        if failed:
+            raise SlurmRestError(what, 200, failed, doc)
+
+    def create_node(self, conf: str) -> None:
+        """Create a node record from a slurm.conf node line (``NodeName=k8s-a CPUs=4 RealMemory=4000
+        Feature=warden-bridge State=EXTERNAL``; slurmctld takes only State=FUTURE, CLOUD or EXTERNAL).
+        ``POST new/node/``: data_parser v0.0.44 on (slurmrestd 25.11), and a Slurm administrator's token.
+        One that exists raises ``SlurmNodeExists``. A name slurmctld cannot resolve stalls its scheduler
+        for some 10 s at each job start there (26.05.5): give ``NodeAddr=`` an address."""
+        what = f"create node {conf.split()[0] if conf.split() else '(empty)'}"
+        try:
+            self._request("POST", "new/node/", what, {"node_conf": conf})
+        except SlurmRestError as e:
+            if any("already exists" in t for t in e.errors):
+                raise SlurmNodeExists(what, e.status, e.errors, e.answer) from e
+            raise
 
     def look_up_absent_job(self) -> None:
         """Ask for a job that cannot exist: slurmctld answers "no such job" under its job read lock,
@@ -313,6 +443,64 @@ class SlurmRest:
         except SlurmRestError as e:
             if not _unknown_node(e):
                 raise
+
+
+def _warning_texts(doc: Any) -> list[str]:
+    warnings = doc.get("warnings") if isinstance(doc, dict) else None
+    out = []
+    for w in warnings if isinstance(warnings, list) else []:
+        if isinstance(w, dict) and w.get("description"):
+            out.append(str(w["description"]))
+        elif w:
+            out.append(json.dumps(w))
+    return out
+
+
+def _user_message(doc: Any) -> str:
+    """What job_submit.lua told the user (``job_submit_user_msg``), "" when nothing."""
+    said = doc.get("job_submit_user_msg") if isinstance(doc, dict) else None
+    return said.strip() if isinstance(said, str) else ""
+
+
+def _submitted_id(doc: Any) -> int | None:
+    """The job id of a submit's answer: ``job_id``, or ``result.job_id`` (data_parser v0.0.40-41)."""
+    if not isinstance(doc, dict):
+        return None
+    result = doc.get("result")
+    for raw in (doc.get("job_id"), result.get("job_id") if isinstance(result, dict) else None):
+        if isinstance(raw, int) and not isinstance(raw, bool) and raw > 0:
+            return raw
+    return None
+
+
+def _distinct(texts: Iterable[str]) -> tuple[str, ...]:
+    """Slurm's warnings without repeats: slurmrestd says a submit's warning twice, once as is and once
+    behind "Job submission resulted in non-zero return code: "; the plain one is kept."""
+    seen = list(dict.fromkeys(texts))
+    return tuple(t for t in seen if not any(u != t and t.endswith(f": {u}") for u in seen))
+
+
+def _cancel_failures(doc: Any) -> list[str]:
+    """The ``status`` entries of a cancel's answer that are more than a job already gone, as text."""
+    status = doc.get("status") if isinstance(doc, dict) else None
+    out = []
+    for entry in status if isinstance(status, list) else []:
+        error = entry.get("error") if isinstance(entry, dict) else None
+        if not isinstance(error, dict):
+            continue
+        code = error.get("code")
+        text = str(error.get("string") or error.get("message") or "")
+        if code in JOB_GONE_CODES or any(t in text for t in JOB_GONE_TEXTS) or (code == 0 and not text):
+            continue
+        job = entry.get("step_id") or entry.get("job_id")
+        out.append(f"job {job}: {text or f'error {code}'}")
+    return out
+
+
+def _parser_number(version: str) -> int:
+    """43 for ``v0.0.43``; 0 for a version spelled otherwise."""
+    m = re.fullmatch(r"v0\.0\.(\d+)", version)
+    return int(m[1]) if m else 0
 
 
 def _unknown_node(e: SlurmRestError) -> bool:

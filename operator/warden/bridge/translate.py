@@ -1,0 +1,128 @@
+"""A workload as a Slurm job (pure): the description ``POST /slurm/v0.0.44/job/submit`` takes, or why
+there can be none.
+
+One pod is one task: ``tasks`` = the workload's pods, each ``cpus_per_task`` whole CPUs (its CPU limit
+rounded up) and ``memory_per_cpu`` MiB (its memory limit shared over those CPUs), GPUs as
+``tres_per_task``; at most one node per task. The job is an *external job* (``EXTERNAL_JOB``): Slurm
+allocates, nothing is launched. Partition, QoS, time limit and isolation come from the first pod's
+annotations, else the namespace's, else the cluster's ``spec.bridge``.
+
+The job's ``comment`` says which workload it stands for (``warden-bridge/v1 Job/<ns>/<name>/<uid>
+size=2``): a restarted bridge finds its jobs by it (``placeholder_of``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from warden.bridge.workloads import Size, Workload
+from warden.naming import (
+    BRIDGE_COMMENT_TAG,
+    BRIDGE_ISOLATION_ANNOTATION,
+    BRIDGE_PARTITION_ANNOTATION,
+    BRIDGE_QOS_ANNOTATION,
+    BRIDGE_TIME_LIMIT_ANNOTATION,
+)
+
+
+@dataclass(frozen=True)
+class Defaults:
+    """The cluster's ``spec.bridge`` choices a pod or its namespace may override."""
+
+    partition: str
+    qos: str = ""
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Why a workload gets no job; ``reason`` is PodScheduled's."""
+
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Placeholder:
+    """What a job's comment says it stands for."""
+
+    kind: str
+    namespace: str
+    name: str
+    uid: str
+    size: int
+
+
+def comment(w: Workload) -> str:
+    return f"{BRIDGE_COMMENT_TAG} {w.kind}/{w.namespace}/{w.name}/{w.uid} size={w.size}"
+
+
+def placeholder_of(text: str) -> Placeholder | None:
+    """The workload a job's comment names; None for a job that is no placeholder of this bridge."""
+    words = text.split()
+    if len(words) != 3 or words[0] != BRIDGE_COMMENT_TAG or not words[2].startswith("size="):
+        return None
+    parts = words[1].split("/")
+    size = words[2].removeprefix("size=")
+    if len(parts) != 4 or not all(parts) or not size.isdigit():
+        return None
+    return Placeholder(parts[0], parts[1], parts[2], parts[3], int(size))
+
+
+def cpus_per_task(size: Size) -> int:
+    """Whole CPUs per task: the pod's CPU limit rounded up, at least one."""
+    return max(1, math.ceil(size.cpus))
+
+
+def _choice(key: str, pod: Mapping[str, str], namespace: Mapping[str, str], default: str) -> str:
+    return str(pod.get(key) or namespace.get(key) or default).strip()
+
+
+def job_description(
+    w: Workload, defaults: Defaults, namespace_annotations: Mapping[str, str]
+) -> dict[str, Any] | Refusal:
+    """The job for workload ``w`` (its pods share one template), or why it gets none."""
+    pod = w.pods[0]
+    unlimited = [p.name for p in w.pods if not p.size.limited]
+    if unlimited:
+        return Refusal(
+            "NoLimits",
+            f"pod {unlimited[0]} has a container without a CPU or memory limit: Slurm allocates by limits, and"
+            " only limits keep a pod inside its allocation; set resources.limits (a LimitRange can set them"
+            " for the namespace)",
+        )
+    size = pod.size
+    cpus = cpus_per_task(size)
+    annotations = pod.annotations
+    desc: dict[str, Any] = {
+        "name": f"k8s:{w.namespace}/{w.name}",
+        "flags": ["EXTERNAL_JOB"],
+        "comment": comment(w),
+        "partition": _choice(BRIDGE_PARTITION_ANNOTATION, annotations, namespace_annotations, defaults.partition),
+        "tasks": w.size,
+        "cpus_per_task": cpus,
+        "memory_per_cpu": {"set": True, "number": max(1, math.ceil(size.memory_mib / cpus))},
+        "minimum_nodes": 1,
+        "maximum_nodes": w.size,
+    }
+    qos = _choice(BRIDGE_QOS_ANNOTATION, annotations, namespace_annotations, defaults.qos)
+    if qos:
+        desc["qos"] = qos
+    if size.gpus:
+        desc["tres_per_task"] = f"gres/gpu={size.gpus}"
+    limit = _choice(BRIDGE_TIME_LIMIT_ANNOTATION, annotations, namespace_annotations, "")
+    if limit and not limit.isdigit():
+        return Refusal("BadAnnotation", f"{BRIDGE_TIME_LIMIT_ANNOTATION}={limit!r}: give whole minutes, e.g. 30")
+    minutes = int(limit) if limit else (math.ceil(pod.deadline_s / 60) if pod.deadline_s else None)
+    if minutes:
+        desc["time_limit"] = {"set": True, "number": minutes}
+    isolation = _choice(BRIDGE_ISOLATION_ANNOTATION, annotations, namespace_annotations, "")
+    if isolation not in ("", "user"):
+        return Refusal(
+            "BadAnnotation", f"{BRIDGE_ISOLATION_ANNOTATION}={isolation!r}: the one isolation there is, is `user`"
+        )
+    if isolation == "user":
+        desc["shared"] = ["user"]
+    return desc

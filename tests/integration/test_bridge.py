@@ -1,0 +1,271 @@
+"""The bridge on a real control plane: Kubernetes pods scheduled by Slurm (warden.bridge).
+
+The pods are real (API server, Job controller, kwok nodes that run them: kwok makes a bound pod Running
+and a Job's pod Succeed). Slurm is the stand-in slurmrestd (tests/support/fake_slurmrestd.py), because
+this tier runs no Slurm daemons; its nodes carry the kwok nodes' names, as external nodes do, and it
+allocates CPUs first-fit. The real Slurm's side of the same facts (external jobs, their reasons, their
+preemption) is pinned in tests/dataplane/test_bridge_slurm.py, and the whole path in tests/e2e.
+
+The token the bridge acts with is written by the test into the Secret the operator keeps it in (the
+operator's minting of it is unit-tested in tests/unit); the stand-in checks it against the JWT key.
+"""
+
+from __future__ import annotations
+
+import base64
+import sys
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from tests.support.bridge import BridgeProcess
+from tests.support.fake_slurmrestd import FakeSlurmrestd
+from tests.support.operator import load_example
+from warden.model import API_GROUP, API_VERSION
+from warden.naming import BRIDGE_JOB_LABEL, BRIDGE_NAMESPACE_LABEL, BRIDGE_USER, TOKEN_KEY, Names
+from warden.slurm.rest import mint_token
+from warden_dev.controlplane import ControlPlane, wait_for
+
+CLUSTER = "cpu"
+SCHEDULER = "warden-slurm"
+TIMEOUT = 60
+#: CPUs of each Slurm node the stand-in gives the test's kwok nodes (small: tests fill them)
+NODE_CPUS = 4
+
+
+@pytest.fixture(scope="module")
+def bridge_nodes(controlplane: ControlPlane) -> list[str]:
+    """Two kwok nodes of the bridge's own."""
+    return controlplane.add_fake_nodes(2, prefix="bridge-node", cpu=str(NODE_CPUS), memory="16Gi")
+
+
+@pytest.fixture
+def slurm(cluster_namespace: str, bridge_nodes: list[str]) -> Iterator[FakeSlurmrestd]:
+    with FakeSlurmrestd(cluster_namespace, CLUSTER) as fake:
+        fake.jwt_key = b"k" * 32
+        for node in bridge_nodes:
+            fake.register(node, cpus=NODE_CPUS)
+        yield fake
+
+
+@pytest.fixture
+def workloads(controlplane: ControlPlane, cluster_namespace: str, api_client: Any) -> str:
+    """A namespace opted in to the test's SlurmCluster (which has spec.bridge), with the bridge's token."""
+    core: Any = client.CoreV1Api(api_client)  # manifests as plain dicts
+    cluster = load_example("cpu-only", cluster_namespace)
+    group = cluster["spec"]["workerGroups"][0]
+    group["resources"] = {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"cpu": "2", "memory": "4Gi"}}
+    cluster["spec"]["bridge"] = {"enabled": True, "workerGroups": [group["name"]]}
+    client.CustomObjectsApi(api_client).create_namespaced_custom_object(
+        API_GROUP, API_VERSION, cluster_namespace, "slurmclusters", cluster
+    )
+    names = Names(cluster=CLUSTER, namespace=cluster_namespace)
+    token = mint_token(b"k" * 32, BRIDGE_USER, 3600)
+    core.create_namespaced_secret(cluster_namespace, {
+        "metadata": {"name": names.bridge_token_secret},
+        "data": {TOKEN_KEY: base64.b64encode(token.encode()).decode()},
+    })  # fmt: skip
+    name = controlplane.create_namespace(f"w-{uuid.uuid4().hex[:8]}")
+    core.patch_namespace(name, {"metadata": {"labels": {BRIDGE_NAMESPACE_LABEL: f"{cluster_namespace}.{CLUSTER}"}}})
+    return name
+
+
+@pytest.fixture
+def bridge(
+    controlplane: ControlPlane, slurm: FakeSlurmrestd, workloads: str, request: pytest.FixtureRequest
+) -> Iterator[BridgeProcess]:
+    proc = BridgeProcess(controlplane.kubeconfig, controlplane.log_dir, slurm.url_template).start()
+    yield proc
+    proc.stop()
+    report = getattr(request.node, "rep_call", None)
+    if report is not None and report.failed:
+        print(f"\n--- bridge log ---\n{proc.log_tail(120)}\n--- jobs: {slurm.jobs_of(BRIDGE_USER)}", file=sys.stderr)
+
+
+def pod_body(name: str, cpu: str = "1", memory: str = "256Mi", **meta: Any) -> dict[str, Any]:
+    limits = {"cpu": cpu, "memory": memory}
+    return {
+        "metadata": {"name": name, **meta},
+        "spec": {
+            "schedulerName": SCHEDULER,
+            "restartPolicy": "Never",
+            "containers": [{"name": "main", "image": "busybox", "resources": {"limits": limits}}],
+        },
+    }
+
+
+def job_body(name: str, parallelism: int, cpu: str = "1") -> dict[str, Any]:
+    template = pod_body("", cpu=cpu)
+    del template["metadata"]
+    return {
+        "metadata": {"name": name},
+        "spec": {"parallelism": parallelism, "completions": parallelism, "completionMode": "Indexed",
+                 "backoffLimit": 0, "template": template},
+    }  # fmt: skip
+
+
+def scheduled(core: Any, ns: str, name: str) -> Any:
+    return next(
+        (c for c in core.read_namespaced_pod(name, ns).status.conditions or [] if c.type == "PodScheduled"), None
+    )
+
+
+def wait_unschedulable(core: Any, ns: str, pod: str, reason: str, words: str, b: BridgeProcess) -> Any:
+    def told() -> Any:
+        c = scheduled(core, ns, pod)
+        return (
+            c if c is not None and c.status == "False" and c.reason == reason and words in (c.message or "") else None
+        )
+
+    return wait_for(f"pod {pod}: PodScheduled False {reason} saying {words!r}", told, TIMEOUT, on_fail=b.log_tail)
+
+
+def wait_event(core: Any, ns: str, reason: str, pod: str, b: BridgeProcess) -> Any:
+    def posted() -> Any:
+        events = client.EventsV1Api(core.api_client).list_namespaced_event(ns).items
+        return next((e for e in events if e.reason == reason and e.regarding.name == pod), None)
+
+    return wait_for(f"Event {reason} about {pod}", posted, TIMEOUT, on_fail=b.log_tail)
+
+
+def wait_gone(core: Any, ns: str, pod: str, b: BridgeProcess) -> None:
+    def gone() -> bool:
+        return not any(p.metadata.name == pod for p in core.list_namespaced_pod(ns).items)
+
+    wait_for(f"pod {pod} deleted", gone, TIMEOUT, on_fail=b.log_tail)
+
+
+def wait_running(core: Any, ns: str, pod: str, b: BridgeProcess) -> str:
+    node: str = wait_for(f"{pod} Running", lambda: running_on(core, ns, pod), TIMEOUT, on_fail=b.log_tail)
+    return node
+
+
+def job_of(core: Any, ns: str, pod: str) -> int | None:
+    label = (core.read_namespaced_pod(pod, ns).metadata.labels or {}).get(BRIDGE_JOB_LABEL)
+    return int(label) if label else None
+
+
+def running_on(core: Any, ns: str, pod: str) -> str | None:
+    p = core.read_namespaced_pod(pod, ns)
+    return str(p.spec.node_name) if p.spec.node_name and p.status.phase in ("Running", "Succeeded") else None
+
+
+def test_pods_and_a_job_gang_run_where_slurm_places_them_and_a_finished_gang_ends_its_slurm_job(
+    api_client: Any, workloads: str, slurm: FakeSlurmrestd, bridge_nodes: list[str], bridge: BridgeProcess
+) -> None:
+    core: Any = client.CoreV1Api(api_client)  # manifests as plain dicts
+    batch: Any = client.BatchV1Api(api_client)
+    pods = [f"single-{i}" for i in range(4)]
+    for name in pods:
+        core.create_namespaced_pod(workloads, pod_body(name))
+    for name in pods:
+        wait_running(core, workloads, name, bridge)
+    for name in pods:
+        job = slurm.job(job_of(core, workloads, name) or 0)
+        assert job["name"] == f"k8s:{workloads}/{name}" and job["user_name"] == BRIDGE_USER
+        assert "EXTERNAL_JOB" in job["flags"] and job["job_state"] == ["RUNNING"]
+        assert running_on(core, workloads, name) == job["job_resources"]["nodes"]["allocation"][0]["name"]
+    wait_event(core, workloads, "Scheduled", pods[0], bridge)
+    # a Job of two pods that start together: one Slurm job of two tasks
+    batch.create_namespaced_job(workloads, job_body("gang", parallelism=2))
+
+    def gang_job() -> Any:
+        found = [j for j in slurm.jobs_of(BRIDGE_USER) if j["name"] == f"k8s:{workloads}/gang"]
+        return found[0] if found else None
+
+    placeholder = wait_for("the gang's Slurm job", gang_job, TIMEOUT, on_fail=bridge.log_tail)
+    assert len(slurm.jobs_of(BRIDGE_USER)) == len(pods) + 1
+    # kwok runs the gang's pods and they Succeed: the Slurm job ends with them
+    wait_for(
+        "the gang's Slurm job cancelled once its pods are done",
+        lambda: slurm.job(placeholder["job_id"])["job_state"] == ["CANCELLED"],
+        TIMEOUT, on_fail=bridge.log_tail,
+    )  # fmt: skip
+    wait_for("the Job complete", lambda: batch.read_namespaced_job("gang", workloads).status.succeeded == 2, TIMEOUT)
+    gang_pods = core.list_namespaced_pod(workloads, label_selector="job-name=gang").items
+    assert {job_of(core, workloads, p.metadata.name) for p in gang_pods} == {placeholder["job_id"]}
+
+
+def test_pods_wait_while_a_slurm_job_holds_the_nodes_and_run_when_it_ends(
+    api_client: Any, workloads: str, slurm: FakeSlurmrestd, bridge_nodes: list[str], bridge: BridgeProcess
+) -> None:
+    core: Any = client.CoreV1Api(api_client)  # manifests as plain dicts
+    held = [slurm.run_job(node, 600) for node in bridge_nodes]  # users' jobs hold every node
+    core.create_namespaced_pod(workloads, pod_body("waits"))
+    wait_unschedulable(core, workloads, "waits", "SlurmPending", "Resources", bridge)
+    assert running_on(core, workloads, "waits") is None
+    slurm.end_job(held[0])
+    wait_for("the pod Running once a node is free", lambda: running_on(core, workloads, "waits"), TIMEOUT,
+             on_fail=bridge.log_tail)  # fmt: skip
+    assert running_on(core, workloads, "waits") == bridge_nodes[0]
+
+
+def test_scancel_deletes_the_pods_and_deleting_a_pod_cancels_its_job(
+    api_client: Any, workloads: str, slurm: FakeSlurmrestd, bridge: BridgeProcess
+) -> None:
+    core: Any = client.CoreV1Api(api_client)  # manifests as plain dicts
+    core.create_namespaced_pod(workloads, pod_body("cancelled"))
+    core.create_namespaced_pod(workloads, pod_body("deleted"))
+    for name in ("cancelled", "deleted"):
+        wait_running(core, workloads, name, bridge)
+    cancelled, deleted = job_of(core, workloads, "cancelled"), job_of(core, workloads, "deleted")
+    assert cancelled and deleted
+    slurm.cancel(cancelled)  # scancel, as a Slurm admin would
+    wait_gone(core, workloads, "cancelled", bridge)
+    event = wait_event(core, workloads, "SlurmJobCancelled", "cancelled", bridge)
+    assert f"Slurm job {cancelled}" in event.note
+    core.delete_namespaced_pod("deleted", workloads)
+    wait_for(f"Slurm job {deleted} cancelled", lambda: slurm.job(deleted)["job_state"] == ["CANCELLED"], TIMEOUT,
+             on_fail=bridge.log_tail)  # fmt: skip
+
+
+def test_a_preempted_job_deletes_its_pods_within_the_grace_time(
+    api_client: Any, workloads: str, slurm: FakeSlurmrestd, bridge: BridgeProcess
+) -> None:
+    core: Any = client.CoreV1Api(api_client)  # manifests as plain dicts
+    core.create_namespaced_pod(workloads, pod_body("low"))
+    wait_for("low Running", lambda: running_on(core, workloads, "low"), TIMEOUT, on_fail=bridge.log_tail)
+    job = job_of(core, workloads, "low")
+    assert job
+    slurm.preempt(job, 30)
+    event = wait_event(core, workloads, "SlurmJobPreempted", "low", bridge)
+    assert "grace time" in event.note
+    wait_gone(core, workloads, "low", bridge)
+
+
+def test_a_restarted_bridge_adopts_a_job_it_submitted_and_submits_nothing_twice(
+    api_client: Any, workloads: str, slurm: FakeSlurmrestd, bridge_nodes: list[str], bridge: BridgeProcess
+) -> None:
+    core: Any = client.CoreV1Api(api_client)  # manifests as plain dicts
+    for node in bridge_nodes:
+        slurm.run_job(node, 600)  # keep it pending: nothing binds while the bridge is away
+    core.create_namespaced_pod(workloads, pod_body("adopted"))
+    wait_unschedulable(core, workloads, "adopted", "SlurmPending", "Resources", bridge)
+    job = job_of(core, workloads, "adopted")
+    bridge.kill()
+    # as if it had died between the submit and the label
+    core.patch_namespaced_pod("adopted", workloads, {"metadata": {"labels": {BRIDGE_JOB_LABEL: None}}})
+    bridge.start()
+    wait_for("the pod labelled with its job again", lambda: job_of(core, workloads, "adopted") == job, TIMEOUT,
+             on_fail=bridge.log_tail)  # fmt: skip
+    mine = [j for j in slurm.jobs_of(BRIDGE_USER) if j["name"] == f"k8s:{workloads}/adopted"]
+    assert [j["job_id"] for j in mine] == [job]
+
+
+def test_bad_input_is_left_pending_with_the_reason(
+    controlplane: ControlPlane, api_client: Any, workloads: str, slurm: FakeSlurmrestd, bridge: BridgeProcess
+) -> None:
+    core: Any = client.CoreV1Api(api_client)  # manifests as plain dicts
+    core.create_namespaced_pod(workloads, pod_body("huge", cpu="64"))
+    wait_unschedulable(core, workloads, "huge", "SlurmPending", "PartitionConfig", bridge)
+    unlimited = pod_body("unlimited")
+    del unlimited["spec"]["containers"][0]["resources"]["limits"]["memory"]
+    core.create_namespaced_pod(workloads, unlimited)
+    wait_unschedulable(core, workloads, "unlimited", "NoLimits", "resources.limits", bridge)
+    elsewhere = controlplane.create_namespace(f"x-{uuid.uuid4().hex[:8]}")
+    core.create_namespaced_pod(elsewhere, pod_body("stray"))
+    wait_unschedulable(core, elsewhere, "stray", "NamespaceNotOptedIn", BRIDGE_NAMESPACE_LABEL, bridge)
+    assert not [j for j in slurm.jobs_of(BRIDGE_USER) if j["name"].endswith("/unlimited")]
