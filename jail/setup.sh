@@ -25,6 +25,12 @@ rm -rf /etc/slurm/plugstack.conf /etc/slurm/plugstack.conf.d
 sed -i -E 's/^#?UID_MIN.*/UID_MIN 10000/; s/^#?UID_MAX.*/UID_MAX 59999/; s/^#?GID_MIN.*/GID_MIN 10000/; s/^#?GID_MAX.*/GID_MAX 59999/' /etc/login.defs
 grep -q '^UID_MIN 10000' /etc/login.defs
 
+# The bridge's Slurm user (docs/bridge.md; warden.naming.BRIDGE_UID): its jobs stand for Kubernetes pods and
+# launch nothing; named here so that squeue and sacct show who they are. No shell, no home, no login.
+groupadd --system --gid 64998 warden-bridge
+useradd --system --uid 64998 --gid 64998 --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin \
+    warden-bridge
+
 # Directory users and groups (spec.identity.ldap) after the jail's own; without a directory the pods bind
 # no SSSD sockets here and libnss-sss answers "unavailable" at once. Nothing else asks SSSD.
 sed -i -E -e 's/^(passwd|group):.*$/\1:         files sss/' -e 's/^shadow:.*$/shadow:         files/' \

@@ -65,6 +65,8 @@ CONDITIONS = ("Ready", "JailPopulated", "ControllerReady", "RestApiReady", "Logi
 # A worker pod whose slurmd has not registered this long is recreated (the operator's default is 300 s).
 REGISTER_TIMEOUT = 40
 INSTANCE = f"app.kubernetes.io/instance={NAME}"
+#: the operator chart's values: the bridge runs beside the operator (docs/bridge.md)
+OPERATOR_SET = {"slurmSync.registerTimeoutSeconds": str(REGISTER_TIMEOUT), "bridge.enabled": "true"}
 
 
 @dataclass
@@ -241,6 +243,9 @@ def _values(pubkey: str, workers: int) -> dict[str, Any]:
         "workerGroups": [{"name": "cpu", "replicas": workers, "resources": RESOURCES}],
         # containers in jobs, from the test registry the container test runs in the namespace (plain HTTP)
         "containers": {"enabled": True, "allowHttpRegistries": True, "store": {"sizeLimit": "2Gi"}},
+        # Kubernetes pods scheduled by Slurm on the cpu group's nodes (docs/bridge.md); preemption by QoS
+        "bridge": {"enabled": True, "workerGroups": ["cpu"]},
+        "slurmConfig": {"extraLines": ["PreemptType=preempt/qos", "PreemptMode=CANCEL"]},
     }
 
 
@@ -285,7 +290,7 @@ def installed(kube: Kube, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
         site = SiteDirectory.deploy(kube, namespace)
         values["identity"] = site.values()
         install_charts(kube, namespace, namespace, values, tmp / "values.json", operator_release=operator, crds="chart",
-                       operator_set={"slurmSync.registerTimeoutSeconds": str(REGISTER_TIMEOUT)})  # fmt: skip
+                       operator_set=OPERATOR_SET)  # fmt: skip
         status = wait_slurmcluster_ready(kube, namespace, NAME, timeout=600)
         print(f"\nSlurmCluster {namespace}/{NAME} Ready {time.monotonic() - t0:.0f}s after helm install")
         yield Installed(kube, namespace, values, tmp / "values.json", key, status, gpus, tmp, {}, site)
@@ -643,6 +648,138 @@ def test_accounting_is_on_and_a_users_finished_jobs_are_hers_in_sacct(installed:
         timeout=60,
     )
     assert installed.ssh(f"sacct -a {mine.removeprefix('sacct ')}").stdout.split() == [f"{job}|alice|FAILED|3:0"]
+
+
+BRIDGE_QOS = "k8s-low"
+
+
+def _bridge_job(name: str, parallelism: int, image: str, command: str, annotations: dict[str, str]) -> dict[str, Any]:
+    """A batch Job a Kubernetes user submits to the bridge: its scheduler name, small requests (the kubelet
+    admits pods by them; the worker pods beside them hold the node's CPUs for Slurm), limits (what Slurm
+    allocates: one CPU each), ``parallelism`` pods that start together."""
+    resources = {"requests": {"cpu": "10m", "memory": "16Mi"}, "limits": {"cpu": "1", "memory": "64Mi"}}
+    pod = {"schedulerName": "warden-slurm", "restartPolicy": "Never", "terminationGracePeriodSeconds": 5,
+           "containers": [{"name": "main", "image": image, "command": ["sh", "-c", command],
+                           "resources": resources}]}  # fmt: skip
+    # pods Slurm took back (preempted, cancelled: the bridge marks them DisruptionTarget) are not failures
+    # (docs/bridge.md); with backoffLimit 0, one counted as a failure would fail the Job
+    policy = {"rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}]}
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name},
+            "spec": {"parallelism": parallelism, "completions": parallelism, "backoffLimit": 0,
+                     "podFailurePolicy": policy,
+                     "template": {"metadata": {"annotations": annotations}, "spec": pod}}}  # fmt: skip
+
+
+def _pods_of(installed: Installed, team: str, job: str) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = installed.kube.json("-n", team, "get", "pods", "-l", f"job-name={job}")["items"]
+    return items
+
+
+def _pending_because(installed: Installed, team: str, job: str, reason: str, words: str) -> bool:
+    pods = _pods_of(installed, team, job)
+    told = [
+        c for p in pods for c in p["status"].get("conditions", [])
+        if c["type"] == "PodScheduled" and c["status"] == "False" and c.get("reason") == reason
+        and words in c.get("message", "")
+    ]  # fmt: skip
+    return len(pods) > 0 and len(told) == len(pods)
+
+
+def _squeue(installed: Installed) -> list[list[str]]:
+    """Every job, as root sees them: id, user, name, state."""
+    return [line.split("|") for line in installed.ssh("squeue -h -o '%i|%u|%j|%T'").stdout.split()]
+
+
+def _bridge_events(installed: Installed, team: str, reason: str) -> list[str]:
+    """The notes of the bridge's Events of ``reason`` in the namespace (about its pods)."""
+    events = installed.kube.json("-n", team, "get", "events.v1.events.k8s.io")["items"]
+    return [str(e.get("note", "")) for e in events if e.get("reason") == reason]
+
+
+def _phases(installed: Installed, team: str, job: str) -> list[str]:
+    return sorted(str(p["status"].get("phase")) for p in _pods_of(installed, team, job))
+
+
+def test_slurm_schedules_a_kubernetes_job_beside_slurm_jobs_preempts_it_and_both_cancel_each_other(
+    installed: Installed,
+) -> None:
+    """The bridge (docs/bridge.md), as a cluster admin and a Kubernetes user meet it beside alice, a Slurm
+    user: the admin opts a namespace in; a two-pod Job waits in Slurm's queue (squeue shows it beside
+    alice's job) while her job holds both nodes, and runs when she ends it; a Job on a preemptible QoS is
+    preempted by her high-priority job (its pods leave within the QoS's grace time, an Event says why);
+    `scancel` of a placeholder deletes its pods; deleting a Job cancels its placeholder; a pod bigger than
+    any node waits with Slurm's reason."""
+    kube, ns = installed.kube, installed.namespace
+    alice = installed.tmp / "id_alice"
+    team = f"{ns}-team"
+    kube.apply([{"apiVersion": "v1", "kind": "Namespace",
+                 "metadata": {"name": team, "labels": {naming.BRIDGE_NAMESPACE_LABEL: f"{ns}.{NAME}"}}}])  # fmt: skip
+    controller = kube.json("-n", ns, "get", "pod", f"{NAME}-controller-0")
+    image = controller["spec"]["containers"][0]["image"]  # on the node already: it runs
+    # 1. alice's job holds both nodes; a two-pod Job waits for them in Slurm's queue, then runs
+    out = installed.ssh("sbatch --parsable -N2 --exclusive -o /dev/null --wrap 'sleep 600'", key=alice, user="alice")
+    assert out.returncode == 0, out.stderr
+    held = out.stdout.strip().split(";")[0]
+    _eventually(f"alice's job {held} running", lambda: [held, "alice"] in [r[:2] for r in _squeue(installed)
+                                                                          if r[3] == "RUNNING"])  # fmt: skip
+    kube.apply([{**_bridge_job("waits", 2, image, "sleep 3", {}), "metadata": {"name": "waits", "namespace": team}}])
+    _eventually("the Job's pods pending in Slurm", lambda: _pending_because(installed, team, "waits", "SlurmPending",
+                                                                            "Resources"))  # fmt: skip
+    queue = _squeue(installed)
+    placeholder = next(r for r in queue if r[2] == f"k8s:{team}/waits")
+    assert placeholder[1] == naming.BRIDGE_USER and placeholder[3] == "PENDING", queue
+    assert [held, "alice", "wrap", "RUNNING"] in queue, queue
+    assert installed.ssh(f"scancel {held}", key=alice, user="alice").returncode == 0
+    _eventually("the Job complete", lambda: (kube.json("-n", team, "get", "job", "waits")["status"]
+                                             .get("succeeded") == 2), timeout=120)  # fmt: skip
+    nodes = {p["spec"]["nodeName"] for p in _pods_of(installed, team, "waits")}
+    assert nodes == {kube.json("-n", ns, "get", "pod", f"{NAME}-worker-cpu-0")["spec"]["nodeName"]}
+    _eventually("the finished Job's placeholder gone from squeue",
+                lambda: not [r for r in _squeue(installed) if r[2] == f"k8s:{team}/waits"])  # fmt: skip
+    assert _bridge_events(installed, team, "Scheduled")
+    # 2. a preemptible QoS (20 s grace) and alice's high one that preempts it
+    for qos in (f"{BRIDGE_QOS} GraceTime=20", f"high Preempt={BRIDGE_QOS}"):
+        add = installed.ssh(f"sacctmgr -i add qos {qos}")
+        assert add.returncode == 0 or "Nothing new added" in add.stdout + add.stderr, add.stderr
+    low = _bridge_job("low", 2, image, "sleep 600", {naming.BRIDGE_QOS_ANNOTATION: BRIDGE_QOS})
+    kube.apply([{**low, "metadata": {"name": "low", "namespace": team}}])
+    both = ["Running", "Running"]
+    _eventually("the low Job's pods running", lambda: _phases(installed, team, "low") == both, timeout=120)
+    first = {p["metadata"]["uid"] for p in _pods_of(installed, team, "low")}
+    out = installed.ssh("sbatch --parsable --qos=high -N2 --exclusive -o /dev/null --wrap 'sleep 5'", key=alice,
+                        user="alice")  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    high = out.stdout.strip().split(";")[0]
+    preempted = _eventually("Events about preempted pods", lambda: _bridge_events(installed, team, "SlurmJobPreempted"),
+                            timeout=60)  # fmt: skip
+    assert "grace time" in preempted[0], preempted
+    _eventually("the preempted pods gone", lambda: not first & {p["metadata"]["uid"] for p in
+                                                                 _pods_of(installed, team, "low")})  # fmt: skip
+    assert _wait_job(installed, high) == "COMPLETED"
+    # 3. the Job made new pods; they run again once alice's job is done; scancel of their placeholder
+    # deletes them
+    _eventually("the low Job's new pods running", lambda: _phases(installed, team, "low") == both, timeout=120)
+    again = next(r for r in _squeue(installed) if r[2] == f"k8s:{team}/low")
+    assert installed.ssh(f"scancel {again[0]}").returncode == 0
+    cancelled = _eventually("Events about cancelled pods",
+                            lambda: _bridge_events(installed, team, "SlurmJobCancelled"))  # fmt: skip
+    assert f"Slurm job {again[0]}" in cancelled[0], cancelled
+    kube.kubectl("-n", team, "delete", "job", "low", "--wait=false")
+    # 4. deleting a Job cancels its placeholder
+    doomed = _bridge_job("doomed", 2, image, "sleep 600", {})
+    kube.apply([{**doomed, "metadata": {"name": "doomed", "namespace": team}}])
+    _eventually("the doomed Job's pods running", lambda: _phases(installed, team, "doomed") == both, timeout=120)
+    assert [r for r in _squeue(installed) if r[2] == f"k8s:{team}/doomed" and r[3] == "RUNNING"]
+    kube.kubectl("-n", team, "delete", "job", "doomed", "--wait=false")
+    _eventually("the deleted Job's placeholder gone from squeue",
+                lambda: not [r for r in _squeue(installed) if r[2] == f"k8s:{team}/doomed"], timeout=30)  # fmt: skip
+    # 5. bad input: a pod bigger than any node waits with Slurm's reason
+    huge = _bridge_job("huge", 1, image, "true", {})
+    huge["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["cpu"] = "64"
+    kube.apply([{**huge, "metadata": {"name": "huge", "namespace": team}}])
+    _eventually("the huge pod pending with Slurm's reason",
+                lambda: _pending_because(installed, team, "huge", "SlurmPending", "PartitionConfig"))  # fmt: skip
+    kube.kubectl("delete", "namespace", team, "--wait=false")
 
 
 def test_a_person_added_to_the_directory_after_install_logs_in_and_runs_jobs_as_herself(installed: Installed) -> None:

@@ -12,7 +12,6 @@ operator's minting of it is unit-tested in tests/unit); the stand-in checks it a
 
 from __future__ import annotations
 
-import base64
 import sys
 import uuid
 from collections.abc import Iterator
@@ -21,15 +20,12 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from tests.support.bridge import BridgeProcess
+from tests.support.bridge import CLUSTER, BridgeProcess, opt_in
 from tests.support.fake_slurmrestd import FakeSlurmrestd
-from tests.support.operator import load_example
-from warden.model import API_GROUP, API_VERSION
-from warden.naming import BRIDGE_JOB_LABEL, BRIDGE_NAMESPACE_LABEL, BRIDGE_USER, TOKEN_KEY, Names
-from warden.slurm.rest import mint_token
+from warden.naming import BRIDGE_JOB_LABEL, BRIDGE_NAMESPACE_LABEL, BRIDGE_USER
 from warden_dev.controlplane import ControlPlane, wait_for
 
-CLUSTER = "cpu"
+JWT_KEY = b"k" * 32
 SCHEDULER = "warden-slurm"
 TIMEOUT = 60
 #: CPUs of each Slurm node the stand-in gives the test's kwok nodes (small: tests fill them)
@@ -45,7 +41,7 @@ def bridge_nodes(controlplane: ControlPlane) -> list[str]:
 @pytest.fixture
 def slurm(cluster_namespace: str, bridge_nodes: list[str]) -> Iterator[FakeSlurmrestd]:
     with FakeSlurmrestd(cluster_namespace, CLUSTER) as fake:
-        fake.jwt_key = b"k" * 32
+        fake.jwt_key = JWT_KEY
         for node in bridge_nodes:
             fake.register(node, cpus=NODE_CPUS)
         yield fake
@@ -54,23 +50,7 @@ def slurm(cluster_namespace: str, bridge_nodes: list[str]) -> Iterator[FakeSlurm
 @pytest.fixture
 def workloads(controlplane: ControlPlane, cluster_namespace: str, api_client: Any) -> str:
     """A namespace opted in to the test's SlurmCluster (which has spec.bridge), with the bridge's token."""
-    core: Any = client.CoreV1Api(api_client)  # manifests as plain dicts
-    cluster = load_example("cpu-only", cluster_namespace)
-    group = cluster["spec"]["workerGroups"][0]
-    group["resources"] = {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"cpu": "2", "memory": "4Gi"}}
-    cluster["spec"]["bridge"] = {"enabled": True, "workerGroups": [group["name"]]}
-    client.CustomObjectsApi(api_client).create_namespaced_custom_object(
-        API_GROUP, API_VERSION, cluster_namespace, "slurmclusters", cluster
-    )
-    names = Names(cluster=CLUSTER, namespace=cluster_namespace)
-    token = mint_token(b"k" * 32, BRIDGE_USER, 3600)
-    core.create_namespaced_secret(cluster_namespace, {
-        "metadata": {"name": names.bridge_token_secret},
-        "data": {TOKEN_KEY: base64.b64encode(token.encode()).decode()},
-    })  # fmt: skip
-    name = controlplane.create_namespace(f"w-{uuid.uuid4().hex[:8]}")
-    core.patch_namespace(name, {"metadata": {"labels": {BRIDGE_NAMESPACE_LABEL: f"{cluster_namespace}.{CLUSTER}"}}})
-    return name
+    return opt_in(controlplane, api_client, cluster_namespace, JWT_KEY)
 
 
 @pytest.fixture

@@ -1,15 +1,49 @@
-"""`warden-bridge` in a subprocess against the test's control plane, logging to a file."""
+"""The bridge against a throwaway control plane (the integration tier's and the bench's): a SlurmCluster
+with ``spec.bridge``, the token Secret the operator would keep, a namespace opted in, and `warden-bridge`
+in a subprocess logging to a file."""
 
 from __future__ import annotations
 
+import base64
 import os
 import signal
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 from typing import Any
 
-from tests.support.operator import free_port
+from kubernetes import client
+
+from tests.support.operator import free_port, load_example
+from warden.model import API_GROUP, API_VERSION
+from warden.naming import BRIDGE_NAMESPACE_LABEL, BRIDGE_USER, TOKEN_KEY, Names
+from warden.slurm.rest import mint_token
+
+CLUSTER = "cpu"
+
+
+def opt_in(controlplane: Any, api_client: Any, cluster_namespace: str, jwt_key: bytes) -> str:
+    """SlurmCluster ``cpu`` (docs/examples/cpu-only.yaml) with ``spec.bridge`` on its worker group in
+    ``cluster_namespace``, the bridge's token (signed with ``jwt_key``) in the Secret the operator keeps it
+    in, and a new namespace opted in to that cluster: its name."""
+    core: Any = client.CoreV1Api(api_client)  # manifests as plain dicts
+    cluster = load_example("cpu-only", cluster_namespace)
+    group = cluster["spec"]["workerGroups"][0]
+    group["resources"] = {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"cpu": "2", "memory": "4Gi"}}
+    cluster["spec"]["bridge"] = {"enabled": True, "workerGroups": [group["name"]]}
+    client.CustomObjectsApi(api_client).create_namespaced_custom_object(
+        API_GROUP, API_VERSION, cluster_namespace, "slurmclusters", cluster
+    )
+    names = Names(cluster=CLUSTER, namespace=cluster_namespace)
+    token = mint_token(jwt_key, BRIDGE_USER, 3600)
+    core.create_namespaced_secret(cluster_namespace, {
+        "metadata": {"name": names.bridge_token_secret},
+        "data": {TOKEN_KEY: base64.b64encode(token.encode()).decode()},
+    })  # fmt: skip
+    name: str = controlplane.create_namespace(f"w-{uuid.uuid4().hex[:8]}")
+    core.patch_namespace(name, {"metadata": {"labels": {BRIDGE_NAMESPACE_LABEL: f"{cluster_namespace}.{CLUSTER}"}}})
+    return name
 
 
 class BridgeProcess:
