@@ -357,3 +357,5 @@ BRIDGE_TIME_LIMIT_ANNOTATION = f"{LABEL_PREFIX}/time-limit"
 BRIDGE_ISOLATION_ANNOTATION = f"{LABEL_PREFIX}/isolation"
 #: the job comment's first word: the job is a placeholder of this bridge, in this format
 BRIDGE_COMMENT_TAG = "warden-bridge/v1"
+#: Slurm's EXTERNAL_JOB job flag (slurm.h, 25.05 on: bit 24 of a job's bitflags), as job_submit.lua reads it
+EXTERNAL_JOB_FLAG = 1 << 24

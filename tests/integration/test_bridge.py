@@ -249,3 +249,34 @@ def test_bad_input_is_left_pending_with_the_reason(
     core.create_namespaced_pod(elsewhere, pod_body("stray"))
     wait_unschedulable(core, elsewhere, "stray", "NamespaceNotOptedIn", BRIDGE_NAMESPACE_LABEL, bridge)
     assert not [j for j in slurm.jobs_of(BRIDGE_USER) if j["name"].endswith("/unlimited")]
+
+
+def test_a_thousand_single_pod_workloads_are_all_bound_through_slurm(
+    controlplane: ControlPlane, api_client: Any, cluster_namespace: str
+) -> None:
+    """1,000 pods, each its own workload: each gets one Slurm job (none twice) and is bound to the node of
+    its job's allocation. (The rate against kube-scheduler's is `make bench`'s: bench/bridge.py.)"""
+    pods, nodes = 1000, controlplane.add_fake_nodes(5, prefix="bridge-many", cpu="200", memory="1Ti", pods="250")
+    core: Any = client.CoreV1Api(api_client)  # manifests as plain dicts
+    with FakeSlurmrestd(cluster_namespace, CLUSTER) as slurm:
+        slurm.jwt_key = JWT_KEY
+        for node in nodes:
+            slurm.register(node, cpus=200)
+        ns = opt_in(controlplane, api_client, cluster_namespace, JWT_KEY)
+        with BridgeProcess(controlplane.kubeconfig, controlplane.log_dir, slurm.url_template, name="bridge-many") as b:
+            for i in range(pods):
+                core.create_namespaced_pod(ns, pod_body(f"many-{i}", memory="64Mi"))
+
+            def bound() -> list[Any] | None:
+                items = core.list_namespaced_pod(ns).items
+                done = [p for p in items if p.spec.node_name]
+                return items if len(done) == pods else None
+
+            items = wait_for(f"{pods} pods bound", bound, 300, on_fail=b.log_tail)
+        jobs = {j["job_id"]: j for j in slurm.jobs_of(BRIDGE_USER)}
+        assert len(jobs) == pods and slurm.served[("POST", "job/submit")] == pods
+        for p in items:
+            job = jobs[int(p.metadata.labels[BRIDGE_JOB_LABEL])]
+            assert job["name"] == f"k8s:{ns}/{p.metadata.name}"
+            assert p.spec.node_name == job["job_resources"]["nodes"]["allocation"][0]["name"]
+    core.delete_namespace(ns)

@@ -92,6 +92,17 @@ def test_without_metrics_there_is_no_exporter_nor_gate_token() -> None:
     assert tokens.wanted(_cluster(metrics={"enabled": False})) == ()
 
 
+def test_the_job_submit_script_lets_the_bridges_user_submit_external_jobs_only() -> None:
+    """warden-bridge's token submits placeholders; a batch script or a plain allocation (which steps could
+    run in) by its uid is refused. Slurm's EXTERNAL_JOB is bit 24 of bitflags (slurm.h, 25.05 on); the
+    script tests it without bit operators (Lua 5.1). Real slurmctld runs it in the e2e bridge test."""
+    script = job_submit_lua(_cluster())
+    assert f"local BRIDGE_UID = {naming.BRIDGE_UID}\n" in script
+    assert naming.EXTERNAL_JOB_FLAG == 2**24 and f"local EXTERNAL_JOB = {2**24}\n" in script
+    assert "if submit_uid == BRIDGE_UID and (job_desc.script ~= nil or not external(job_desc)) then" in script
+    assert "math.floor((job_desc.bitflags or 0) / EXTERNAL_JOB) % 2 == 1" in script
+
+
 def test_slurm_conf_loads_a_job_submit_script_that_refuses_the_reader() -> None:
     """slurm.conf loads job_submit/lua; the script refuses submissions and changes by warden-reader's uid
     (the uid its controller-image account has: images/controller/Dockerfile) and lets everyone else by."""

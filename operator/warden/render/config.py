@@ -135,10 +135,12 @@ def topology_conf(cluster: Cluster) -> str:
 
 
 def job_submit_lua(cluster: Cluster) -> str:
-    """slurmctld's job_submit/lua script: the read-only users' jobs are refused (``warden.tokens``)."""
+    """slurmctld's job_submit/lua script: the read-only users' jobs are refused (``warden.tokens``), and the
+    bridge's user submits external jobs and nothing else (``warden.bridge``)."""
     return _render(
-        "job_submit.lua.j2", **_common(cluster), reader_user=naming.READER_USER, reader_uid=naming.READER_UID
-    )
+        "job_submit.lua.j2", **_common(cluster), reader_user=naming.READER_USER, reader_uid=naming.READER_UID,
+        bridge_user=naming.BRIDGE_USER, bridge_uid=naming.BRIDGE_UID, external_job_bit=naming.EXTERNAL_JOB_FLAG,
+    )  # fmt: skip
 
 
 def cgroup_conf(cluster: Cluster) -> str:

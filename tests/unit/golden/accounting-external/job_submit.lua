@@ -3,6 +3,16 @@
 -- exporter's user (its token is in Secret acct-exporter-token), and a token for it must not
 -- become a way to run programs on the workers.
 local READ_ONLY = { [64999] = "warden-reader" }
+-- The bridge's user warden-bridge (uid 64998, token in Secret acct-bridge-token) submits
+-- placeholders for Kubernetes pods: external jobs (the EXTERNAL_JOB flag), which carry no script and can
+-- launch nothing. Anything else from it (a batch script, an allocation steps could run in) is refused.
+local BRIDGE_UID = 64998
+local EXTERNAL_JOB = 16777216
+
+-- Lua 5.1 (what Slurm links here) has no bit operators: bitflags is a whole number below 2^53.
+local function external(job_desc)
+    return math.floor((job_desc.bitflags or 0) / EXTERNAL_JOB) % 2 == 1
+end
 
 local function refuse(uid, what)
     slurm.log_info("job_submit/lua: refused %s by %s (uid %d): it only reads Slurm", what, READ_ONLY[uid], uid)
@@ -13,6 +23,11 @@ end
 function slurm_job_submit(job_desc, part_list, submit_uid)
     if READ_ONLY[submit_uid] then
         return refuse(submit_uid, "submit jobs")
+    end
+    if submit_uid == BRIDGE_UID and (job_desc.script ~= nil or not external(job_desc)) then
+        slurm.log_info("job_submit/lua: refused a job by warden-bridge (uid %d) that is not an external job", submit_uid)
+        slurm.log_user("warden-bridge submits external jobs only (placeholders for Kubernetes pods)")
+        return slurm.ESLURM_ACCESS_DENIED or slurm.ERROR
     end
     return slurm.SUCCESS
 end
