@@ -280,3 +280,59 @@ def test_a_thousand_single_pod_workloads_are_all_bound_through_slurm(
             assert job["name"] == f"k8s:{ns}/{p.metadata.name}"
             assert p.spec.node_name == job["job_resources"]["nodes"]["allocation"][0]["name"]
     core.delete_namespace(ns)
+
+
+#: scheduler-plugins' PodGroup CRD as far as the bridge reads it (spec.minMember): that project's CRD is
+#: not installed here, so the test installs this stand-in of its schema under the same group and names
+POD_GROUP_CRD = {
+    "apiVersion": "apiextensions.k8s.io/v1",
+    "kind": "CustomResourceDefinition",
+    "metadata": {"name": "podgroups.scheduling.x-k8s.io"},
+    "spec": {
+        "group": "scheduling.x-k8s.io",
+        "scope": "Namespaced",
+        "names": {"plural": "podgroups", "singular": "podgroup", "kind": "PodGroup", "shortNames": ["pg"]},
+        "versions": [{
+            "name": "v1alpha1", "served": True, "storage": True,
+            "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+                "spec": {"type": "object", "properties": {"minMember": {"type": "integer"}}},
+                "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
+            }}},
+        }],
+    },
+}  # fmt: skip
+
+
+def test_the_pods_of_a_pod_group_start_together_as_one_slurm_job(
+    api_client: Any, workloads: str, slurm: FakeSlurmrestd, bridge_nodes: list[str], bridge: BridgeProcess
+) -> None:
+    ext: Any = client.ApiextensionsV1Api(api_client)
+    if not any(
+        c.metadata.name == POD_GROUP_CRD["metadata"]["name"] for c in ext.list_custom_resource_definition().items
+    ):
+        ext.create_custom_resource_definition(POD_GROUP_CRD)
+    custom: Any = client.CustomObjectsApi(api_client)
+
+    def served() -> bool:
+        try:
+            custom.list_namespaced_custom_object("scheduling.x-k8s.io", "v1alpha1", workloads, "podgroups")
+            return True
+        except client.ApiException:
+            return False
+
+    wait_for("the PodGroup CRD served", served, TIMEOUT)
+    custom.create_namespaced_custom_object("scheduling.x-k8s.io", "v1alpha1", workloads, "podgroups", {
+        "apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup",
+        "metadata": {"name": "ring"}, "spec": {"minMember": 3},
+    })  # fmt: skip
+    core: Any = client.CoreV1Api(api_client)  # manifests as plain dicts
+    members = [f"ring-{i}" for i in range(3)]
+    for name in members[:2]:
+        core.create_namespaced_pod(workloads, pod_body(name, labels={"scheduling.x-k8s.io/pod-group": "ring"}))
+    wait_unschedulable(core, workloads, members[0], "WaitingForGang", "2 of the 3", bridge)
+    assert not slurm.jobs_of(BRIDGE_USER)
+    core.create_namespaced_pod(workloads, pod_body(members[2], labels={"scheduling.x-k8s.io/pod-group": "ring"}))
+    for name in members:
+        wait_running(core, workloads, name, bridge)
+    [job] = slurm.jobs_of(BRIDGE_USER)
+    assert job["name"] == f"k8s:{workloads}/ring" and {job_of(core, workloads, n) for n in members} == {job["job_id"]}

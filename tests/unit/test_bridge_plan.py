@@ -131,3 +131,12 @@ def test_a_job_whose_pods_are_all_done_or_gone_is_cancelled() -> None:
     half = gang(pod("a", labels=labels, node="kube-0", phase="Succeeded"),
                 pod("b", labels=labels, node="kube-1", phase="Running"))  # fmt: skip
     assert run([half], [running]) == []
+
+
+def test_a_gangs_job_holds_its_size_of_pods_and_more_wait() -> None:
+    labels = {"slurm.warden.dev/slurm-job": "42"}
+    w = Workload("PodGroup", "team", "ring", "pg-uid", 2, (pod("a", labels=labels), pod("b"), pod("c")))
+    actions = run([w], [job(42, w)])
+    assert [a for a in actions if isinstance(a, Label)] == [Label("team", "b", 42)]
+    [extra] = [a for a in actions if isinstance(a, Unschedulable) and a.pod == "c"]
+    assert extra.reason == "WaitingForGang"

@@ -59,13 +59,23 @@ def test_a_job_whose_pods_all_run_at_once_is_one_gang_other_pods_go_alone() -> N
             pod("train-a", owner=gang, annotations={"batch.kubernetes.io/job-completion-index": "0"}),
             pod("queue-x", owner=("Job", "queue", "q-uid")),
             pod("lonely")]  # fmt: skip
-    gangs = {"job-uid": Gang(parallelism=2, completions=2), "q-uid": Gang(parallelism=2, completions=10)}
+    gangs = {"job-uid": Gang.of_job("train", "job-uid", parallelism=2, completions=2),
+             "q-uid": Gang.of_job("queue", "q-uid", parallelism=2, completions=10)}  # fmt: skip
     workloads = {w.name: w for w in group(pods, gangs)}
     assert workloads["train"].kind == "Job" and workloads["train"].size == 2
     assert [p.name for p in workloads["train"].pods] == ["train-a", "train-b"]  # by completion index
     assert workloads["queue-x"].size == 1 and workloads["queue-x"].kind == "Pod"  # more completions than run at once
     assert workloads["lonely"].uid == "uid-lonely"
-    assert Gang(1, None).size == 1 and Gang(4, None).size == 4 and Gang(4, 3).size == 3
+    sizes = [Gang.of_job("j", "u", p, c).size for p, c in ((1, None), (4, None), (4, 3), (4, 5))]
+    assert sizes == [1, 4, 3, 1]
+
+
+def test_the_pods_of_a_pod_group_are_one_gang_of_its_min_member() -> None:
+    pods = [pod(f"w-{i}", labels={"scheduling.x-k8s.io/pod-group": "ring"}) for i in range(3)]
+    unread = group(pods, {})  # no PodGroup read (none, or no CRD): each pod alone
+    assert [w.size for w in unread] == [1, 1, 1]
+    [w] = group(pods, {"PodGroup/team/ring": Gang("PodGroup", "ring", "pg-uid", 3)})
+    assert (w.kind, w.name, w.uid, w.size, len(w.pods)) == ("PodGroup", "ring", "pg-uid", 3, 3)
 
 
 def _workload(*pods: PodView, size: int | None = None) -> Workload:

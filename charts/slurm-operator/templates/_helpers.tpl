@@ -204,7 +204,7 @@ the operator makes in each cluster's namespace (`--bridge-service-account`), not
 - apiGroups: [""]
   resources: ["pods/status"]
   verbs: ["patch"]
-# Its Events about the pods (Bound, SlurmPending, SlurmJobPreempted...); a repeat counts up a series.
+# Its Events about the pods (Scheduled, SlurmJobPreempted...); a repeat counts up a series.
 - apiGroups: ["events.k8s.io"]
   resources: ["events"]
   verbs: ["create", "patch"]
@@ -216,9 +216,13 @@ the operator makes in each cluster's namespace (`--bridge-service-account`), not
 - apiGroups: [""]
   resources: ["namespaces", "nodes"]
   verbs: ["get", "list", "watch"]
-# A Job's pods that start together become one Slurm job.
+# A Job's pods that start together become one Slurm job; so do a PodGroup's (scheduler-plugins' CRD,
+# where installed).
 - apiGroups: ["batch"]
   resources: ["jobs"]
+  verbs: ["get", "list", "watch"]
+- apiGroups: ["scheduling.x-k8s.io"]
+  resources: ["podgroups"]
   verbs: ["get", "list", "watch"]
 # Which SlurmClusters enable the bridge, with which partition, QoS and scheduler name.
 - apiGroups: ["slurm.warden.dev"]

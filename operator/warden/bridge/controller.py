@@ -32,7 +32,7 @@ from warden import naming
 from warden.bridge import plan as planner
 from warden.bridge.plan import Bind, Cancel, Evict, Label, Refused, Submit, Unschedulable
 from warden.bridge.translate import Defaults
-from warden.bridge.workloads import Gang, PodView, group, trim
+from warden.bridge.workloads import Gang, PodView, gang_key, group, trim
 from warden.events import Event, Ref
 from warden.kube.cache import Informer
 from warden.kube.client import Kube
@@ -54,6 +54,8 @@ TOKEN_REREAD_S = 60.0
 REST_TIMEOUT_S = 10.0
 #: seconds between reads of the SlurmClusters and the opted-in namespaces
 CLUSTERS_REREAD_S = 5.0
+#: scheduler-plugins' PodGroup (coscheduling), read where its CRD is installed
+POD_GROUP_API = "scheduling.x-k8s.io/v1alpha1"
 #: seconds between reads of every job, whatever ``update_time`` says (slurmctld's clock is not ours)
 FULL_READ_S = 30.0
 
@@ -218,23 +220,33 @@ class Bridge:
         return token
 
     def _gang(self, p: PodView) -> tuple[str, Gang] | None:
-        if p.owner is None or p.owner.kind != "Job":
+        """The gang the pod belongs to, read once (a Job's parallelism, a PodGroup's minMember); None: alone."""
+        key = gang_key(p)
+        if key is None:
             return None
-        gang = self.gangs.get(p.owner.uid)
+        gang = self.gangs.get(key)
         if gang is None:
+            if p.pod_group:
+                path = f"/apis/{POD_GROUP_API}/namespaces/{p.namespace}/podgroups/{p.pod_group}"
+            elif p.owner is not None:
+                path = Kube.path("batch/v1", "Job", p.namespace, p.owner.name)
             try:
-                job = self.kube.call("GET", Kube.path("batch/v1", "Job", p.namespace, p.owner.name))
+                found = self.kube.call("GET", path)
             except ApiException as e:
-                if e.status != 404:
+                if e.status != 404:  # no such Job or PodGroup (or no PodGroup CRD): the pod goes alone
                     raise
                 return None
-            if str(job["metadata"].get("uid")) != p.owner.uid:
-                return None
-            spec = job.get("spec") or {}
-            completions = spec.get("completions")
-            gang = Gang(int(spec.get("parallelism") or 1), int(completions) if completions is not None else None)
-            self.gangs[p.owner.uid] = gang
-        return p.owner.uid, gang
+            meta, spec = found["metadata"], found.get("spec") or {}
+            if p.pod_group:
+                gang = Gang("PodGroup", str(meta["name"]), str(meta["uid"]), int(spec.get("minMember") or 1))
+            else:
+                if str(meta.get("uid")) != key:
+                    return None
+                completions = spec.get("completions")
+                gang = Gang.of_job(str(meta["name"]), key, int(spec.get("parallelism") or 1),
+                                   int(completions) if completions is not None else None)  # fmt: skip
+            self.gangs[key] = gang
+        return key, gang
 
     def _jobs(self, state: ClusterState) -> list[Job]:
         """The bridge's jobs: read again only when slurmctld says something changed since the last read,

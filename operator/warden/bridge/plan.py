@@ -206,7 +206,15 @@ def _submit(
 
 
 def _follow(w: Workload, live: Sequence[PodView], job: Job, kube_node_of: Callable[[str], str | None]) -> list[Action]:
-    out: list[Action] = [Label(p.namespace, p.name, job.id) for p in live if p.job_id is None]
+    held = [p for p in live if p.job_id == job.id]
+    fresh = [p for p in live if p.job_id is None]
+    room = max(0, w.size - len(held))  # a gang's job holds its size of pods; more wait for a later one
+    taken, left = fresh[:room], fresh[room:]
+    out: list[Action] = [Label(p.namespace, p.name, job.id) for p in taken]
+    message = f"the {w.size} pods of {w.kind} {w.name} that start together are placed: this one waits"
+    for p in left:
+        out += _unschedulable(p, "WaitingForGang", message)
+    live = [*held, *taken]
     unbound = [p for p in live if not p.bound]
     if not unbound:
         return out

@@ -2,9 +2,11 @@
 
 ``trim`` is what the bridge keeps of each pod it schedules (its watch cache holds only that); ``PodView``
 reads it; ``group`` puts the pods of one namespace into workloads: the pods Slurm must place together,
-as one job. A batch Job whose pods all run at once (``parallelism`` > 1, ``completions`` unset or at
-most ``parallelism``) is one gang of ``min(parallelism, completions)`` pods; every other pod is a
-workload of its own (a Job that runs more completions than it runs at once goes pod by pod).
+as one job, a gang (``Gang``): a batch Job whose pods all run at once (``parallelism`` > 1,
+``completions`` unset or at most ``parallelism``) is one gang of ``min(parallelism, completions)`` pods;
+so are the pods of a PodGroup (label ``scheduling.x-k8s.io/pod-group``, scheduler-plugins' CRD), its
+``minMember`` of them. Every other pod is a workload of its own (a Job that runs more completions than it
+runs at once goes pod by pod).
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ GPU_RESOURCES = ("nvidia.com/gpu", "amd.com/gpu")
 COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 #: phases after which a pod runs nothing again
 TERMINAL = ("Succeeded", "Failed")
+#: the label that puts a pod in a PodGroup (scheduler-plugins' coscheduling), in the pod's namespace
+POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
 
 
 def trim(pod: Manifest) -> Manifest:
@@ -126,6 +130,7 @@ class PodView:
     node: str  # spec.nodeName; "" while unbound
     deleting: bool
     job_id: int | None  # the label: the Slurm job the pod belongs to
+    pod_group: str  # the PodGroup it names; "" for none
     slurm_node: str  # the annotation set at binding: the Slurm node it took a place on
     owner: Owner | None  # its controller
     annotations: Mapping[str, str]
@@ -151,6 +156,7 @@ class PodView:
             node=str(spec.get("nodeName") or ""),
             deleting=bool(meta.get("deletionTimestamp")),
             job_id=int(job) if job.isdigit() else None,
+            pod_group=str(labels.get(POD_GROUP_LABEL, "")),
             slurm_node=str(annotations.get(BRIDGE_NODE_ANNOTATION, "")),
             owner=Owner(str(owner["kind"]), str(owner["name"]), str(owner["uid"])) if owner else None,
             annotations=dict(annotations),
@@ -176,19 +182,28 @@ class PodView:
 
 @dataclass(frozen=True)
 class Gang:
-    """What the bridge knows of a batch Job: how many of its pods run at once."""
+    """Pods that start together, as the bridge read them from their Job or PodGroup."""
 
-    parallelism: int
-    completions: int | None
+    kind: str  # Job or PodGroup
+    name: str
+    uid: str
+    size: int
 
-    @property
-    def size(self) -> int:
-        """Pods placed together: 1 unless every pod of the Job runs at once."""
-        if self.parallelism <= 1:
-            return 1
-        if self.completions is not None and self.completions > self.parallelism:
-            return 1
-        return self.parallelism if self.completions is None else min(self.parallelism, self.completions)
+    @classmethod
+    def of_job(cls, name: str, uid: str, parallelism: int, completions: int | None) -> Gang:
+        """A Job's pods start together when they all run at once; otherwise each goes alone (size 1)."""
+        if parallelism <= 1 or (completions is not None and completions > parallelism):
+            return cls("Job", name, uid, 1)
+        return cls("Job", name, uid, parallelism if completions is None else min(parallelism, completions))
+
+
+def gang_key(p: PodView) -> str | None:
+    """What names the gang a pod may belong to (``group``'s key of ``gangs``): its PodGroup, or its Job."""
+    if p.pod_group:
+        return f"PodGroup/{p.namespace}/{p.pod_group}"
+    if p.owner is not None and p.owner.kind == "Job":
+        return p.owner.uid
+    return None
 
 
 @dataclass(frozen=True)
@@ -218,20 +233,19 @@ def _order(p: PodView) -> tuple[int, str, str]:
 
 
 def group(pods: Iterable[PodView], gangs: Mapping[str, Gang]) -> list[Workload]:
-    """The workloads of these pods; ``gangs``: by Job uid, those the bridge has read (a Job pod whose Job
+    """The workloads of these pods; ``gangs``: by ``gang_key``, those the bridge has read (a pod whose gang
     is not among them goes alone)."""
-    by_job: dict[str, list[PodView]] = {}
+    members: dict[str, list[PodView]] = {}
     out: list[Workload] = []
     for p in pods:
-        gang = gangs.get(p.owner.uid) if p.owner is not None and p.owner.kind == "Job" else None
-        if p.owner is not None and gang is not None and gang.size > 1:
-            by_job.setdefault(p.owner.uid, []).append(p)
+        key = gang_key(p)
+        gang = gangs.get(key) if key is not None else None
+        if key is not None and gang is not None and gang.size > 1:
+            members.setdefault(key, []).append(p)
         else:
             out.append(Workload("Pod", p.namespace, p.name, p.uid, 1, (p,)))
-    for uid, members in by_job.items():
-        first = members[0]
-        assert first.owner is not None
-        out.append(
-            Workload("Job", first.namespace, first.owner.name, uid, gangs[uid].size, tuple(sorted(members, key=_order)))
-        )
+    for key, these in members.items():
+        gang = gangs[key]
+        out.append(Workload(gang.kind, these[0].namespace, gang.name, gang.uid, gang.size,
+                            tuple(sorted(these, key=_order))))  # fmt: skip
     return sorted(out, key=lambda w: (w.namespace, w.kind, w.name, w.uid))

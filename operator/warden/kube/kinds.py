@@ -153,14 +153,16 @@ BRIDGE_KINDS: tuple[Kind, ...] = (
     # with their Slurm job, deleted when that job ends, bound to a node, told why they wait (PodScheduled)
     Kind("v1", "Pod", "pods", (*_READ, "patch", "delete"),
          subresources=(("binding", ("create",)), ("status", ("patch",)))),
-    # its Events about the pods (Bound, SlurmPending, SlurmJobPreempted...), as events.k8s.io/v1 and core/v1
+    # its Events about the pods (Scheduled, SlurmJobPreempted...), as events.k8s.io/v1 and core/v1
     Kind("events.k8s.io/v1", "Event", "events", ("create", "patch")),
     Kind("v1", "Event", "events", ("create", "patch")),
     # the namespaces' opt-in label and annotations; the Kubernetes nodes pods go to
     Kind("v1", "Namespace", "namespaces", _READ, namespaced=False),
     Kind("v1", "Node", "nodes", _READ, namespaced=False),
-    # a Job's pods start together (parallelism): one Slurm job for them
+    # a Job's pods start together (parallelism): one Slurm job for them; so do a PodGroup's (minMember), where
+    # the scheduler-plugins' CRD is installed
     Kind("batch/v1", "Job", "jobs", _READ),
+    Kind("scheduling.x-k8s.io/v1alpha1", "PodGroup", "podgroups", _READ, optional=True),
     # which clusters enable the bridge, with which partition, QoS and scheduler name
     Kind(_CLUSTER, "SlurmCluster", PLURAL, _READ),
 )  # fmt: skip
