@@ -336,3 +336,52 @@ def test_the_pods_of_a_pod_group_start_together_as_one_slurm_job(
         wait_running(core, workloads, name, bridge)
     [job] = slurm.jobs_of(BRIDGE_USER)
     assert job["name"] == f"k8s:{workloads}/ring" and {job_of(core, workloads, n) for n in members} == {job["job_id"]}
+
+
+def _stand_in_crd(group: str, version: str, kind: str, plural: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{plural}.{group}"},
+        "spec": {"group": group, "scope": "Namespaced",
+                 "names": {"plural": plural, "singular": kind.lower(), "kind": kind},
+                 "versions": [{"name": version, "served": True, "storage": True, "schema": {"openAPIV3Schema": {
+                     "type": "object", "x-kubernetes-preserve-unknown-fields": True}}}]},
+    }  # fmt: skip
+
+
+def test_every_pod_of_a_job_set_starts_together_as_one_slurm_job(
+    api_client: Any, workloads: str, slurm: FakeSlurmrestd, bridge_nodes: list[str], bridge: BridgeProcess
+) -> None:
+    """A JobSet of a leader Job (1 pod) and 2 worker Jobs of 2 pods: 5 pods, one Slurm job. The JobSet API is
+    not installed here: the test installs a stand-in CRD under its group and names, and makes the pods the
+    JobSet controller would (labelled with the JobSet's name)."""
+    ext: Any = client.ApiextensionsV1Api(api_client)
+    crd = _stand_in_crd("jobset.x-k8s.io", "v1alpha2", "JobSet", "jobsets")
+    if not any(c.metadata.name == crd["metadata"]["name"] for c in ext.list_custom_resource_definition().items):
+        ext.create_custom_resource_definition(crd)
+    custom: Any = client.CustomObjectsApi(api_client)
+
+    def created() -> bool:
+        try:
+            custom.create_namespaced_custom_object("jobset.x-k8s.io", "v1alpha2", workloads, "jobsets", {
+                "apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "metadata": {"name": "train"},
+                "spec": {"replicatedJobs": [
+                    {"name": "leader", "replicas": 1, "template": {"spec": {"parallelism": 1, "completions": 1}}},
+                    {"name": "workers", "replicas": 2, "template": {"spec": {"parallelism": 2, "completions": 2}}},
+                ]},
+            })  # fmt: skip
+            return True
+        except client.ApiException as e:
+            if e.status != 404:  # the CRD not served yet
+                raise
+            return False
+
+    wait_for("a JobSet made (its CRD served)", created, TIMEOUT)
+    core: Any = client.CoreV1Api(api_client)  # manifests as plain dicts
+    members = ["train-leader-0-0", "train-workers-0-0", "train-workers-0-1", "train-workers-1-0", "train-workers-1-1"]
+    for name in members:
+        core.create_namespaced_pod(workloads, pod_body(name, labels={"jobset.sigs.k8s.io/jobset-name": "train"}))
+    for name in members:
+        wait_running(core, workloads, name, bridge)
+    [job] = slurm.jobs_of(BRIDGE_USER)
+    assert job["name"] == f"k8s:{workloads}/train" and {job_of(core, workloads, n) for n in members} == {job["job_id"]}

@@ -149,3 +149,16 @@ def test_pods_fill_the_allocation_node_by_node_keeping_the_places_already_taken(
     assert isinstance(place(allocation, 2, [bound, *waiting], where.get), str)  # two pods, one place: none goes
     nowhere: dict[str, str] = {}
     assert "no Kubernetes node" in str(place(allocation, 1, waiting, nowhere.get))
+
+
+def test_every_pod_of_a_job_set_starts_together() -> None:
+    spec = {"replicatedJobs": [
+        {"name": "leader", "replicas": 1, "template": {"spec": {"parallelism": 1, "completions": 1}}},
+        {"name": "workers", "replicas": 2, "template": {"spec": {"parallelism": 3}}},
+    ]}  # fmt: skip
+    gang = Gang.of_job_set("train", "js-uid", spec)
+    assert (gang.kind, gang.size) == ("JobSet", 1 + 2 * 3)
+    labels = {"jobset.sigs.k8s.io/jobset-name": "train"}
+    pods = [pod(f"train-{i}", labels=labels, owner=("Job", f"train-workers-{i}", f"j{i}")) for i in range(7)]
+    [w] = group(pods, {"JobSet/team/train": gang})
+    assert (w.kind, w.uid, w.size, len(w.pods)) == ("JobSet", "js-uid", 7, 7)

@@ -216,13 +216,16 @@ the operator makes in each cluster's namespace (`--bridge-service-account`), not
 - apiGroups: [""]
   resources: ["namespaces", "nodes"]
   verbs: ["get", "list", "watch"]
-# A Job's pods that start together become one Slurm job; so do a PodGroup's (scheduler-plugins' CRD,
-# where installed).
+# A Job's pods that start together become one Slurm job; so do a PodGroup's (scheduler-plugins' CRD) and a
+# JobSet's, where installed.
 - apiGroups: ["batch"]
   resources: ["jobs"]
   verbs: ["get", "list", "watch"]
 - apiGroups: ["scheduling.x-k8s.io"]
   resources: ["podgroups"]
+  verbs: ["get", "list", "watch"]
+- apiGroups: ["jobset.x-k8s.io"]
+  resources: ["jobsets"]
   verbs: ["get", "list", "watch"]
 # Which SlurmClusters enable the bridge, with which partition, QoS and scheduler name.
 - apiGroups: ["slurm.warden.dev"]

@@ -54,8 +54,9 @@ TOKEN_REREAD_S = 60.0
 REST_TIMEOUT_S = 10.0
 #: seconds between reads of the SlurmClusters and the opted-in namespaces
 CLUSTERS_REREAD_S = 5.0
-#: scheduler-plugins' PodGroup (coscheduling), read where its CRD is installed
+#: scheduler-plugins' PodGroup (coscheduling) and the JobSet API, read where their CRDs are installed
 POD_GROUP_API = "scheduling.x-k8s.io/v1alpha1"
+JOB_SET_API = "jobset.x-k8s.io/v1alpha2"
 #: seconds between reads of every job, whatever ``update_time`` says (slurmctld's clock is not ours)
 FULL_READ_S = 30.0
 
@@ -228,17 +229,21 @@ class Bridge:
         if gang is None:
             if p.pod_group:
                 path = f"/apis/{POD_GROUP_API}/namespaces/{p.namespace}/podgroups/{p.pod_group}"
+            elif p.job_set:
+                path = f"/apis/{JOB_SET_API}/namespaces/{p.namespace}/jobsets/{p.job_set}"
             elif p.owner is not None:
                 path = Kube.path("batch/v1", "Job", p.namespace, p.owner.name)
             try:
                 found = self.kube.call("GET", path)
             except ApiException as e:
-                if e.status != 404:  # no such Job or PodGroup (or no PodGroup CRD): the pod goes alone
+                if e.status != 404:  # no such Job, PodGroup or JobSet (or no such CRD): the pod goes alone
                     raise
                 return None
             meta, spec = found["metadata"], found.get("spec") or {}
             if p.pod_group:
                 gang = Gang("PodGroup", str(meta["name"]), str(meta["uid"]), int(spec.get("minMember") or 1))
+            elif p.job_set:
+                gang = Gang.of_job_set(str(meta["name"]), str(meta["uid"]), spec)
             else:
                 if str(meta.get("uid")) != key:
                     return None

@@ -5,8 +5,9 @@ reads it; ``group`` puts the pods of one namespace into workloads: the pods Slur
 as one job, a gang (``Gang``): a batch Job whose pods all run at once (``parallelism`` > 1,
 ``completions`` unset or at most ``parallelism``) is one gang of ``min(parallelism, completions)`` pods;
 so are the pods of a PodGroup (label ``scheduling.x-k8s.io/pod-group``, scheduler-plugins' CRD), its
-``minMember`` of them. Every other pod is a workload of its own (a Job that runs more completions than it
-runs at once goes pod by pod).
+``minMember`` of them, and every pod of a JobSet (label ``jobset.sigs.k8s.io/jobset-name``): each of its
+replicated Jobs' replicas, each as many as that Job runs at once. Every other pod is a workload of its
+own (a Job that runs more completions than it runs at once goes pod by pod).
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 TERMINAL = ("Succeeded", "Failed")
 #: the label that puts a pod in a PodGroup (scheduler-plugins' coscheduling), in the pod's namespace
 POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
+#: the label the JobSet controller gives every pod of a JobSet
+JOB_SET_LABEL = "jobset.sigs.k8s.io/jobset-name"
 
 
 def trim(pod: Manifest) -> Manifest:
@@ -131,6 +134,7 @@ class PodView:
     deleting: bool
     job_id: int | None  # the label: the Slurm job the pod belongs to
     pod_group: str  # the PodGroup it names; "" for none
+    job_set: str  # the JobSet it belongs to; "" for none
     slurm_node: str  # the annotation set at binding: the Slurm node it took a place on
     owner: Owner | None  # its controller
     annotations: Mapping[str, str]
@@ -157,6 +161,7 @@ class PodView:
             deleting=bool(meta.get("deletionTimestamp")),
             job_id=int(job) if job.isdigit() else None,
             pod_group=str(labels.get(POD_GROUP_LABEL, "")),
+            job_set=str(labels.get(JOB_SET_LABEL, "")),
             slurm_node=str(annotations.get(BRIDGE_NODE_ANNOTATION, "")),
             owner=Owner(str(owner["kind"]), str(owner["name"]), str(owner["uid"])) if owner else None,
             annotations=dict(annotations),
@@ -184,7 +189,7 @@ class PodView:
 class Gang:
     """Pods that start together, as the bridge read them from their Job or PodGroup."""
 
-    kind: str  # Job or PodGroup
+    kind: str  # Job, PodGroup or JobSet
     name: str
     uid: str
     size: int
@@ -196,11 +201,25 @@ class Gang:
             return cls("Job", name, uid, 1)
         return cls("Job", name, uid, parallelism if completions is None else min(parallelism, completions))
 
+    @classmethod
+    def of_job_set(cls, name: str, uid: str, spec: Mapping[str, Any]) -> Gang:
+        """Every pod of a JobSet starts together: each replicated Job's replicas, each its pods that run at once."""
+        size = 0
+        for replicated in spec.get("replicatedJobs") or []:
+            job = (replicated.get("template") or {}).get("spec") or {}
+            parallelism, completions = int(job.get("parallelism") or 1), job.get("completions")
+            runs = parallelism if completions is None else min(parallelism, int(completions))
+            size += int(replicated.get("replicas") or 1) * runs
+        return cls("JobSet", name, uid, max(1, size))
+
 
 def gang_key(p: PodView) -> str | None:
-    """What names the gang a pod may belong to (``group``'s key of ``gangs``): its PodGroup, or its Job."""
+    """What names the gang a pod may belong to (``group``'s key of ``gangs``): its PodGroup, its JobSet, or
+    its Job."""
     if p.pod_group:
         return f"PodGroup/{p.namespace}/{p.pod_group}"
+    if p.job_set:
+        return f"JobSet/{p.namespace}/{p.job_set}"
     if p.owner is not None and p.owner.kind == "Job":
         return p.owner.uid
     return None

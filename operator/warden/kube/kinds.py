@@ -159,10 +159,11 @@ BRIDGE_KINDS: tuple[Kind, ...] = (
     # the namespaces' opt-in label and annotations; the Kubernetes nodes pods go to
     Kind("v1", "Namespace", "namespaces", _READ, namespaced=False),
     Kind("v1", "Node", "nodes", _READ, namespaced=False),
-    # a Job's pods start together (parallelism): one Slurm job for them; so do a PodGroup's (minMember), where
-    # the scheduler-plugins' CRD is installed
+    # a Job's pods start together (parallelism): one Slurm job for them; so do a PodGroup's (minMember) and a
+    # JobSet's, where their CRDs are installed
     Kind("batch/v1", "Job", "jobs", _READ),
     Kind("scheduling.x-k8s.io/v1alpha1", "PodGroup", "podgroups", _READ, optional=True),
+    Kind("jobset.x-k8s.io/v1alpha2", "JobSet", "jobsets", _READ, optional=True),
     # which clusters enable the bridge, with which partition, QoS and scheduler name
     Kind(_CLUSTER, "SlurmCluster", PLURAL, _READ),
 )  # fmt: skip
