@@ -41,7 +41,7 @@ from warden.kube.fanout import Fanout
 from warden.model import API_GROUP, API_VERSION
 from warden.naming import Names
 from warden.slurm.model import Job, SlurmError
-from warden.slurm.rest import SlurmRest, SlurmRestError, SlurmUnreachable
+from warden.slurm.rest import SlurmRest, SlurmRestError, SlurmSubmitError, SlurmUnreachable
 from warden.tokens import held_token
 
 log = logging.getLogger(__name__)
@@ -320,6 +320,9 @@ class Bridge:
             submitted = state.rest.submit_job(a.description)
         except SlurmRestError as e:
             message = f"Slurm refused the job: {'; '.join(e.errors) or e}"
+            made = e.job_id if isinstance(e, SlurmSubmitError) else None
+            if made is not None:  # made without a field slurmrestd could not read: not the job asked for
+                state.rest.cancel_job(made)
             state.refused[w.uid] = Refused(time.time(), message, frozenset(p.uid for p in w.pods if p.name in a.pods))
             log.info("%s %s/%s: %s", w.kind, w.namespace, w.name, message)
             for pod in a.pods:
