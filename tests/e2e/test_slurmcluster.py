@@ -710,12 +710,20 @@ def test_slurm_schedules_a_kubernetes_job_beside_slurm_jobs_preempts_it_and_both
     `scancel` of a placeholder deletes its pods; deleting a Job cancels its placeholder; a pod bigger than
     any node waits with Slurm's reason."""
     kube, ns = installed.kube, installed.namespace
-    alice = installed.tmp / "id_alice"
     team = f"{ns}-team"
     kube.apply([{"apiVersion": "v1", "kind": "Namespace",
                  "metadata": {"name": team, "labels": {naming.BRIDGE_NAMESPACE_LABEL: f"{ns}.{NAME}"}}}])  # fmt: skip
     controller = kube.json("-n", ns, "get", "pod", f"{NAME}-controller-0")
     image = controller["spec"]["containers"][0]["image"]  # on the node already: it runs
+    try:
+        _bridge_story(installed, team, image)
+    finally:  # whatever happened, the tests after this one get the nodes back
+        installed.ssh("scancel -u alice; scancel -u warden-bridge")
+        kube.kubectl("delete", "namespace", team, "--wait=false", check=False)
+
+
+def _bridge_story(installed: Installed, team: str, image: str) -> None:
+    kube, ns, alice = installed.kube, installed.namespace, installed.tmp / "id_alice"
     # 1. alice's job holds both nodes; a two-pod Job waits for them in Slurm's queue, then runs
     out = installed.ssh("sbatch --parsable -N2 --exclusive -o /dev/null --wrap 'sleep 600'", key=alice, user="alice")
     assert out.returncode == 0, out.stderr
@@ -779,7 +787,6 @@ def test_slurm_schedules_a_kubernetes_job_beside_slurm_jobs_preempts_it_and_both
     kube.apply([{**huge, "metadata": {"name": "huge", "namespace": team}}])
     _eventually("the huge pod pending with Slurm's reason",
                 lambda: _pending_because(installed, team, "huge", "SlurmPending", "PartitionConfig"))  # fmt: skip
-    kube.kubectl("delete", "namespace", team, "--wait=false")
 
 
 def test_a_person_added_to_the_directory_after_install_logs_in_and_runs_jobs_as_herself(installed: Installed) -> None:

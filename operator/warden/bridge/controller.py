@@ -190,16 +190,21 @@ class Bridge:
         key = (target.namespace, target.name)
         state = self.states.get(key)
         if state is None:
-            names = Names(cluster=target.name, namespace=target.namespace)
-            rest = SlurmRest(
-                self.settings.restapi_url_of(names),
-                token=partial(self._token, names),
-                user=naming.BRIDGE_USER,
-                timeout=REST_TIMEOUT_S,
-                api_version=naming.RESTAPI_VERSION_2605,
-            )
-            state = self.states[key] = ClusterState(rest)
+            state = self.states[key] = ClusterState(self._client(target))
         return state
+
+    def _client(self, target: Target) -> SlurmRest:
+        """A client of the cluster's slurmrestd with connections of its own. After a failed read the round
+        makes a new one: a connection kept alive from before slurmrestd's Service had a pod behind it was
+        seen to get HTTP 404 with no text for good (the e2e tier)."""
+        names = Names(cluster=target.name, namespace=target.namespace)
+        return SlurmRest(
+            self.settings.restapi_url_of(names),
+            token=partial(self._token, names),
+            user=naming.BRIDGE_USER,
+            timeout=REST_TIMEOUT_S,
+            api_version=naming.RESTAPI_VERSION_2605,
+        )
 
     def _token(self, names: Names) -> str:
         """The bridge's token for the cluster, from the Secret the operator keeps fresh (read again
@@ -273,11 +278,11 @@ class Bridge:
         workloads = group(pods, gangs)
         try:
             jobs = self._jobs(state)
-        except SlurmUnreachable as e:
-            log.warning("SlurmCluster %s/%s: %s", target.namespace, target.name, e)
-            return
         except SlurmError as e:
-            log.warning("SlurmCluster %s/%s: jobs not read: %s", target.namespace, target.name, e)
+            said = "" if isinstance(e, SlurmUnreachable) else "jobs not read: "
+            log.warning("SlurmCluster %s/%s: %s%s", target.namespace, target.name, said, e)
+            state.rest.http.clear()
+            state.rest = self._client(target)
             return
         nodes = KubeNodes(self.kube, target)
         annotations = {ns: ann for ns, (_, ann) in self.opted_in.items()}
