@@ -195,8 +195,8 @@ class Bridge:
 
     def _client(self, target: Target) -> SlurmRest:
         """A client of the cluster's slurmrestd with connections of its own. After a failed read the round
-        makes a new one: a connection kept alive from before slurmrestd's Service had a pod behind it was
-        seen to get HTTP 404 with no text for good (the e2e tier)."""
+        makes a new one and reads the token again: a bridge started before the cluster's slurmrestd was
+        seen to get HTTP 404 with no text for good while a new process got answers (CI's e2e run)."""
         names = Names(cluster=target.name, namespace=target.namespace)
         return SlurmRest(
             self.settings.restapi_url_of(names),
@@ -283,6 +283,7 @@ class Bridge:
             log.warning("SlurmCluster %s/%s: %s%s", target.namespace, target.name, said, e)
             state.rest.http.clear()
             state.rest = self._client(target)
+            self.tokens.pop((target.namespace, target.name), None)  # and the token read again
             return
         nodes = KubeNodes(self.kube, target)
         annotations = {ns: ann for ns, (_, ann) in self.opted_in.items()}
