@@ -456,7 +456,9 @@ def test_ghost_node_records_go_and_a_pod_that_lost_its_registration_is_recreated
     def noticed() -> bool:
         pod = json.loads(kube.kubectl("-n", ns, "get", "pod", victim, "-o", "json", "--ignore-not-found") or "{}")
         renewed = not pod or pod["metadata"]["uid"] != uid
-        return renewed or _slurm_condition(installed, victim).get("reason") == "NotRegistered"
+        # the condition of the pod just read: a second read may find it deleted already (being recreated)
+        said = [c for c in (pod.get("status") or {}).get("conditions", []) if c["type"] == SLURM_CONDITION]
+        return renewed or any(c.get("reason") == "NotRegistered" for c in said)
 
     _eventually(f"{victim} seen as not registered (condition NotRegistered, or already recreated)", noticed,
                 timeout=30)  # fmt: skip

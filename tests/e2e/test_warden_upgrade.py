@@ -160,8 +160,10 @@ def test_warden_upgraded_in_place_under_running_and_queued_jobs_then_the_older_o
 
     # the other skew: this release's CRDs, the previous release's operator
     since = _now()
+    # --reset-then-reuse-values (docs/operations.md): the previous chart's own defaults with the values
+    # given; --reuse-values would hand it this release's defaults, which its schema refuses (`bridge`)
     kube.helm("upgrade", OPERATOR, *chart_args(registry, "slurm-operator", PREVIOUS), "-n", ns,
-              "--reuse-values", "--wait", "--timeout=5m")  # fmt: skip
+              "--reset-then-reuse-values", "--wait", "--timeout=5m")  # fmt: skip
     name, _, _ = _eventually("the previous operator ready", lambda: (o := _operator(installed))[2]
                              and o[1] == f"{registry}/operator:{PREVIOUS}" and o, timeout=180)  # fmt: skip
     _eventually("the previous operator reconciled the cluster", lambda: _reconciled_by(installed, name, since),
