@@ -33,7 +33,6 @@ from collections.abc import Mapping
 from typing import Any
 
 import kopf
-from kubernetes import client, config
 
 from warden import __version__, opmetrics, slurmupgrade
 from warden.directorysync import DirectorySync
@@ -41,7 +40,7 @@ from warden.directorysync import Settings as DirectorySettings
 from warden.events import Event, Ref
 from warden.kube import kinds, storedversions
 from warden.kube.apply import Applier, ApplyResult, Owner
-from warden.kube.client import CONNECTIONS, Kube
+from warden.kube.client import Kube, api_client
 from warden.kube.events import EventRecorder
 from warden.kube.retention import set_jail_retention
 from warden.ldapcheck import DirectoryCheck
@@ -130,18 +129,6 @@ def recorder() -> EventRecorder:
     return STATE.events
 
 
-def _load_kube_config() -> client.ApiClient:
-    try:
-        config.load_incluster_config()  # type: ignore[no-untyped-call]
-    except config.ConfigException:
-        config.load_kube_config()  # type: ignore[no-untyped-call]
-    configuration = client.Configuration.get_default_copy()
-    configuration.connection_pool_maxsize = CONNECTIONS
-    api = client.ApiClient(configuration)
-    api.user_agent = USER_AGENT  # what the API server's audit log and metrics call the operator
-    return api
-
-
 @kopf.on.startup()
 def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     prefix = API_GROUP
@@ -157,7 +144,7 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     # every child kopf watches is selected server-side: never every ConfigMap or Secret of the cluster
     children = {(k.group, k.plural) for k in kinds.REGISTRY if k.watch in ("heal", "own") and k.kind != "SlurmCluster"}
     settings.watching.label_selectors[lambda r: (r.group, r.plural) in children] = MANAGED_SELECTOR
-    STATE.kube = Kube(_load_kube_config())
+    STATE.kube = Kube(api_client(USER_AGENT))
     # a CRD release that changed the storage version: Warden's objects are written again in it
     storedversions.migrate_all(STATE.kube, STATE.namespaces)
     STATE.applier = Applier(STATE.kube)

@@ -15,7 +15,7 @@ from typing import Any
 
 from kubernetes import client
 
-from tests.support.operator import free_port, load_example
+from tests.support.operator import end_group, free_port, load_example
 from warden.model import API_GROUP, API_VERSION
 from warden.naming import BRIDGE_NAMESPACE_LABEL, BRIDGE_USER, TOKEN_KEY, Names
 from warden.slurm.rest import mint_token
@@ -69,18 +69,11 @@ class BridgeProcess:
 
     def kill(self) -> None:
         """SIGKILL: dies wherever it is, as on a node failure."""
-        if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(timeout=10)
+        end_group(self.proc, signal.SIGKILL)
         self.proc = None
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.kill()
+        end_group(self.proc, signal.SIGTERM)
         self.proc = None
 
     def __enter__(self) -> BridgeProcess:

@@ -29,6 +29,19 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def end_group(proc: subprocess.Popen[bytes] | None, sig: signal.Signals, grace: float = 10) -> None:
+    """Send ``sig`` to a test's process group (started with ``start_new_session``) and wait for its end;
+    SIGKILL when it outlives ``grace`` seconds. Nothing for a process that is not running."""
+    if proc is None or proc.poll() is not None:
+        return
+    os.killpg(proc.pid, sig)
+    try:
+        proc.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+
+
 class OperatorProcess:
     """`warden-operator` in a subprocess, watching one namespace (every one: ``namespace=""``), logging to
     a file."""
@@ -87,19 +100,11 @@ class OperatorProcess:
 
     def kill(self) -> None:
         """SIGKILL: the operator dies wherever it is, like a node failure or an OOM kill."""
-        if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(timeout=10)
+        end_group(self.proc, signal.SIGKILL)
         self.proc = None
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(timeout=10)
+        end_group(self.proc, signal.SIGTERM, grace=15)
         self.proc = None
 
     def log_of_this_start(self) -> str:

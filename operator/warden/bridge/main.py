@@ -14,27 +14,13 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from kubernetes import client, config
-
 from warden.bridge.controller import Bridge, Settings
-from warden.kube.client import CONNECTIONS, Kube
+from warden.kube.client import Kube, api_client
 
 log = logging.getLogger("warden.bridge")
 
 #: a round that has not ended for this long makes the liveness probe fail (the kubelet restarts the pod)
 STUCK_SECONDS = 120.0
-
-
-def _api() -> client.ApiClient:
-    try:
-        config.load_incluster_config()  # type: ignore[no-untyped-call]
-    except config.ConfigException:
-        config.load_kube_config()  # type: ignore[no-untyped-call]
-    configuration = client.Configuration.get_default_copy()
-    configuration.connection_pool_maxsize = CONNECTIONS
-    api = client.ApiClient(configuration)
-    api.user_agent = "warden-bridge"
-    return api
 
 
 def serve_liveness(port: int, bridge: Bridge) -> ThreadingHTTPServer:
@@ -72,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     settings = Settings(scheduler_name=args.scheduler_name, interval=args.interval, restapi_url=args.slurmrestd_url)
-    bridge = Bridge(Kube(_api()), settings)
+    bridge = Bridge(Kube(api_client("warden-bridge")), settings)
     if args.liveness_port:
         serve_liveness(args.liveness_port, bridge)
     bridge.start()

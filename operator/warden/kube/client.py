@@ -18,7 +18,7 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from kubernetes import client
+from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from warden import opmetrics
@@ -39,6 +39,20 @@ CONNECTIONS = 48
 NODE_PAGE = 500
 #: what an object's metadata alone is asked for as (``kubectl get --raw`` with this Accept header)
 METADATA_ONLY = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1, application/json"
+
+
+def api_client(user_agent: str) -> client.ApiClient:
+    """A client of the API server: the pod's ServiceAccount in a cluster, else the kubeconfig; a pool of
+    ``CONNECTIONS``; ``user_agent`` is what the API server's audit log and metrics call the caller."""
+    try:
+        config.load_incluster_config()  # type: ignore[no-untyped-call]
+    except config.ConfigException:
+        config.load_kube_config()  # type: ignore[no-untyped-call]
+    configuration = client.Configuration.get_default_copy()
+    configuration.connection_pool_maxsize = CONNECTIONS
+    api = client.ApiClient(configuration)
+    api.user_agent = user_agent
+    return api
 
 
 class Kube:
