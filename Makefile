@@ -61,7 +61,7 @@ define DATAPLANE_BUILDS
 @$(STAGE) images-test hack/images.sh test
 endef
 
-.PHONY: unit integration dataplane gpu-jail conformance e2e tier-builds test
+.PHONY: unit integration dataplane gpu-jail conformance e2e e2e-builds tier-builds test
 unit: venv ## unit tier: lint, renderers, parsers, plugin helpers, the plugin's C tests (< 1 min)
 	@$(STAGE) lint $(MAKE) --no-print-directory lint
 	@$(STAGE) unit hack/pytest-tier.sh unit -q
@@ -93,22 +93,26 @@ e2e: venv ## e2e tier: helm install on a real single-node Kubernetes (local clus
 	@$(STAGE) images hack/images.sh
 	@$(STAGE) images-24.11 env WARDEN_SLURM_SERIES=24.11 hack/images.sh
 	@$(STAGE) images-test hack/images.sh test
+	@$(MAKE) --no-print-directory e2e-builds
+	@$(STAGE) e2e hack/pytest-tier.sh e2e -q --durations=15
+
+e2e-builds: venv ## what only the e2e tier needs: the previous release's images, CoreDNS and kube-router, the stand-in GPU plugin
 	@$(STAGE) previous-release hack/previous-release.sh build
 	@$(STAGE) k8s-bins-cluster hack/build-k8s-bins.sh cluster
 	@$(STAGE) fake-gpu-plugin $(PY) -m warden_dev fake-gpu-plugin
-	@$(STAGE) e2e hack/pytest-tier.sh e2e -q --durations=15
 
 tier-builds: venv ## what the integration, dataplane and conformance tiers need (Kubernetes binaries, images), built once
 	@$(STAGE) k8s-bins $(MAKE) --no-print-directory k8s-bins
 	$(DATAPLANE_BUILDS)
 
 # The dataplane tier (Docker) runs beside the integration and conformance tiers (a control plane, then
-# Docker again): they share nothing but the two cores, and mostly wait on daemons. Their output is
-# prefixed with the lane's first tier.
-test: ## every tier, each installing what it needs: unit; dataplane beside integration then conformance; e2e
+# Docker again), and what only e2e needs is built after them in that lane, while the dataplane (the longer
+# lane) still runs: they share nothing but the two cores, and the tiers mostly wait on daemons. Their output
+# is prefixed with the lane's first tier.
+test: ## every tier, each installing what it needs: unit; dataplane beside integration, conformance and e2e's builds; e2e
 	@$(STAGE) unit-tier $(MAKE) --no-print-directory unit
 	@$(STAGE) tier-builds $(MAKE) --no-print-directory tier-builds
-	@$(STAGE) lanes hack/lanes.sh dataplane "integration conformance"
+	@$(STAGE) lanes hack/lanes.sh dataplane "integration conformance e2e-builds"
 	@$(STAGE) e2e-tier $(MAKE) --no-print-directory e2e
 
 # --- images ------------------------------------------------------------------------------------
