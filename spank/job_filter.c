@@ -29,7 +29,8 @@
  * syscall_32.tbl, aarch64 from the generic table (include/uapi/asm-generic/
  * unistd.h); tests/unit/test_job_filter.py compares them with the installed
  * kernel headers. Calls added since 5.1 (424 and up) share one number on
- * all three.
+ * all three. The policy, one line and reason per call, is syscalls.txt; the
+ * unit test checks these tables against it.
  */
 #include "job_filter.h"
 
@@ -48,9 +49,15 @@
 #define NOSYS(n, num) { #n, num, JOB_FILTER_ENOSYS, 0 }
 #define FLAGS(n, num, m) { #n, num, JOB_FILTER_EPERM_IF_FLAGS, m }
 
-/* The new mount API and clone3: the same numbers on every ABI here. */
+/*
+ * Calls added since 5.1, the same numbers on every ABI here: io_uring, the
+ * new mount API and clone3. Every entry, with its reason, is in syscalls.txt.
+ */
 #define COMMON_RULES                          \
 	NOSYS(clone3, 435),                   \
+	RULE(io_uring_setup, 425),            \
+	RULE(io_uring_enter, 426),            \
+	RULE(io_uring_register, 427),         \
 	RULE(open_tree, 428),                 \
 	RULE(move_mount, 429),                \
 	RULE(fsopen, 430),                    \

@@ -118,6 +118,10 @@ static int p_move_mount(void) { return rc_of(syscall(SYS_move_mount, -1, MISSING
 static int p_open_tree(void) { return rc_of(syscall(SYS_open_tree, -1, MISSING, 0)); }
 static int p_open_tree_attr(void) { return rc_of(syscall(__NR_open_tree_attr, -1, MISSING, 0, NULL, 0)); }
 static int p_mount_setattr(void) { return rc_of(syscall(SYS_mount_setattr, -1, MISSING, 0, NULL, 0)); }
+/* without the filter: EFAULT (no parameters) and EBADF */
+static int p_io_uring_setup(void) { return rc_of(syscall(SYS_io_uring_setup, 1, NULL)); }
+static int p_io_uring_enter(void) { return rc_of(syscall(SYS_io_uring_enter, -1, 0, 0, 0, NULL, 0)); }
+static int p_io_uring_register(void) { return rc_of(syscall(SYS_io_uring_register, -1, 0, NULL, 0)); }
 #if defined(__x86_64__)
 static int p_x32_getpid(void) { return rc_of(syscall(JOB_FILTER_X32_BIT | SYS_getpid)); }
 #endif
@@ -158,6 +162,9 @@ static const struct probe blocked[] = {
 	{ "open_tree", p_open_tree, EPERM, true },
 	{ "open_tree_attr", p_open_tree_attr, EPERM, false },
 	{ "mount_setattr", p_mount_setattr, EPERM, false },
+	{ "io_uring_setup", p_io_uring_setup, EPERM, true },
+	{ "io_uring_enter", p_io_uring_enter, EPERM, false },
+	{ "io_uring_register", p_io_uring_register, EPERM, false },
 #if defined(__x86_64__)
 	{ "x32 getpid", p_x32_getpid, ENOSYS, false },
 #endif
@@ -401,6 +408,7 @@ static int i386_mount(void) { return i386_errno(int80(21, 0, 0, 0)); }
 static int i386_umount(void) { return i386_errno(int80(22, 0, 0, 0)); }
 static int i386_clone3(void) { return i386_errno(int80(435, 0, 0, 0)); }
 static int i386_fsopen(void) { return i386_errno(int80(430, 0, 0, 0)); }
+static int i386_io_uring_setup(void) { return i386_errno(int80(425, 1, 0, 0)); }
 static int i386_unshare_files(void) { return i386_errno(int80(310, CLONE_FILES, 0, 0)); }
 
 static void check_i386(void)
@@ -412,6 +420,7 @@ static void check_i386(void)
 		{ "i386 umount", i386_umount, EPERM, false },
 		{ "i386 clone3", i386_clone3, ENOSYS, false },
 		{ "i386 fsopen", i386_fsopen, EPERM, false },
+		{ "i386 io_uring_setup", i386_io_uring_setup, EPERM, false },
 	};
 	size_t i;
 	int got;

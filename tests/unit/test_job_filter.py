@@ -61,17 +61,58 @@ CLONE_VM, CLONE_FS, CLONE_FILES, CLONE_SIGHAND, CLONE_THREAD = 0x100, 0x200, 0x4
 SIGCHLD = 17
 X32_BIT = 0x40000000
 
-# The policy: calls that always fail with EPERM, and clone3 with ENOSYS (libc then uses clone).
-ALWAYS_EPERM = {
-    "setns", "mount", "umount", "umount2", "pivot_root", "bpf", "perf_event_open",
-    "fsopen", "fsconfig", "fsmount", "fspick", "move_mount", "open_tree", "open_tree_attr", "mount_setattr",
-}  # fmt: skip
-# Left alone on purpose (README): chroot needs CAP_SYS_CHROOT, which no user gets without a user
-# namespace; the keyrings serve Kerberos and NFS (and the worker's own profile already refuses them).
-NOT_FILTERED = {"chroot", "keyctl", "add_key", "request_key", "listmount", "statmount", "fork", "vfork"}
+REPO = Path(__file__).resolve().parents[2]
+POLICY_FILE = REPO / "spank" / "syscalls.txt"
+WORKER_PROFILE = REPO / "images" / "worker" / "seccomp.json"
 
-# Linux 6.15 added open_tree_attr; headers older than that do not name it.
-NEWER_THAN_HEADERS = {"open_tree_attr": 467}
+
+@dataclass(frozen=True)
+class Decision:
+    job: str  # eperm, ns, enosys or "-"
+    profile: str  # docker, sysadmin, allow or refuse
+    nr: int | None  # calls since 5.1: the number on every ABI
+    reason: str
+
+
+def _policy() -> dict[str, Decision]:
+    """spank/syscalls.txt: the one list (name, job filter, worker profile, number, reason)."""
+    out: dict[str, Decision] = {}
+    for line in POLICY_FILE.read_text().splitlines():
+        if not line.strip() or line.startswith("#"):
+            continue
+        name, job, profile, nr, reason = line.split(maxsplit=4)
+        assert name not in out, f"{name} twice in {POLICY_FILE}"
+        out[name] = Decision(job, profile, None if nr == "-" else int(nr), reason)
+    return out
+
+
+POLICY = _policy()
+# calls that always fail with EPERM, those that fail with ENOSYS (clone3: libc then uses clone), and
+# those that fail when their flags ask for a new namespace
+ALWAYS_EPERM = {n for n, d in POLICY.items() if d.job == "eperm"}
+ALWAYS_ENOSYS = {n for n, d in POLICY.items() if d.job == "enosys"}
+NS_FLAGS = {n for n, d in POLICY.items() if d.job == "ns"}
+# Left alone on purpose, each with its reason in the list (chroot needs CAP_SYS_CHROOT, which no user
+# gets without a user namespace; the keyrings serve Kerberos and NFS and the worker's profile refuses
+# them; the newer calls only touch the caller's own things).
+NOT_FILTERED = {n for n, d in POLICY.items() if d.job == "-"}
+
+# Calls newer than the installed headers (linux-libc-dev 6.1 here) take their number from the list.
+NEWER_THAN_HEADERS = {n: d.nr for n, d in POLICY.items() if d.nr is not None}
+
+
+def test_the_list_is_complete_and_says_why() -> None:
+    assert {"io_uring_setup", "io_uring_enter", "io_uring_register", "mount", "setns"} <= ALWAYS_EPERM
+    assert {"unshare", "clone"} == NS_FLAGS and {"clone3"} == ALWAYS_ENOSYS
+    for name, d in POLICY.items():
+        assert d.job in {"eperm", "ns", "enosys", "-"}, name
+        assert d.profile in {"docker", "sysadmin", "allow", "refuse"}, name
+        assert len(d.reason) >= 8, f"{name}: no reason"
+    for name in ("userfaultfd", "kexec_load", "kexec_file_load", "open_by_handle_at", "landlock_create_ruleset",
+                 "process_madvise", "memfd_secret", "mseal", "listmount", "statmount", "lsm_get_self_attr",
+                 "lsm_set_self_attr", "lsm_list_modules", "map_shadow_stack"):  # fmt: skip
+        assert name in POLICY, f"{name}: no decision"
+
 
 INCLUDE = Path("/usr/include")
 HEADERS = {
@@ -87,6 +128,8 @@ def _syscalls(arch: int) -> dict[str, int]:
     if not header.exists():
         pytest.skip(f"no {header} (linux-libc-dev) to read the {ARCH_NAMES[arch]} system call numbers from")
     found = {m[1]: int(m[2]) for m in re.finditer(r"^#define __NR_(\w+)\s+(\d+)\s*$", header.read_text(), re.M)}
+    for name, nr in NEWER_THAN_HEADERS.items():  # the list's numbers agree with the headers that have them
+        assert found.get(name, nr) == nr, f"{name}: {nr} in {POLICY_FILE.name}, {found[name]} in {header}"
     return {**NEWER_THAN_HEADERS, **found}
 
 
@@ -165,7 +208,7 @@ def expected(name: str | None, arg0: int) -> str | int:
     """The policy, for a call of an ABI the filter knows."""
     if name in ALWAYS_EPERM:
         return EPERM
-    if name == "clone3":
+    if name in ALWAYS_ENOSYS:
         return ENOSYS
     flags = arg0 & 0xFFFFFFFF  # the kernel reads the low 32 bits of clone's flags
     if name == "unshare":
@@ -256,7 +299,7 @@ def test_the_tables_use_the_kernel_headers_numbers(native: int) -> None:
         names = {FFI.string(r.name).decode(): r.nr for r in abi.rules[0 : abi.nrules]}
         assert names == {n: calls[n] for n in names}, FFI.string(abi.name).decode()
         # every call of the policy this ABI has is in the table
-        assert names.keys() == (ALWAYS_EPERM | {"clone3", "clone", "unshare"}) & calls.keys()
+        assert names.keys() == (ALWAYS_EPERM | ALWAYS_ENOSYS | NS_FLAGS) & calls.keys()
 
 
 def test_the_native_architecture() -> None:
@@ -268,7 +311,7 @@ def test_the_native_architecture() -> None:
     [
         (lambda: build(ARCH_I386), "no seccomp filter for architecture 0x40000003 (only x86_64 and aarch64)"),
         (lambda: build(0), "no seccomp filter for architecture 0x00000000 (only x86_64 and aarch64)"),
-        (lambda: build(ARCH_X86_64, max_insns=10), "seccomp filter: 92 instructions do not fit in 10"),
+        (lambda: build(ARCH_X86_64, max_insns=10), "seccomp filter: 104 instructions do not fit in 10"),
     ],
 )
 def test_build_errors(call: Callable[[], object], message: str) -> None:
@@ -282,3 +325,29 @@ def test_the_program_fits_exactly_and_is_the_same_every_time() -> None:
     with pytest.raises(ValueError, match="do not fit"):
         build(ARCH_X86_64, max_insns=len(prog) - 1)
     assert len(build(ARCH_AARCH64)) < len(prog) < 256  # JOB_FILTER_MAX_INSNS
+
+
+def test_the_worker_profile_says_what_the_list_says() -> None:
+    """images/worker/seccomp.json (gen-seccomp.py from Docker's default and the list's profile column):
+    io_uring is refused for every process on a worker, root's steps too; the newer calls the list allows
+    are allowed without conditions; pivot_root and open_tree_attr only with CAP_SYS_ADMIN."""
+    import json
+
+    profile = json.loads(WORKER_PROFILE.read_text())
+    assert profile["defaultAction"] == "SCMP_ACT_ERRNO"
+    allow = [r for r in profile["syscalls"] if r["action"] == "SCMP_ACT_ALLOW"]
+    plain = {
+        n for r in allow if not r.get("args") and not r.get("includes") and not r.get("excludes") for n in r["names"]
+    }
+    sysadmin = {n for r in allow if r.get("includes", {}).get("caps") == ["CAP_SYS_ADMIN"] for n in r["names"]}
+    anywhere = {n for r in allow for n in r["names"]}
+    for name, d in POLICY.items():
+        if d.profile == "refuse":
+            assert name not in anywhere, f"{name}: allowed by the worker profile"
+        elif d.profile == "allow":
+            assert name in plain, f"{name}: not allowed by the worker profile"
+        elif d.profile == "sysadmin":
+            assert name in sysadmin and name not in plain, f"{name}: not gated on CAP_SYS_ADMIN"
+    assert {"io_uring_setup", "io_uring_enter", "io_uring_register"} <= {
+        n for n, d in POLICY.items() if d.profile == "refuse"
+    }
