@@ -76,13 +76,13 @@ def group_entry(group: str, gid: int) -> str:
     return f"dn: cn={group},{GROUPS}\nobjectClass: posixGroup\ncn: {group}\ngidNumber: {gid}\n"
 
 
-def user_entries(name: str, uid: int, key: str) -> str:
-    """LDIF of ``name`` with uid and primary group ``uid`` (a group of its own name), home /home/<name>,
-    bash, the SSH public key ``key``."""
+def user_entries(name: str, uid: int, key: str, home: str = "") -> str:
+    """LDIF of ``name`` with uid and primary group ``uid`` (a group of its own name), home ``home`` (default
+    /home/<name>), bash, the SSH public key ``key``."""
     return (
         f"dn: uid={name},{PEOPLE}\nobjectClass: inetOrgPerson\nobjectClass: posixAccount\n"
         f"objectClass: ldapPublicKey\nuid: {name}\ncn: {name}\nsn: {name}\nuidNumber: {uid}\n"
-        f"gidNumber: {uid}\nhomeDirectory: /home/{name}\nloginShell: /bin/bash\nsshPublicKey: {key}\n\n"
+        f"gidNumber: {uid}\nhomeDirectory: {home or f'/home/{name}'}\nloginShell: /bin/bash\nsshPublicKey: {key}\n\n"
         + group_entry(name, uid)
     )
 
@@ -167,9 +167,9 @@ class Directory:
         return docker("exec", "-i", self.container, *admin_args(tool, self.admin_password), *args, input=stdin,
                       check=check)  # fmt: skip
 
-    def add_user(self, name: str, uid: int, key: str, groups: tuple[str, ...] = ()) -> None:
+    def add_user(self, name: str, uid: int, key: str, groups: tuple[str, ...] = (), home: str = "") -> None:
         """``name`` (``user_entries``), and a member of each of the site's ``groups``."""
-        self._ldap("ldapadd", stdin=user_entries(name, uid, key))
+        self._ldap("ldapadd", stdin=user_entries(name, uid, key, home))
         for group in groups:
             self._ldap("ldapmodify", stdin=member_change(group, name))
 

@@ -1,0 +1,221 @@
+"""Root never acts through a path a user controls (issue 51): a user plants a symbolic link where a root
+helper or a daemon writes for them, and the helper refuses, or the write happens with the user's own
+rights, so the link's target stays as it was.
+
+- `warden-useradd --key` (root in the jail, the documented way to give a user a key) writes ~/.ssh as the
+  user and refuses a link there, naming it;
+- the login's session hook (root, outside the chroot, where an absolute link in the jail resolves against
+  the login container's own root) makes a directory user's home only below directories that root alone
+  can change, never through a link;
+- sbcast (slurmd, as the user) and an MPI step's per-task files (slurmstepd, as the user), which are opened
+  in the worker container and not in the jail, never change a root file of the container through a link.
+
+Every trap targets a root-owned file or directory made for the test. After each, the user is served again
+once they have removed the link.
+"""
+
+from __future__ import annotations
+
+import random
+import shlex
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from tests.support.directory import Directory
+from tests.support.jailuser import JailUser
+from warden import naming
+from warden_dev.dockercluster import DockerCluster
+
+q = shlex.quote
+PROBE = "probe: root's, no user may change it\n"
+
+
+def _login(cluster: DockerCluster) -> str:
+    return f"{cluster.names.login}-0"
+
+
+@pytest.fixture
+def user(cluster: DockerCluster) -> JailUser:
+    """A fresh user (warden-useradd as root on the login node) for each test: a trap that went wrong
+    locks out only this one."""
+    return JailUser.added_by_root(cluster, f"trap{uuid.uuid4().hex[:6]}")
+
+
+@pytest.fixture
+def probe(cluster: DockerCluster) -> Iterator[str]:
+    """A file in the jail's /etc made by root for the test: root:root 0644, known contents."""
+    path = f"/etc/warden-probe-{uuid.uuid4().hex[:8]}"
+    cluster.ssh("root", f"printf %s {q(PROBE)} > {path} && chmod 0644 {path}")
+    yield path
+    cluster.ssh("root", f"rm -rf {path}", check=False)
+
+
+@pytest.fixture
+def probe_dir(cluster: DockerCluster) -> Iterator[str]:
+    """An empty directory in the jail's /etc made by root for the test: root:root 0755."""
+    path = f"/etc/warden-probe-{uuid.uuid4().hex[:8]}.d"
+    cluster.ssh("root", f"install -d -m 0755 {path}")
+    yield path
+    cluster.ssh("root", f"rm -rf {path}", check=False)
+
+
+def _in_jail(cluster: DockerCluster, path: str) -> str:
+    """Owner, mode and contents of a jail path, as root sees them (in root's SSH session)."""
+    show = f"stat -c '%u:%g %a' {path}; if [ -d {path} ]; then ls -A {path}; else cat {path}; fi"
+    return cluster.ssh("root", show).out
+
+
+def _as_user_on_login(cluster: DockerCluster, user: JailUser, script: str) -> None:
+    """`script` run with the user's uid and gid on the login node (its container, the jail at
+    /mnt/jail): what the user does to undo a trap that also keeps sshd from reading their keys."""
+    uid, gid = _ids(cluster, user)
+    cluster.exec(_login(cluster), f"cd {naming.JAIL_MOUNT}/home/{user.name} && {script}", user=f"{uid}:{gid}")
+
+
+def _ids(cluster: DockerCluster, user: JailUser) -> tuple[str, str]:
+    out = cluster.ssh("root", f"id -u {user.name}; id -g {user.name}").out.split()
+    return out[0], out[1]
+
+
+def test_warden_useradd_gives_a_key_as_the_users_own_file_and_again_changes_nothing(
+    cluster: DockerCluster, user: JailUser
+) -> None:
+    """The normal path: a new key for an existing user, given twice; the file is theirs, 0600, in their
+    0700 ~/.ssh, with each key once, and the new key logs them in."""
+    identity, key = cluster.user_key(f"{user.name}-new")
+    for _ in range(2):
+        cluster.ssh("root", f"warden-useradd --key {q(key)} {user.name}")
+    out = user.ssh("stat -c '%U %a' ~/.ssh ~/.ssh/authorized_keys; cat ~/.ssh/authorized_keys")
+    lines = out.splitlines()
+    assert lines[:2] == [f"{user.name} 700", f"{user.name} 600"], out
+    assert sorted(lines[2:]) == sorted([user.public_key, key]), out
+    assert cluster.ssh(user.name, "id -un", identity=identity).out.strip() == user.name
+
+
+def test_warden_useradd_refuses_a_linked_authorized_keys_and_its_target_stays_roots(
+    cluster: DockerCluster, user: JailUser, probe: str
+) -> None:
+    """The measured attack: ~/.ssh/authorized_keys made a link to a root file of the jail's /etc; root then
+    adds a key. Before, warden-useradd appended the key to the file, made it the user's and mode 0600
+    (with /etc/passwd as the target: root). Now it refuses, names the link, and writes nothing."""
+    keys = f"/home/{user.name}/.ssh/authorized_keys"
+    user.ssh(f"mv {keys} ~/keys.saved && ln -s {probe} {keys}")
+    identity, key = cluster.user_key(f"{user.name}-new")
+    r = cluster.ssh("root", f"warden-useradd --key {q(key)} {user.name}", check=False)
+    assert not r.ok, r
+    want = f"warden-useradd: refusing {keys}: it is a symbolic link (to {probe}); remove it and run again"
+    assert want in r.err, r
+    assert _in_jail(cluster, probe) == "0:0 644\n" + PROBE
+    # the user removes the link (sshd cannot read their keys through it, so not over SSH); root again
+    _as_user_on_login(cluster, user, "rm .ssh/authorized_keys && mv keys.saved .ssh/authorized_keys")
+    cluster.ssh("root", f"warden-useradd --key {q(key)} {user.name}")
+    assert cluster.ssh(user.name, "id -un", identity=identity).out.strip() == user.name
+    assert user.ssh("srun -p cpu -N1 id -un").strip() == user.name
+    assert _in_jail(cluster, probe) == "0:0 644\n" + PROBE
+
+
+def test_warden_useradd_refuses_a_linked_ssh_directory_and_its_target_stays_roots(
+    cluster: DockerCluster, user: JailUser, probe_dir: str
+) -> None:
+    """~/.ssh made a link to a root directory of the jail: before, root made the directory the user's
+    (install -d follows the link) and wrote authorized_keys into it."""
+    user.ssh(f"mv ~/.ssh ~/ssh.saved && ln -s {probe_dir} ~/.ssh")
+    identity, key = cluster.user_key(f"{user.name}-new")
+    r = cluster.ssh("root", f"warden-useradd --key {q(key)} {user.name}", check=False)
+    assert not r.ok, r
+    want = f"warden-useradd: refusing /home/{user.name}/.ssh: it is a symbolic link (to {probe_dir}); remove it"
+    assert want in r.err, r
+    assert _in_jail(cluster, probe_dir) == "0:0 755\n"
+    _as_user_on_login(cluster, user, "rm .ssh && mv ssh.saved .ssh")
+    cluster.ssh("root", f"warden-useradd --key {q(key)} {user.name}")
+    assert cluster.ssh(user.name, "id -un", identity=identity).out.strip() == user.name
+
+
+def test_the_session_hook_makes_no_home_through_a_users_link(
+    cluster: DockerCluster, directory: Directory, user: JailUser
+) -> None:
+    """A directory user whose home the directory puts below a jail user's home, where that user made a
+    link to /etc. The session hook runs as root outside the chroot: through the link it would have made
+    the home in the login container's own /etc. It refuses (the login log says why), makes nothing in
+    either /etc, and the person still logs in (in /)."""
+    user.ssh("ln -s /etc ~/lab")
+    person = f"eve{uuid.uuid4().hex[:4]}"
+    uid = 72000 + random.randrange(900)
+    home = f"/home/{user.name}/lab/{person}"
+    identity, key = cluster.user_key(person)
+    directory.add_user(person, uid, key, home=home)
+    try:
+        r = cluster.ssh(person, "pwd; id -u", identity=identity, check=False)
+        assert r.ok and r.out.split() == ["/", str(uid)], r
+        log = cluster.logs(_login(cluster), tail=400)
+        assert f"users: refusing to make {person}'s home {home}: " in log, log
+        assert "the session starts in /" in log, log
+        made = cluster.exec(
+            _login(cluster),
+            f"ls -d /etc/{person} /etc/.warden-home.* {naming.JAIL_MOUNT}/etc/{person} "
+            f"{naming.JAIL_MOUNT}/etc/.warden-home.* 2>/dev/null || true",
+        ).out
+        assert made == "", made
+    finally:
+        directory.delete_user(person)
+
+
+@pytest.fixture
+def worker_probe(cluster: DockerCluster) -> Iterator[tuple[str, str]]:
+    """A root file of a CPU worker's container (not in the jail): (node, path), root:root 0644."""
+    node = cluster.worker_pods("cpu")[0]
+    path = f"/etc/warden-probe-{uuid.uuid4().hex[:8]}"
+    cluster.exec(node, f"printf %s {q(PROBE)} > {path} && chmod 0644 {path}")
+    yield node, path
+    cluster.exec(node, f"rm -f {path}", check=False)
+
+
+def _in_worker(cluster: DockerCluster, node: str, path: str) -> str:
+    return cluster.exec(node, f"stat -c '%u:%g %a' {path}; cat {path}").out
+
+
+def test_sbcast_through_a_users_link_changes_no_file_of_the_worker_container(
+    cluster: DockerCluster, user: JailUser, worker_probe: tuple[str, str]
+) -> None:
+    """slurmd writes sbcast's file in the worker container, not in the jail, from a process with the
+    user's uid: a link in the user's home (shown at /home in the container too) to a root file of the
+    container, or into slurmd's spool, is refused by the kernel, and the file stays root's."""
+    node, target = worker_probe
+    spool = f"{naming.SLURMD_SPOOL_DIR}/warden-probe-{uuid.uuid4().hex[:8]}"
+    user.ssh(f"echo payload > ~/payload && ln -s {target} ~/to-etc && ln -s {spool} ~/to-spool")
+    for link in ("to-etc", "to-spool"):
+        r = cluster.ssh(
+            user.name, f"salloc -p cpu -N1 -w {node} sbcast -f ~/payload ~/{link}", check=False, identity=user.identity
+        )
+        assert not r.ok, (link, r)
+        assert "Permission denied" in r.err, (link, r)
+    assert _in_worker(cluster, node, target) == "0:0 644\n" + PROBE
+    assert cluster.exec(node, f"test -e {spool} && echo yes || echo no").out.strip() == "no"
+    # without the links, the same broadcast lands in her home (the jail's), as hers
+    user.ssh("rm ~/to-etc ~/to-spool")
+    user.ssh(f"salloc -p cpu -N1 -w {node} sbcast -f ~/payload ~/to-etc")
+    assert user.ssh("stat -c %U ~/to-etc; cat ~/to-etc").split() == [user.name, "payload"]
+
+
+def test_an_mpi_steps_files_through_a_users_link_change_no_file_of_the_worker_container(
+    cluster: DockerCluster, user: JailUser, worker_probe: tuple[str, str]
+) -> None:
+    """An srun step with an MPI plugin has its per-task files opened in the worker container (spank/README.md,
+    "Which process sees which root"), by slurmstepd with the user's uid: a per-task output name that is the
+    user's link to a root file of the container fails the step, and the file stays root's."""
+    node, target = worker_probe
+    user.ssh(f"ln -s {target} ~/mpi-0.out")
+    r = cluster.ssh(
+        user.name,
+        f"cd && srun -p cpu -N1 -w {node} --mpi=pmi2 -o mpi-%t.out echo written",
+        check=False,
+        identity=user.identity,
+    )
+    assert not r.ok, r
+    assert "Slurmd could not connect IO" in r.err, r
+    assert _in_worker(cluster, node, target) == "0:0 644\n" + PROBE
+    user.ssh("rm ~/mpi-0.out")
+    user.ssh(f"cd && srun -p cpu -N1 -w {node} --mpi=pmi2 -o mpi-%t.out echo written")
+    assert user.ssh("stat -c %U ~/mpi-0.out; cat ~/mpi-0.out").split() == [user.name, "written"]
