@@ -29,6 +29,7 @@
 #ifndef WARDEN_JOB_FILTER_H
 #define WARDEN_JOB_FILTER_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -103,5 +104,14 @@ int job_filter_build(uint32_t native, struct sock_filter *out, size_t max,
  * Defined in job_filter_install.c (system calls), not in job_filter.c.
  */
 int job_filter_install(char *err, size_t errlen, char *note, size_t notelen);
+
+/*
+ * job_filter_install's system calls alone, for the child of a fork in a
+ * multithreaded process (spank_jail.c's fork handler): no formatting, no
+ * allocation, no locks. Returns 0, or the errno of the call that failed,
+ * named in *what (a constant string); *nnp tells whether no_new_privs was
+ * set on the way (as job_filter_install's note).
+ */
+int job_filter_install_raw(bool *nnp, const char **what);
 
 #endif /* WARDEN_JOB_FILTER_H */

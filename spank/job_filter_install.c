@@ -40,24 +40,25 @@
 #define SECCOMP_FILTER_FLAG_SPEC_ALLOW (1UL << 2)
 #endif
 
-int job_filter_install(char *err, size_t errlen, char *note, size_t notelen)
+int job_filter_install_raw(bool *nnp, const char **what)
 {
 	struct sock_filter insns[JOB_FILTER_MAX_INSNS];
 	struct sock_fprog prog;
 	unsigned long flags = SECCOMP_FILTER_FLAG_SPEC_ALLOW;
-	bool nnp = false;
 	int n;
 
-	if (note && notelen > 0)
-		note[0] = '\0';
+	*nnp = false;
+	*what = "build the filter";
 	n = job_filter_build(job_filter_native_arch(), insns,
-			     JOB_FILTER_MAX_INSNS, err, errlen);
+			     JOB_FILTER_MAX_INSNS, NULL, 0);
 	if (n < 0)
-		return -1;
+		return ENOEXEC;
 	prog.len = (unsigned short)n;
 	prog.filter = insns;
 
 	for (;;) {
+		*what = flags ? "seccomp(SECCOMP_SET_MODE_FILTER, SPEC_ALLOW)" :
+				"seccomp(SECCOMP_SET_MODE_FILTER, 0)";
 		if (syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, flags,
 			    &prog) == 0)
 			return 0;
@@ -65,21 +66,37 @@ int job_filter_install(char *err, size_t errlen, char *note, size_t notelen)
 			flags &= ~SECCOMP_FILTER_FLAG_SPEC_ALLOW;
 			continue;
 		}
-		if (errno == EACCES && !nnp) {
+		if (errno == EACCES && !*nnp) {
+			*what = "prctl(PR_SET_NO_NEW_PRIVS)";
 			if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
-				return jail_fail(err, errlen,
-					    "prctl(PR_SET_NO_NEW_PRIVS): %s",
-					    strerror(errno));
-			nnp = true;
-			if (note && notelen > 0)
-				(void)snprintf(note, notelen,
-					       "no CAP_SYS_ADMIN to install the seccomp filter "
-					       "alone: no_new_privs is set, setuid programs "
-					       "gain nothing in this step");
+				return errno;
+			*nnp = true;
 			continue;
 		}
-		return jail_fail(err, errlen,
-			    "seccomp(SECCOMP_SET_MODE_FILTER, %s): %s",
-			    flags ? "SPEC_ALLOW" : "0", strerror(errno));
+		return errno;
 	}
+}
+
+int job_filter_install(char *err, size_t errlen, char *note, size_t notelen)
+{
+	struct sock_filter insns[JOB_FILTER_MAX_INSNS];
+	const char *what;
+	bool nnp;
+	int e;
+
+	if (note && notelen > 0)
+		note[0] = '\0';
+	/* an architecture the filter does not know: say which */
+	if (job_filter_build(job_filter_native_arch(), insns,
+			     JOB_FILTER_MAX_INSNS, err, errlen) < 0)
+		return -1;
+	e = job_filter_install_raw(&nnp, &what);
+	if (nnp && note && notelen > 0)
+		(void)snprintf(note, notelen,
+			       "no CAP_SYS_ADMIN to install the seccomp filter "
+			       "alone: no_new_privs is set, setuid programs "
+			       "gain nothing in this step");
+	if (e != 0)
+		return jail_fail(err, errlen, "%s: %s", what, strerror(e));
+	return 0;
 }

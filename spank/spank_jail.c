@@ -23,6 +23,9 @@
  *   perf_event_open for ordinary users. With `containers=on` the filter comes
  *   later, in slurm_spank_task_init, once pyxis has set up the step's
  *   container (see there).
+ * - Every process slurmstepd's main thread forks while it waits for the
+ *   tasks (the task epilogs; see filter_forked_child): the same filter, in
+ *   the forked child, for the same jobs.
  *
  * See README.md ("Which process sees which root") for why, and for the
  * arguments and messages.
@@ -31,6 +34,8 @@
 #include <slurm/slurm.h>
 #include <slurm/spank.h>
 
+#include <pthread.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -325,6 +330,84 @@ static int filter_task(spank_t sp)
 }
 
 /*
+ * The processes slurmstepd's main thread forks while it waits for the tasks:
+ * the task epilogs (`srun --task-epilog`, slurm.conf's TaskEpilog), which it
+ * forks with fork(2) when a task ends, before SPANK_STEP_TASK_EXIT, and runs
+ * as the user (setuid, chdir, execve in the child) with no plugin hook in the
+ * child; and whatever the plugins listed before this one fork in their
+ * slurm_spank_task_exit (pyxis: `enroot remove` as the user). A fork handler
+ * (pthread_atfork, registered once per load of the plugin: glibc drops the
+ * handlers of a library when it is unloaded) installs the job filter in each
+ * such child, still root with every capability (so no no_new_privs, as for
+ * the tasks), before it runs anything. Only while the window is open
+ * (slurm_spank_task_post_fork of the last task until the last
+ * slurm_spank_task_exit), only for a fork of the thread that opened it, and
+ * only for a job the filter is for. The child of a fork in a multithreaded
+ * process may only make plain system calls: no logging there; if the
+ * filter cannot be installed the child says so on its stderr and exits 127
+ * before it runs anything (Slurm then logs `TaskEpilog failed status=127`).
+ */
+static struct {
+	volatile sig_atomic_t on; /* filter the main thread's forks */
+	pthread_t thread;         /* slurmstepd's main thread */
+	bool registered;          /* pthread_atfork done in this process */
+} forks;
+
+static void filter_forked_child(void)
+{
+	static const char msg[] = "spank_jail: cannot install the seccomp "
+		"filter in this process slurmstepd forked for the job step "
+		"(a task epilog?); it does not run\n";
+	const char *what;
+	bool nnp;
+	ssize_t w;
+
+	if (!forks.on || !pthread_equal(pthread_self(), forks.thread))
+		return;
+	forks.on = 0;
+	if (job_filter_install_raw(&nnp, &what) == 0)
+		return;
+	w = write(STDERR_FILENO, msg, sizeof(msg) - 1);
+	(void)w;
+	_exit(127);
+}
+
+/* In the window, for this job: filter the main thread's forks (or not). */
+static int filter_forks(spank_t sp)
+{
+	spank_err_t rc;
+	uid_t uid;
+	int e;
+
+	if (state.cfg->seccomp_off)
+		return 0;
+	rc = spank_get_item(sp, S_JOB_UID, &uid);
+	if (rc != ESPANK_SUCCESS) {
+		slurm_error(LOG_PREFIX "cannot read the job's uid for the "
+			    "seccomp filter of task epilogs: %s",
+			    spank_strerror(rc));
+		return -1;
+	}
+	if (uid == 0)
+		return 0;
+	if (!forks.registered) {
+		e = pthread_atfork(NULL, NULL, filter_forked_child);
+		if (e != 0) {
+			slurm_error(LOG_PREFIX "pthread_atfork: %s: task "
+				    "epilogs could run unfiltered; failing the "
+				    "step", strerror(e));
+			return -1;
+		}
+		forks.registered = true;
+	}
+	forks.thread = pthread_self();
+	forks.on = 1;
+	slurm_debug(LOG_PREFIX "task epilogs get the seccomp filter (uid %u)",
+		    (unsigned int)uid);
+	return 0;
+}
+
+/*
  * Once every task is forked (root, slurmstepd's main thread, after the last
  * task's post-fork): the main thread waits for the tasks in the jail, so the
  * task epilogs it forks when each task ends (`srun --task-epilog`, slurm.conf's
@@ -348,7 +431,7 @@ int slurm_spank_task_post_fork(spank_t sp, int ac, char **av)
 	if (enter_view("wait for the tasks") < 0)
 		return -1;
 	state.tasks_running = ntasks;
-	return 0;
+	return filter_forks(sp);
 }
 
 /* A task has ended and its epilogs have run: after the last, back to the node. */
@@ -360,6 +443,7 @@ int slurm_spank_task_exit(spank_t sp, int ac, char **av)
 		return 0;
 	if (--state.tasks_running > 0)
 		return 0;
+	forks.on = 0;
 	return leave_view("after the step's tasks ended");
 }
 
@@ -425,6 +509,7 @@ int slurm_spank_exit(spank_t sp, int ac, char **av)
 	(void)sp;
 	(void)ac;
 	(void)av;
+	forks.on = 0;
 	rc = leave_view("at the end of the step");
 	jail_config_free(state.cfg);
 	state.cfg = NULL;
