@@ -9,6 +9,9 @@
 #                                      (default 2); changes are copied in and sshd is HUPed
 #   WARDEN_DEFAULT_ACCOUNT             with accounting on (spec.accounting.defaultAccount) and a directory:
 #                                      directory users get an association in it when they log in
+#   WARDEN_SESSION_MEMORY, WARDEN_SESSION_CPU   per-user limits of SSH sessions (spec.login.userLimits:
+#                                      bytes, millicores; /usr/lib/warden/warden-session-limits)
+#   WARDEN_HIDE_PROCESSES              no: users see each other's processes (spec.security.hideOtherUsersProcesses)
 set -euo pipefail
 WARDEN_COMPONENT=login
 # shellcheck source=../slurm-base/warden-lib.sh
@@ -54,6 +57,10 @@ else
 fi
 install -d -m 0755 /run/sshd
 /usr/sbin/sshd -t
+# users' sessions in per-user cgroups with their limits; users see only their own processes
+/usr/lib/warden/warden-session-limits setup || warden_die "cannot limit users' sessions" \
+    "(spec.login.userLimits; the login container needs CAP_SYS_ADMIN); set spec.login.userLimits.enabled: false to run without"
+warden_hide_processes
 
 # sackd (its 24.11 usage text omits -D) serves /run/slurm/sack.socket; the jail sees it through the bind below
 warden_start_sackd

@@ -96,6 +96,8 @@ WARDEN_IDENTITY_DIR="${WARDEN_IDENTITY_DIR:-/etc/warden/identity}"
 WARDEN_IDENTITY_BIND_DIR="${WARDEN_IDENTITY_BIND_DIR:-/etc/warden/identity-bind}"
 WARDEN_IDENTITY_CA_DIR="${WARDEN_IDENTITY_CA_DIR:-/etc/warden/identity-ca}"
 WARDEN_SSS_PIPES=/var/lib/sss/pipes
+# the lowest uid and gid SSSD takes from the directory (operator/warden/render/config.py: SSSD_MIN_ID)
+WARDEN_SSSD_MIN_ID=1000
 warden_directory() { [ -f "$WARDEN_IDENTITY_DIR/sssd.conf" ]; }
 
 warden_sssd_conf() {
@@ -112,7 +114,11 @@ warden_sssd_conf() {
             printf 'ldap_default_authtok_type = password\nldap_default_authtok = %s\n' \
                 "$(head -n 1 "$WARDEN_IDENTITY_BIND_DIR/password")"
         fi
-        [ -z "${WARDEN_SSSD_EXTRA:-}" ] || printf '%s\n' "$WARDEN_SSSD_EXTRA"
+        # no directory entry maps onto a system uid (root, the daemons): a rendered file from an operator that
+        # did not say so still gets SSSD's floor, and the extra lines never move it
+        grep -q '^min_id = ' "$WARDEN_IDENTITY_DIR/sssd.conf" || printf 'min_id = %s\n' "$WARDEN_SSSD_MIN_ID"
+        [ -z "${WARDEN_SSSD_EXTRA:-}" ] ||
+            printf '%s\n' "$WARDEN_SSSD_EXTRA" | grep -Eiv '^[[:space:]]*(min_id|max_id|ldap_(user|group)_search_base)[[:space:]]*='
     } >"$tmp" || { rm -f "$tmp"; return 1; }
     chmod 0600 "$tmp" && mv -f "$tmp" /etc/sssd/sssd.conf
 }
@@ -154,6 +160,28 @@ warden_sssd_keep() {
         return 0
     fi
     warden_sssd_run && warden_log "users: SSSD running again ($sssd_pid)"
+}
+
+# Users see only their own processes (spec.security.hideOtherUsersProcesses; WARDEN_HIDE_PROCESSES=no
+# turns it off): this container's /proc is remounted with hidepid=invisible, an option of the procfs
+# instance, so the jail's view of it (the login's bind for SSH sessions, the SPANK plugin's for job steps)
+# hides the same. Another user's processes are absent from ps and top, and their /proc/PID (command line,
+# environment, open files) does not exist for them; root (sshd, slurmd, slurmstepd, SSSD's monitor) sees
+# everything. Needs CAP_SYS_ADMIN in the pod's user namespace (the container stops without it); kernels
+# before 5.8 take hidepid=2.
+warden_hide_processes() {
+    case "${WARDEN_HIDE_PROCESSES:-yes}" in
+        no | false | 0)
+            warden_log "proc: every user sees every process (spec.security.hideOtherUsersProcesses: false)"
+            return 0
+            ;;
+    esac
+    if mount -o remount,hidepid=invisible /proc 2>/dev/null || mount -o remount,hidepid=2 /proc 2>/dev/null; then
+        warden_log "proc: users see only their own processes (hidepid=invisible)"
+    else
+        warden_die "cannot remount /proc with hidepid=invisible (needs CAP_SYS_ADMIN), so users would see each" \
+            "other's processes; set spec.security.hideOtherUsersProcesses: false to run without"
+    fi
 }
 
 # Accounting's default account (spec.accounting.defaultAccount): the users named that accounting does not

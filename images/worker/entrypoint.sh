@@ -61,6 +61,8 @@ local_mount_modes || warden_log "local mounts: could not set their modes"
 # pyxis (loaded also where a group has containers off, to refuse them) makes each user's directory here
 install -d -o root -g root -m 0755 "$CONTAINER_STORE"
 warden_jail_users
+# users' job steps see only their own processes (spec.security.hideOtherUsersProcesses)
+warden_hide_processes
 spool="${WARDEN_SPOOL_DIR:-/var/spool/slurmd}"
 install -d -o root -g root -m 0755 "$spool"
 

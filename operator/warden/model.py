@@ -97,7 +97,10 @@ OPERATOR_OWNED_SLURM_KEYS = (
     "TopologyPlugin",
 )
 # Owned keys that a spec field of their own sets (named in the refusal of an extraLines line).
-SLURM_KEY_FIELDS = {"privatedata": "spec.slurmConfig.privateData"}
+SLURM_KEY_FIELDS = {
+    "privatedata": "spec.slurmConfig.privateData",
+    "authaltparameters": "spec.security.maxTokenLifespanSeconds",
+}
 # slurm.conf keys that make a daemon run a program (as root or SlurmUser, outside the jail), take another
 # identity, or load or write files as root. Refused in extraLines whatever their value: one SlurmCluster
 # edit must never become root on every node. (Slurm's health check is a spec field: healthChecks.quick.)
@@ -151,6 +154,10 @@ IMAGE_REGISTRY_ENV = "WARDEN_IMAGE_REGISTRY"
 IMAGE_REGISTRY = r"^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?(:[0-9]{1,5})?(/[a-z0-9]([a-z0-9._-]*[a-z0-9])?)*$"
 # slurm.conf CPUs is a 16-bit count
 MAX_SLURM_CPUS = 65533
+#: the longest token lifespan spec.security.maxTokenLifespanSeconds may allow: 30 days
+MAX_TOKEN_LIFESPAN_SECONDS = 30 * 86400
+#: the least memory spec.login.userLimits.memory may give a user's sessions
+MIN_LOGIN_USER_MEMORY = 64 * 1024 * 1024
 
 
 class Spec(BaseModel):
@@ -543,6 +550,56 @@ class SshForwarding(Spec):
         return self.tcp != "Disabled" or self.agent or self.x11
 
 
+class LoginUserLimits(Spec):
+    """What one user's SSH sessions on a login node may use together: every session of a user is placed in
+    that user's cgroup on the login pod (cgroup v1 or v2), whose memory and CPU limits these are. A user
+    past the memory limit has one of their own processes killed (the kernel's OOM killer, in their cgroup
+    only); other users' sessions go on. root's sessions are not limited."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "!has(self.memory) || !isQuantity(string(self.memory))"
+                    " || quantity(string(self.memory)).compareTo(quantity('64Mi')) >= 0",
+                    "message": "below 64Mi: a session would not start",
+                    "fieldPath": ".memory",
+                },
+                {
+                    "rule": "!has(self.cpu) || !isQuantity(string(self.cpu))"
+                    " || quantity(string(self.cpu)).compareTo(quantity('10m')) >= 0",
+                    "message": "below 10m: a session would not start",
+                    "fieldPath": ".cpu",
+                },
+            ]
+        }
+    )
+
+    enabled: bool = Field(default=True, description="Per-user limits on the login nodes.")
+    memory: Quantity = Field(
+        default="4Gi",
+        description="Memory of all of one user's sessions on one login node together (no swap beyond it). With a "
+        "memory limit in spec.login.resources, the smaller of the two.",
+    )
+    cpu: Quantity = Field(
+        default="2", description="CPUs of all of one user's sessions on one login node together (CFS quota)."
+    )
+
+    @field_validator("memory")
+    @classmethod
+    def _memory_floor(cls, memory: str) -> str:
+        if quantity_mod.parse(memory) < MIN_LOGIN_USER_MEMORY:
+            raise ValueError(f"{memory} is below 64Mi: a session would not start")
+        return memory
+
+    @field_validator("cpu")
+    @classmethod
+    def _cpu_floor(cls, cpu: str) -> str:
+        if quantity_mod.parse(cpu) * 100 < 1:
+            raise ValueError(f"{cpu} is below 10m: a session would not start")
+        return cpu
+
+
 class Login(Spec):
     """Login nodes: sshd chrooted into the jail, public keys only."""
 
@@ -555,6 +612,7 @@ class Login(Spec):
     )
     forwarding: SshForwarding = Field(default_factory=SshForwarding)
     resources: ResourceRequirements = Field(default_factory=ResourceRequirements)
+    user_limits: LoginUserLimits = Field(default_factory=LoginUserLimits)
 
 
 class Gpus(Spec):
@@ -1155,12 +1213,28 @@ class SeccompProfile(Spec):
 
 
 class Security(Spec):
-    """What the worker pods need beyond the defaults (no privileged containers, ever)."""
+    """What the worker pods need beyond the defaults (no privileged containers, ever), how long users' REST API
+    tokens may live, and whether users see each other's processes."""
 
     worker_seccomp_profile: SeccompProfile = Field(default_factory=SeccompProfile)
     worker_app_armor_unconfined: bool = Field(
         default=True,
         description="Run workers without AppArmor confinement (runtime default profiles deny mount).",
+    )
+    max_token_lifespan_seconds: int = Field(
+        default=86400,
+        ge=60,
+        le=MAX_TOKEN_LIFESPAN_SECONDS,
+        description="The longest lifespan `scontrol token lifespan=...` gives an ordinary user (slurm.conf's "
+        "AuthAltParameters max_token_lifespan): slurmctld refuses a longer one (\"Requested time limit is invalid\")"
+        " and a token asked for without a lifespan lasts the smaller of 30 minutes and this. root and SlurmUser are"
+        " not limited (Slurm's rule); the operator's own tokens are minted by the operator.",
+    )
+    hide_other_users_processes: bool = Field(
+        default=True,
+        description="On login and worker pods, users see only their own processes in /proc (`ps`, `top`): "
+        "another user's command line, environment and open files stay theirs (procfs `hidepid=invisible`). "
+        "root sees everything.",
     )
 
 

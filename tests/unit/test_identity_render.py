@@ -48,7 +48,9 @@ def test_without_a_directory_nothing_of_sssd_is_rendered_and_sshd_keeps_pam_off(
     assert not [o for o in render(c).objects if o["metadata"]["name"] == c.names.identity]
     for name, pod in pods(c).items():
         assert not [v for v in pod["volumes"] if v["name"].startswith("identity")], name
-    sshd = config.sshd_config(c)
+    assert "AuthorizedKeysCommand" not in config.sshd_config(c)
+    # PAM only for the per-user limits of sessions (spec.login.userLimits), when they are on
+    sshd = config.sshd_config(cluster(login={"userLimits": {"enabled": False}}))
     assert "UsePAM no" in sshd and "AuthorizedKeysCommand" not in sshd
 
 
@@ -102,11 +104,12 @@ def test_filters_bases_and_active_directory() -> None:
     )
     assert conf is not None
     lines = conf.splitlines()
-    assert (
-        "ldap_user_search_base = ou=people,dc=example,dc=org?subtree?(memberOf=cn=hpc,ou=groups,dc=example,dc=org)"
-        in lines
-    )
-    assert "ldap_group_search_base = dc=example,dc=org?subtree?(cn=hpc-*)" in lines
+    # the site's filters, less the entries with system ids (tests/unit/test_identity_limits_render.py)
+    users, groups = config.directory_filters("(memberOf=cn=hpc,ou=groups,dc=example,dc=org)", "(cn=hpc-*)")
+    assert users.startswith("(&(memberOf=cn=hpc,ou=groups,dc=example,dc=org)(!(")
+    assert groups.startswith("(&(cn=hpc-*)(!(")
+    assert f"ldap_user_search_base = ou=people,dc=example,dc=org?subtree?{users}" in lines
+    assert f"ldap_group_search_base = dc=example,dc=org?subtree?{groups}" in lines
     assert {"ldap_schema = ad", "ldap_id_mapping = true", "ldap_referrals = false", "entry_cache_timeout = 60"} <= set(
         lines
     )

@@ -81,6 +81,7 @@ def slurm_conf(cluster: Cluster) -> str:
         slurmd_spool_dir=naming.SLURMD_SPOOL_DIR,
         run_dir=naming.SLURM_RUN_DIR,
         jwt_key=f"{naming.SLURM_ETC}/{naming.JWT_KEY}",
+        max_token_lifespan=spec.security.max_token_lifespan_seconds,
         max_node_count=max(MIN_MAX_NODE_COUNT, 2 * cluster.total_workers),
         gres_types=["gpu"] if cluster.gpu_groups else [],
         quick_check=(
@@ -243,6 +244,7 @@ def sshd_config(cluster: Cluster) -> str:
         agent_forwarding=_yes_no(forwarding.agent),
         x11_forwarding=_yes_no(forwarding.x11),
         directory=cluster.spec.identity.ldap is not None,
+        user_limits=cluster.spec.login.user_limits.enabled,
         keys_command=naming.SSH_KEYS_COMMAND,
     )
 
@@ -257,6 +259,25 @@ SSSD_DOMAIN = "directory"
 _LDAP_SCHEMAS = {"rfc2307": "rfc2307", "rfc2307bis": "rfc2307bis", "AD": "ad"}
 
 
+#: SSSD provides no user or group with an id below this: root (0) and the images' and the jail's system
+#: accounts never come from the directory
+SSSD_MIN_ID = 1000
+#: ids at or above SSSD_MIN_ID of the images' own system accounts: SlurmUser (`slurm`, 64030 from the Debian
+#: package, the same in every image and the jail), the bridge's and the exporter's Slurm users, nobody/nogroup
+SYSTEM_IDS = (64030, naming.BRIDGE_UID, naming.READER_UID, 65534)
+#: their names (and root's), which SSSD's NSS responder never answers for
+SYSTEM_USERS = ("root", "slurm", naming.BRIDGE_USER, naming.READER_USER, "nobody")
+SYSTEM_GROUPS = ("root", "slurm", "nogroup")
+
+
+def directory_filters(user_filter: str | None, group_filter: str | None) -> tuple[str, str]:
+    """The LDAP filters of SSSD's user and group searches: the spec's own (if any), less every entry that
+    carries a system id (SYSTEM_IDS) as its uid or gid."""
+    not_user = "".join(f"(!(uidNumber={i}))(!(gidNumber={i}))" for i in SYSTEM_IDS)
+    not_group = "".join(f"(!(gidNumber={i}))" for i in SYSTEM_IDS)
+    return f"(&{user_filter or ''}{not_user})", f"(&{group_filter or ''}{not_group})"
+
+
 def sssd_conf(cluster: Cluster) -> str | None:
     """sssd.conf for spec.identity.ldap, without the bind credentials (the entrypoints add them from the
     bind Secret, which only SSSD's pods mount); None without a directory."""
@@ -264,10 +285,17 @@ def sssd_conf(cluster: Cluster) -> str | None:
     if ldap is None:
         return None
     tls = not ldap.insecure_plaintext or any(u.startswith("ldaps://") for u in ldap.uris)
+    user_filter, group_filter = directory_filters(ldap.user_filter, ldap.group_filter)
     return _render(
         "sssd.conf.j2",
         **_common(cluster),
         ldap=ldap,
+        min_id=SSSD_MIN_ID,
+        system_ids=SYSTEM_IDS,
+        system_users=SYSTEM_USERS,
+        system_groups=SYSTEM_GROUPS,
+        user_filter=user_filter,
+        group_filter=group_filter,
         domain=SSSD_DOMAIN,
         schema=_LDAP_SCHEMAS[ldap.schema_],
         bind_secret=ldap.bind_secret,

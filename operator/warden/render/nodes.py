@@ -4,6 +4,7 @@ StatefulSet, and their Services."""
 from __future__ import annotations
 
 from warden import naming
+from warden import quantity as quantity_mod
 from warden.model import API_GROUP, API_VERSION, WORKER_SET_KIND, WorkerGroup
 from warden.render import config
 from warden.render.context import Cluster
@@ -57,6 +58,38 @@ def _worker_security(cluster: Cluster) -> Manifest:
     if sec.worker_app_armor_unconfined:
         out["appArmorProfile"] = {"type": "Unconfined"}
     return out
+
+
+def _process_env(cluster: Cluster) -> list[Manifest]:
+    """Login and worker pods remount their /proc so that users see only their own processes, unless
+    spec.security.hideOtherUsersProcesses is off (images/slurm-base/warden-lib.sh: warden_hide_processes)."""
+    if cluster.spec.security.hide_other_users_processes:
+        return []
+    return [{"name": "WARDEN_HIDE_PROCESSES", "value": "no"}]
+
+
+def session_limits(cluster: Cluster) -> tuple[int, int] | None:
+    """(bytes, millicores) that all of one user's SSH sessions on a login node get together
+    (spec.login.userLimits), None when off. The memory is at most the login container's own limit."""
+    limits = cluster.spec.login.user_limits
+    if not limits.enabled:
+        return None
+    memory = int(quantity_mod.parse(limits.memory))
+    pod_memory = cluster.spec.login.resources.limits.get("memory")
+    if pod_memory is not None:
+        memory = min(memory, int(quantity_mod.parse(pod_memory)))
+    return memory, max(1, int(quantity_mod.parse(limits.cpu) * 1000))
+
+
+def _session_env(cluster: Cluster) -> list[Manifest]:
+    """The login container's per-user limits (images/login/warden-session-limits)."""
+    limits = session_limits(cluster)
+    if limits is None:
+        return []
+    return [
+        {"name": "WARDEN_SESSION_MEMORY", "value": str(limits[0])},
+        {"name": "WARDEN_SESSION_CPU", "value": str(limits[1])},
+    ]
 
 
 def _gpu_env(group: WorkerGroup) -> list[Manifest]:
@@ -128,6 +161,7 @@ def worker_set(cluster: Cluster, group: WorkerGroup) -> Manifest:
             {"name": "WARDEN_SLURMD_CONF", "value": config.slurmd_node_conf(group)},
             {"name": "WARDEN_WORKER_GROUP", "value": group.name},
             *_gpu_env(group),
+            *_process_env(cluster),
             cluster.series_env("worker"),
         ],
         "ports": [{"name": "slurmd", "containerPort": naming.SLURMD_PORT}],
@@ -229,6 +263,7 @@ def login_statefulset(cluster: Cluster) -> Manifest:
         # directory users get their association at login (the session hook; the jail's users get theirs
         # from slurmctld's pod, which sees the jail's passwd change)
         container["env"].append({"name": "WARDEN_DEFAULT_ACCOUNT", "value": spec.accounting.default_account})
+    container["env"] += [*_session_env(cluster), *_process_env(cluster)]
     return statefulset(
         cluster,
         names.login,
