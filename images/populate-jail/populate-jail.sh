@@ -7,7 +7,8 @@
 # present the script returns at once. It is written last, so an interrupted copy is redone.
 # `overwrite` (or WARDEN_POPULATE_OVERWRITE=1) copies again over a populated jail and removes files
 # the image no longer has, EXCEPT what users own: /home, /root, and the account databases
-# (/etc/passwd, group, shadow, gshadow, subuid, subgid) — see WARDEN_POPULATE_KEEP.
+# (/etc/passwd, group, shadow, gshadow, subuid, subgid) — see WARDEN_POPULATE_KEEP — and what is in
+# directories users can write (/tmp, /var/tmp...), which it never walks.
 # WARDEN_POPULATE_OVERWRITE=once:<id> (what the operator's Job sets for `jail.populate.overwrite`)
 # overwrites once per <id>: the sentinel records it, and a run with the same <id> does nothing.
 # Keeps permissions, ownership (numeric ids), hard links, ACLs and xattrs (file capabilities):
@@ -31,7 +32,7 @@ overwrite="${WARDEN_POPULATE_OVERWRITE:-0}"
 case "${1:-}" in
     overwrite) overwrite=1 ;;
     '') ;;
-    -h | --help) sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) log "unknown argument '$1'"; exit 2 ;;
 esac
 
@@ -139,6 +140,19 @@ kept=""
 for p in $keep; do
     if [ -e "$dst$p" ] || [ -L "$dst$p" ]; then args+=(--exclude="$p"); kept="$kept $p"; fi
 done
+# Directories users can write (group- or world-writable, or not root's: /tmp, /var/tmp, a project
+# directory given to a user) are never walked: rsync would delete the files users made there, by path,
+# while a user could swap a directory for a link and have root delete through it. find stops at each of
+# them (-prune) and walks only root's own directories, which no user can change under it; it follows
+# no link. Their contents are excluded (and so never deleted); the directories themselves are synced.
+users=""
+while IFS= read -r -d '' d; do
+    d="${d#"$dst"}"
+    args+=(--exclude="$d/*")
+    users="$users $d"
+done < <(find "$dst" -xdev \( -path "$dst/home" -o -path "$dst/root" \) -prune -o \
+    -type d \( -perm /0022 -o ! -uid 0 \) -prune -print0)
+[ -z "$users" ] || log "leaving alone what users can write in:$users"
 if [ -f "$sentinel" ]; then
     log "overwrite: re-populating $dst, keeping:$kept"
     # --delete never touches excluded paths (rsync only deletes them with --delete-excluded)

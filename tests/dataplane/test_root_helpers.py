@@ -219,3 +219,26 @@ def test_an_mpi_steps_files_through_a_users_link_change_no_file_of_the_worker_co
     user.ssh("rm ~/mpi-0.out")
     user.ssh(f"cd && srun -p cpu -N1 -w {node} --mpi=pmi2 -o mpi-%t.out echo written")
     assert user.ssh("stat -c %U ~/mpi-0.out; cat ~/mpi-0.out").split() == [user.name, "written"]
+
+
+def test_a_populate_overwrite_never_walks_into_what_users_can_write(cluster: DockerCluster) -> None:
+    """`jail.populate.overwrite` copies the image over a live jail, as root, and deletes what the image
+    lacks. In a directory users can write (/var/tmp) that meant deleting their files by path, while a user
+    could swap a directory for a link and have root delete through it. Now it never walks into such a
+    directory: what a user made there stays, links included, and their targets are untouched."""
+    vol = f"{cluster.prefix}-populate-{uuid.uuid4().hex[:6]}"
+    cluster.create_volume(vol)
+    cluster.run_populate(vol)
+    cluster.volume_sh(
+        vol,
+        "mkdir -p /v/var/tmp/work/sub && echo data > /v/var/tmp/work/sub/f && ln -s /etc /v/var/tmp/work/etc "
+        "&& chown -hR 10000:10000 /v/var/tmp/work",
+    )
+    before = cluster.volume_sh(vol, "stat -c '%u:%g %a' /v/etc; ls /v/etc | wc -l").out
+    again = cluster.run_populate(vol, overwrite=True)
+    assert "leaving alone what users can write in:" in again.logs and " /var/tmp" in again.logs, again.logs
+    after = cluster.volume_sh(
+        vol, "cat /v/var/tmp/work/sub/f; readlink /v/var/tmp/work/etc; stat -c %u /v/var/tmp/work"
+    )
+    assert after.out.split() == ["data", "/etc", "10000"], after
+    assert cluster.volume_sh(vol, "stat -c '%u:%g %a' /v/etc; ls /v/etc | wc -l").out == before
