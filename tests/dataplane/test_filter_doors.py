@@ -153,6 +153,34 @@ def test_a_users_enroot_hook_does_not_run_and_credentials_still_work(
     )
 
 
+RC = """# a user's image: its start-up file, run by enroot-switchroot before the step's program
+{ echo "rc ran as $(id -un)"; unshare -Ur true 2>&1; echo "exit=$?"; grep '^Seccomp:' /proc/self/status; } \\
+    > "/home/erin/rc-ran.txt" 2>&1
+"""
+
+
+def test_an_images_own_start_up_file_runs_under_the_filter(cluster: DockerCluster, registry: reg.Registry) -> None:
+    """erin builds an image of her own on the login node (the registry's, unpacked, with lines of hers at
+    the top of /etc/rc, which enroot runs in the container's user namespace when the container starts)
+    and runs a step from it: her /etc/rc ran, filtered (no user namespace), and the step ran in the image."""
+    erin = JailUser.added_by_root(cluster, "erin")
+    build = (
+        "cd ~ && rm -rf rcimg base.sqsh rc.sqsh rc-ran.txt && "
+        f"enroot import --output base.sqsh docker://{registry.reference()} >/dev/null 2>&1 && "
+        "unsquashfs -d rcimg base.sqsh >/dev/null && cat - rcimg/etc/rc > rc.new && mv rc.new rcimg/etc/rc && "
+        "mksquashfs rcimg rc.sqsh -all-root -noappend >/dev/null && rm -rf rcimg base.sqsh && echo built"
+    )
+    assert erin.ssh(build, input=RC, timeout=300).strip().endswith("built")
+    node = cluster.worker_pods("cpu")[0]
+    out = erin.ssh(f"srun -p cpu -N1 -w {node} --container-image=$HOME/rc.sqsh grep PRETTY_NAME /etc/os-release",
+                   timeout=300)  # fmt: skip
+    assert IMAGE_OS in out, out
+    ran = erin.ssh("cat ~/rc-ran.txt")
+    assert ran.startswith("rc ran as erin"), ran
+    assert "unshare failed: Operation not permitted" in ran and re.search(r"^exit=[1-9]", ran, re.M), ran
+    assert re.search(r"^Seccomp:\s+2$", ran, re.M), ran
+
+
 def test_the_node_still_serves_other_users(cluster: DockerCluster, alice: JailUser) -> None:
     """After the refused attempts above, the nodes they ran on are not drained and take the next job."""
     for group in ("plain", "cpu"):
