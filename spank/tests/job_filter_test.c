@@ -22,6 +22,8 @@
  *   a setuid-root program started under the filter: still gains root, still
  *     filtered
  *   root without CAP_SYS_ADMIN: no_new_privs is set and the filter installed
+ *   a fork handler in a threaded process: the children one thread forks
+ *     are filtered, other threads' are not (spank_jail.c, task epilogs)
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -29,6 +31,7 @@
 #include <grp.h>
 #include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 #include <spawn.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -624,6 +627,58 @@ static void no_cap_sys_admin(void)
 	exit(failures);
 }
 
+/*
+ * spank_jail.c's fork handler, as it works there: a pthread_atfork child
+ * handler installs the filter (job_filter_install_raw) in the children that
+ * one thread forks while a window is open; glibc's pthread_self() in the
+ * child is the forking thread's, so a fork from another thread, or after
+ * the window closed, is left alone.
+ */
+static volatile sig_atomic_t window_open;
+static pthread_t window_thread;
+
+static void window_child(void)
+{
+	const char *what;
+	bool nnp;
+
+	if (!window_open || !pthread_equal(pthread_self(), window_thread))
+		return;
+	window_open = 0;
+	if (job_filter_install_raw(&nnp, &what) != 0 || nnp)
+		_exit(99);
+}
+
+static void *fork_from_other_thread(void *arg)
+{
+	*(int *)arg = in_child(p_unshare_newns);
+	return NULL;
+}
+
+static void fork_handler(void)
+{
+	int other = -1;
+	pthread_t t;
+
+	if (pthread_atfork(NULL, NULL, window_child) != 0)
+		die("pthread_atfork");
+	window_thread = pthread_self();
+	window_open = 1;
+	ok(in_child(p_unshare_newns) == EPERM && in_child(p_io_uring_setup) == EPERM &&
+	   in_child(p_unshare_newuser) == EPERM,
+	   "a child the window's thread forks is filtered (no no_new_privs needed)");
+	ok(window_open == 1, "the parent itself is not");
+	if (pthread_create(&t, NULL, fork_from_other_thread, &other) != 0)
+		die("pthread_create");
+	if (pthread_join(t, NULL) != 0)
+		die("pthread_join");
+	ok(other == 0, "a child another thread forks is not (unshare(CLONE_NEWNS): %s)",
+	   errname(other));
+	window_open = 0;
+	ok(in_child(p_unshare_newns) == 0, "after the window closes a child is not");
+	exit(failures);
+}
+
 int main(int argc, char **argv)
 {
 	struct sock_filter insns[JOB_FILTER_MAX_INSNS];
@@ -657,6 +712,7 @@ int main(int argc, char **argv)
 		note("/tmp is mounted nosuid: setuid scenario skipped");
 	}
 	scenario("root without CAP_SYS_ADMIN", no_cap_sys_admin);
+	scenario("a fork handler in a threaded process (task epilogs)", fork_handler);
 
 	printf("%s: %d failure(s)\n", failures ? "FAIL" : "PASS", failures);
 	return failures ? 1 : 0;
