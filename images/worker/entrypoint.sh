@@ -58,6 +58,20 @@ local_mount_modes() {
     done
 }
 local_mount_modes || warden_log "local mounts: could not set their modes"
+# This container's own /tmp, and its own copy of each per-job mount (jobtmpfs=: /tmp, /dev/shm), are seen by
+# no job step (the jail shows the job's tmpfs, or the jail's /tmp, there). What slurmd opens as a user here,
+# sbcast's files, and an MPI step's per-task files (spank/README.md), would land in them, outside the job,
+# for good: root's, 0755, so that these fail (Permission denied) instead. A node-local mount shared by the
+# jobs (bind=) is left as it is: the jail shows it at the same path.
+container_only_dirs() {
+    local p shared
+    shared=" $(grep -o 'bind=[^ ]*' "$SLURM_ETC/plugstack.conf" 2>/dev/null | cut -d= -f2 | cut -d: -f1 | tr '\n' ' ') "
+    for p in /tmp $(grep -o 'jobtmpfs=[^ ]*' "$SLURM_ETC/plugstack.conf" 2>/dev/null | cut -d= -f2 | cut -d: -f1); do
+        case "$shared" in *" $p "*) continue ;; esac
+        if [ -d "$p" ] && [ ! -L "$p" ]; then chown root:root "$p" && chmod 0755 "$p" || return 1; fi
+    done
+}
+container_only_dirs || warden_log "warning: could not make this container's own /tmp and per-job mount points root's"
 # pyxis (loaded also where a group has containers off, to refuse them) makes each user's directory here
 install -d -o root -g root -m 0755 "$CONTAINER_STORE"
 warden_jail_users

@@ -242,3 +242,33 @@ def test_a_populate_overwrite_never_walks_into_what_users_can_write(cluster: Doc
     )
     assert after.out.split() == ["data", "/etc", "10000"], after
     assert cluster.volume_sh(vol, "stat -c '%u:%g %a' /v/etc; ls /v/etc | wc -l").out == before
+
+
+@pytest.mark.parametrize("where", ["/tmp", "/dev/shm"])
+def test_sbcast_and_mpi_files_land_where_the_job_sees_them_or_are_refused(
+    cluster: DockerCluster, user: JailUser, where: str
+) -> None:
+    """sbcast's file and an MPI step's per-task files are opened in the worker container, not in the jail.
+    Where the jail shows the container's own directory (a node-local mount shared by the jobs) the job
+    reads them; where it shows something else (each job's own tmpfs), the container's directory is root's,
+    so they are refused, never written where no step of the job sees them and nothing removes them."""
+    node = cluster.worker_pods("cpu")[0]
+    name = f"{where}/bc-{uuid.uuid4().hex[:8]}"
+    user.ssh("echo payload > ~/payload")
+    script = (
+        f"sbcast -f ~/payload {name}; echo sbcast=$?; srun cat {name}; "
+        f"srun --mpi=pmi2 -o {name}-%t echo written; echo mpi=$?; srun cat {name}-0"
+    )
+    r = cluster.ssh(user.name, f"salloc -p cpu -N1 -w {node} bash -c {q(script)}", check=False, identity=user.identity)
+    out = r.out.split()
+    if "sbcast=0" in out:
+        assert out[out.index("sbcast=0") + 1] == "payload", r  # the job's next step reads it
+    else:
+        assert "Permission denied" in r.err, r
+    if "mpi=0" in out:
+        assert out[out.index("mpi=0") + 1] == "written", r
+    else:
+        assert "Slurmd could not connect IO" in r.err, r
+    kept = cluster.exec(node, f"ls -A {where}").out.split()
+    # the container's own directory holds nothing of the job, unless the job saw it there
+    assert "sbcast=0" in out or name.rsplit("/", 1)[1] not in kept, (kept, r)
