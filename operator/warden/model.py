@@ -694,8 +694,22 @@ class LocalMount(Spec):
         " of the jail's system directories (/etc, /usr, /home...) nor inside one (/etc/slurm, /var/spool/slurmd,"
         " /home/alice...), which it would hide from job steps; /dev/shm is allowed.",
     )
-    medium: Literal["Disk", "Memory"] = Field(default="Disk", description="`Memory` makes a tmpfs.")
-    size_limit: Size | None = Field(default=None, description="Size limit of the emptyDir.")
+    medium: Literal["Disk", "Memory"] = Field(
+        default="Disk", description="`Memory` makes a tmpfs. Not used with `perJob` (always a tmpfs)."
+    )
+    size_limit: Size | None = Field(
+        default=None,
+        description="Size limit of the emptyDir (the kubelet evicts the whole worker pod past it). With `perJob`: the"
+        " most the job's own tmpfs holds (the smallest of the group's perJob sizeLimits).",
+    )
+    per_job: bool = Field(
+        default=False,
+        description="Each job gets its own empty directory here instead of one every job on the node shares: on a"
+        " tmpfs of the job's that all its perJob mounts share, of the job's memory on the node less 64 MiB (at most"
+        " half of it; at most `sizeLimit`), charged to the job's memory (a job that fills it fails itself, never the"
+        " pod), seen by every step and task of the job on that node, and gone with all it held when the job ends."
+        " No emptyDir is made for it.",
+    )
 
     @field_validator("jail_path")
     @classmethod
@@ -759,8 +773,8 @@ class WorkerGroup(Spec):
     tolerations: list[Toleration] = Field(default_factory=list, max_length=32, description="Kubernetes tolerations.")
     local_mounts: list[LocalMount] = Field(
         default_factory=lambda: [
-            LocalMount(name="tmp", jail_path="/tmp"),
-            LocalMount(name="shm", jail_path="/dev/shm", medium="Memory"),
+            LocalMount(name="tmp", jail_path="/tmp", per_job=True),
+            LocalMount(name="shm", jail_path="/dev/shm", medium="Memory", per_job=True),
         ],
         max_length=16,
         description="Node-local directories bound into the jail; each name and each jailPath once.",
@@ -773,6 +787,16 @@ class WorkerGroup(Spec):
                 },
             ]
         },
+    )
+
+    max_user_processes: int = Field(
+        default=8192,
+        ge=0,
+        le=2**31,
+        description="The most processes and threads one user may have on a node while a step of theirs starts"
+        " (RLIMIT_NPROC of every task of an ordinary user's step; its fork and clone fail with EAGAIN past it)."
+        " The kernel counts all of that user's processes on the machine, other jobs of theirs included. 0: no"
+        " limit. root's steps are not limited.",
     )
 
     @field_validator("node_selector")
@@ -903,7 +927,7 @@ class SlurmConfig(Spec):
                 {
                     "rule": f"self.all(l, !l.matches(r'{OWNED_KEY_LINE}'))",
                     "message": "a line sets a key Warden owns; set it through the matching spec field "
-                    "(PrivateData: privateData)",
+                    "(PrivateData: privateData; AuthAltParameters: security.maxTokenLifespanSeconds)",
                 },
                 {
                     "rule": f"self.all(l, !l.matches(r'{REFUSED_KEY_LINE}'))",

@@ -39,6 +39,8 @@ SPEC["workerGroups"].append(
     {"name": "plain", "replicas": 1, "containers": False, "resources": {"limits": {"cpu": "2", "memory": "1Gi"}}}
 )
 SPEC["partitions"].append({"name": "plain", "workerGroups": ["plain"]})
+# a user's steps on `plain` stop at 1024 processes and threads (tests/dataplane/test_job_space.py goes past it)
+SPEC["workerGroups"][-1]["maxUserProcesses"] = 1024
 SPEC["containers"] = {"enabled": True, "allowHttpRegistries": True, "store": {"sizeLimit": "4Gi"}}
 SPEC["accounting"] = {"mode": "InCluster"}  # jail users join the default account `users` on their own
 # directory users beside the jail's (tests/support/directory.py: slapd on the cluster's network, TLS on);

@@ -158,6 +158,11 @@ def gres_conf(cluster: Cluster) -> str:
     return _render("gres.conf.j2", **_common(cluster), groups=groups)
 
 
+def _job_space(jail_path: str, size_limit: str | None) -> str:
+    """A per-job mount as the plugin's jobtmpfs= value: the path, and the size cap in bytes if any."""
+    return f"{jail_path}:{max(int(quantity_mod.parse(size_limit)), 1)}" if size_limit else jail_path
+
+
 def plugstack_conf(cluster: Cluster, group: WorkerGroup | None = None) -> str:
     """The cluster-wide plugstack.conf, or a worker group's (with its node-local mounts).
 
@@ -172,10 +177,13 @@ def plugstack_conf(cluster: Cluster, group: WorkerGroup | None = None) -> str:
     pyxis = any(spec.containers_on(g) for g in spec.worker_groups)
     containers = spec.containers_on(group) if group is not None else pyxis
     binds: list[str] = []
+    job_spaces: list[str] = []
     if group is not None:
         # Node-local mounts sit at their jail path in the worker container too (see nodes.py), and so
-        # does the container store.
-        binds += [m.jail_path for m in group.local_mounts]
+        # does the container store. A per-job mount is no volume: the plugin mounts each job's own tmpfs
+        # (jobtmpfs=DST[:BYTES]) and takes it away when the job ends.
+        binds += [m.jail_path for m in group.local_mounts if not m.per_job]
+        job_spaces += [_job_space(m.jail_path, m.size_limit) for m in group.local_mounts if m.per_job]
         if containers:
             binds.append(naming.CONTAINER_STORE)
     return _render(
@@ -185,6 +193,8 @@ def plugstack_conf(cluster: Cluster, group: WorkerGroup | None = None) -> str:
         plugin=naming.SPANK_PLUGIN,
         jail=naming.JAIL_MOUNT,
         binds=binds,
+        job_spaces=job_spaces,
+        nproc=group.max_user_processes if group is not None else 0,
         pyxis=naming.PYXIS_PLUGIN if pyxis else None,
         containers=containers,
         store=naming.CONTAINER_STORE,
