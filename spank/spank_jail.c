@@ -45,6 +45,7 @@
 #include "jail_enter.h"
 #include "jail_helpers.h"
 #include "job_filter.h"
+#include "job_space.h"
 
 SPANK_PLUGIN(spank_jail, 1);
 
@@ -64,6 +65,9 @@ static struct {
 	bool workdir_set; /* PYXIS_CONTAINER_WORKDIR is ours, for pyxis only */
 } state = { NULL, JAIL_RETURN_NONE, 0, false };
 
+/* jobtmpfs= and nproc= (job_space.h), parsed with the config. */
+static struct job_space_config job_space;
+
 /* Parse and validate; on failure log and return NULL. */
 static struct jail_config *load_config(int ac, char **av)
 {
@@ -74,7 +78,8 @@ static struct jail_config *load_config(int ac, char **av)
 		slurm_error(LOG_PREFIX "out of memory");
 		return NULL;
 	}
-	if (jail_config_parse(cfg, ac, av, err, sizeof(err)) < 0) {
+	if (job_space_config_parse(cfg, &job_space, ac, av, err,
+				   sizeof(err)) < 0) {
 		slurm_error(LOG_PREFIX "%s", err);
 		jail_config_free(cfg);
 		return NULL;
@@ -118,6 +123,72 @@ static void default_container_workdir(spank_t sp)
 			    spank_strerror(rc));
 }
 
+/*
+ * The job's own tmpfs (jobtmpfs=, job_space.h): mounted by the job's first
+ * step on this node (slurmstepd's main thread, root, in the worker container,
+ * before it enters the jail for the step's files), sized by the job's memory
+ * here, and bound at their places in the jail for this step like a bind=.
+ * The extern step never enters the jail. Failing fails the step.
+ */
+static uint32_t step_id(spank_t sp);
+
+static int job_space_prepare(spank_t sp, struct jail_config *cfg)
+{
+	char err[JAIL_ERR_MAX];
+	uint64_t mem = 0;
+	uint32_t jobid;
+	spank_err_t rc;
+
+	if (job_space.nspaces == 0 || step_id(sp) == SLURM_EXTERN_CONT)
+		return 0;
+	rc = spank_get_item(sp, S_JOB_ID, &jobid);
+	if (rc != ESPANK_SUCCESS) {
+		slurm_error(LOG_PREFIX "cannot read the job id: %s",
+			    spank_strerror(rc));
+		return -1;
+	}
+	if (spank_get_item(sp, S_JOB_ALLOC_MEM, &mem) != ESPANK_SUCCESS)
+		mem = 0; /* no memory known: the jobtmpfs= size alone */
+	if (job_space_setup(&job_space, JOB_SPACE_BASE, jobid, mem, err,
+			    sizeof(err)) < 0 ||
+	    job_space_add_binds(cfg, &job_space, JOB_SPACE_BASE, jobid, err,
+				sizeof(err)) < 0) {
+		slurm_error(LOG_PREFIX "job %u's own tmpfs: %s",
+			    (unsigned int)jobid, err);
+		return -1;
+	}
+	return 0;
+}
+
+/*
+ * slurmd's `slurmstepd spank epilog` (root, in the worker container) when
+ * the job has ended on this node: its tmpfs go, with all they held. A failure
+ * fails the epilog, and Slurm drains the node: the space is still there.
+ */
+int slurm_spank_job_epilog(spank_t sp, int ac, char **av)
+{
+	char err[JAIL_ERR_MAX];
+	uint32_t jobid;
+	spank_err_t rc;
+
+	(void)ac;
+	(void)av;
+	if (spank_context() != S_CTX_JOB_SCRIPT)
+		return 0;
+	rc = spank_get_item(sp, S_JOB_ID, &jobid);
+	if (rc != ESPANK_SUCCESS) {
+		slurm_error(LOG_PREFIX "epilog: cannot read the job id: %s",
+			    spank_strerror(rc));
+		return -1;
+	}
+	if (job_space_teardown(JOB_SPACE_BASE, jobid, err, sizeof(err)) < 0) {
+		slurm_error(LOG_PREFIX "job %u's own tmpfs: %s",
+			    (unsigned int)jobid, err);
+		return -1;
+	}
+	return 0;
+}
+
 int slurm_spank_init(spank_t sp, int ac, char **av)
 {
 	spank_context_t ctx = spank_context();
@@ -145,12 +216,19 @@ int slurm_spank_init(spank_t sp, int ac, char **av)
 				   "for users' steps %s",
 				   cfg->root, cfg->nbinds,
 				   cfg->seccomp_off ? "off" : "on");
+		if (!cfg->disabled && (job_space.nspaces || job_space.nproc))
+			slurm_info(LOG_PREFIX "%zu tmpfs of each job's own; "
+				   "%lu processes per user in a step (0: no "
+				   "limit)", job_space.nspaces,
+				   job_space.nproc);
 		jail_config_free(cfg);
 		return 0;
 	}
 
 	jail_config_free(state.cfg);
 	state.cfg = cfg;
+	if (!cfg->disabled && job_space_prepare(sp, cfg) < 0)
+		return -1;
 	if (cfg->containers && !cfg->disabled)
 		default_container_workdir(sp);
 	return 0;
@@ -447,6 +525,22 @@ int slurm_spank_task_exit(spank_t sp, int ac, char **av)
 	return leave_view("after the step's tasks ended");
 }
 
+/* nproc= (job_space.h): RLIMIT_NPROC of an ordinary user's task. */
+static int limit_procs(spank_t sp)
+{
+	char err[JAIL_ERR_MAX];
+	uid_t uid;
+
+	if (job_space.nproc == 0 ||
+	    spank_get_item(sp, S_JOB_UID, &uid) != ESPANK_SUCCESS || uid == 0)
+		return 0;
+	if (job_space_limit_procs(job_space.nproc, err, sizeof(err)) < 0) {
+		slurm_error(LOG_PREFIX "%s", err);
+		return -1;
+	}
+	return 0;
+}
+
 int slurm_spank_task_init_privileged(spank_t sp, int ac, char **av)
 {
 	char cwdbuf[JAIL_PATH_MAX];
@@ -468,6 +562,8 @@ int slurm_spank_task_init_privileged(spank_t sp, int ac, char **av)
 	}
 	if (note[0])
 		slurm_info(LOG_PREFIX "%s", note);
+	if (limit_procs(sp) < 0)
+		return -1;
 	/* with containers=on the filter comes in slurm_spank_task_init */
 	if (!state.cfg->seccomp_off && !state.cfg->containers &&
 	    filter_task(sp) < 0)

@@ -45,13 +45,13 @@ def _srun(user: JailUser, args: str, command: str, check: bool = True) -> str:
 def test_a_step_on_two_nodes_runs_in_the_image(cluster: DockerCluster, registry: reg.Registry, bob: JailUser) -> None:
     """`srun -N2 --container-image=...` from a directory in bob's home: both tasks see the image's
     /etc/os-release and its marker file, as bob, in that directory (his home from the jail), with the
-    node's own /tmp (the group's node-local mount) and Slurm's environment; steps without the option
-    still run in the jail."""
+    job's own /tmp (the group's per-job node-local mount: the plugin's tmpfs, named after the job) and
+    Slurm's environment; steps without the option still run in the jail."""
     script = "echo host=$(hostname) user=$(id -un) cwd=$(pwd) job=${SLURM_JOB_ID:-none}; " \
              "grep PRETTY_NAME /etc/os-release; cat /etc/warden-test-image; " \
-             "test -f /etc/warden-jail-release && echo in-jail; cat ~/where; cat /tmp/bob-node-$(hostname)"  # fmt: skip
+             "test -f /etc/warden-jail-release && echo in-jail; cat ~/where; " \
+             "grep -q \"^warden-job-$SLURM_JOB_ID /tmp tmpfs \" /proc/self/mounts && echo node-local-tmp"  # fmt: skip
     bob.ssh("mkdir -p ~/work && echo bobs-home > ~/where")
-    _srun(bob, "-p cpu -N2", "sh -c 'echo node-local-tmp > /tmp/bob-node-$(hostname)'")
     step = f"srun -p cpu -N2 --container-image={registry.reference()} bash -c {shlex.quote(script)}"
     out = bob.ssh(f"cd ~/work && {step}", timeout=300)
     tasks = re.findall(r"^host=(\S+) user=bob cwd=/home/bob/work job=(\d+)$", out, re.M)

@@ -180,12 +180,9 @@ def test_claims_and_empty_dirs_are_volumes_of_the_pod(planned: Any) -> None:
     m = mounts(worker)
     assert m["/mnt/jail"] == "type=volume,source=wdp-r1-jail,target=/mnt/jail"  # the one shared jail
     assert m["/var/spool/slurmd"] == "type=volume,source=wdp-r1-dp-worker-cpu-0-spool,target=/var/spool/slurmd"
-    assert worker.volumes == [
-        "wdp-r1-dp-worker-cpu-0-spool",
-        "wdp-r1-dp-worker-cpu-0-run-slurm",
-        "wdp-r1-dp-worker-cpu-0-local-tmp",
-    ]
-    assert opt(worker.pod.args, "--tmpfs") == ["/dev/shm:rw,nosuid,nodev,exec"]  # emptyDir medium: Memory
+    assert worker.volumes == ["wdp-r1-dp-worker-cpu-0-spool", "wdp-r1-dp-worker-cpu-0-run-slurm"]
+    # /tmp and /dev/shm are per job (localMounts perJob): the jail plugin's tmpfs, no volume of the pod
+    assert opt(worker.pod.args, "--tmpfs") == []
     # a read-only mount of the jail stays read-only; a StatefulSet's claim template is the pod's
     assert mounts(plans["dp-accounting-0"])["/mnt/jail"].endswith(",readonly")
     assert plans["dp-mariadb-0"].volumes == ["wdp-r1-dp-mariadb-0-data"]

@@ -143,14 +143,16 @@ def worker_set(cluster: Cluster, group: WorkerGroup) -> Manifest:
     name = names.worker(group.name)
     labels = {**names.labels(WORKER), naming.WORKER_GROUP_LABEL: group.name, naming.SLURM_NODE_LABEL: "true"}
     gpu_limits = {group.gpus.resource_name: str(group.gpus.count)} if group.gpus.count else None
+    # Per-job mounts (perJob) are no volume: the jail plugin mounts each job's own tmpfs in the container
+    # and binds it into the job's view (config.plugstack_conf).
+    shared = [m for m in group.local_mounts if not m.per_job]
     local_volumes = [
-        empty_dir(f"local-{m.name}", "Memory" if m.medium == "Memory" else None, m.size_limit)
-        for m in group.local_mounts
+        empty_dir(f"local-{m.name}", "Memory" if m.medium == "Memory" else None, m.size_limit) for m in shared
     ]
     # Node-local directories are mounted at their jail path in the container, and bound at the same
     # path inside the jail: `sbatch -o /scratch/out` is opened by slurmstepd before the jail plugin
     # runs, and must land where the job sees it.
-    local_mounts = [mount(f"local-{m.name}", m.jail_path) for m in group.local_mounts]
+    local_mounts = [mount(f"local-{m.name}", m.jail_path) for m in shared]
     mapping_volumes, mapping_mounts = _job_mapping(cluster, group)
     store_volumes, store_mounts = _container_store(cluster, group)
     container: Manifest = {
