@@ -92,16 +92,21 @@ def test_append_mode_keeps_the_previous_jobs_output(alice: JailUser, work: str) 
 
 
 def test_output_in_a_node_local_mount_stays_on_that_node(cluster: DockerCluster, alice: JailUser, work: str) -> None:
-    """/tmp is a node-local mount on workers (the group's default localMounts): the job's output is in
-    that node's /tmp, which a later step on the node reads, and not on the shared jail volume."""
+    """/tmp is the job's own on each node (the group's default localMounts, perJob): the job's output is in
+    its /tmp, which a later step of the job reads, not on the shared jail volume, and gone with the job
+    (tests/dataplane/test_job_space.py)."""
     node = cluster.worker_pods("cpu")[0]
     name = f"/tmp/{work.rsplit('/', 1)[1]}-%j.out"
-    job = _sbatch(alice, f"-w {node} -o {name}", "echo node-local")
+    path = name.replace("%j", "$SLURM_JOB_ID")
+    job = _sbatch(
+        alice, f"-w {node} -o {name}", f"echo node-local; srun sh -c 'cat {path}; stat -c %U {path}' >{work}/seen"
+    )
+    assert alice.ssh(f"cat {work}/seen").split() == ["node-local", alice.name]
     path = name.replace("%j", job)
-    seen = alice.ssh(f"srun -p cpu -w {node} sh -c {q(f'cat {path}; stat -c %U {path}')}")
-    assert seen.split() == ["node-local", alice.name], seen
     login = f"{cluster.names.login}-0"
     assert cluster.exec(login, f"test -e /mnt/jail{path} && echo yes || echo no").out.strip() == "no"
+    after = alice.ssh(f"srun -p cpu -w {node} sh -c {q(f'test -e {path} && echo yes || echo no')}")
+    assert after.strip() == "no"
 
 
 def test_srun_per_task_files_are_the_jails(cluster: DockerCluster, alice: JailUser, work: str) -> None:

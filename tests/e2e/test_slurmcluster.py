@@ -1192,8 +1192,10 @@ def test_a_users_batch_files_outside_home_land_in_the_jail(installed: Installed)
     assert as_alice(f"cat {work}/made/log.out").split() == ["first", "second"]
 
     node = f"{NAME}-worker-cpu-0"
-    local = as_alice(f"sbatch -W --parsable -w {node} -o /tmp/e2e-io-%j.out --wrap 'echo node-local'").strip()
-    assert as_alice(f"srun -w {node} cat /tmp/e2e-io-{local}.out").strip() == "node-local"
+    # /tmp is the job's own (localMounts perJob): a later step of the job reads its output there
+    local = as_alice(f"sbatch -W --parsable -w {node} -o /tmp/e2e-io-%j.out --wrap "
+                     f"'echo node-local; srun cat /tmp/e2e-io-$SLURM_JOB_ID.out > {work}/local'").strip()  # fmt: skip
+    assert local.isdigit() and as_alice(f"cat {work}/local").strip() == "node-local"
 
     failed = installed.ssh(f"sbatch -W --parsable -o /{work.rsplit('/', 1)[1]}/o.out --wrap true",
                            user="alice", key=alice, timeout=180)  # fmt: skip
