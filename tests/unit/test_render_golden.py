@@ -125,9 +125,10 @@ def test_plugstack_puts_the_jail_plugin_first_with_each_groups_mounts() -> None:
         assert "bind=/etc/slurm" not in words
     h100 = files["plugstack.h100.conf"]
     assert "bind=/scratch" in h100.split()
-    assert "bind=/dev/shm" in h100.split()
+    assert "jobtmpfs=/dev/shm:68719476736" in h100.split()  # per job, at most its sizeLimit (64Gi)
     assert "scratch" not in files["plugstack.a100.conf"]
-    assert "bind=/tmp" not in files["plugstack.conf"].split(), "login/controller have no node-local mounts"
+    words = files["plugstack.conf"].split()
+    assert not [w for w in words if w.startswith(("bind=", "jobtmpfs=", "nproc="))], "login/controller: no node's"
 
 
 def test_sshd_config_chroots_into_the_jail_with_keys_only() -> None:

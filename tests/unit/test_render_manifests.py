@@ -192,7 +192,8 @@ def test_gpu_worker_group_pod() -> None:
     assert mounts["/mnt/jail"] == "jail"
     assert mounts["/scratch"] == "local-scratch"
     volumes = {v["name"]: v for v in pod["volumes"]}
-    assert volumes["local-shm"]["emptyDir"] == {"medium": "Memory", "sizeLimit": "64Gi"}
+    assert volumes["local-scratch"]["emptyDir"] == {"sizeLimit": "2Ti"}
+    assert "local-shm" not in volumes and "/dev/shm" not in mounts  # per job: the jail plugin's tmpfs
     assert volumes["jail"]["persistentVolumeClaim"]["claimName"] == "gpu-jail"
     assert volumes["slurm-key"]["secret"]["secretName"] == "gpu-slurm-key"
     # Short node names resolve through the headless Service's domain.
