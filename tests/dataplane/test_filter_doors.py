@@ -153,6 +153,36 @@ def test_a_users_enroot_hook_does_not_run_and_credentials_still_work(
     )
 
 
+BASH_ENV = '{ echo "ran in $0"; unshare -Ur true 2>&1; echo "exit=$?"; } >> "$HOME/bash-env-ran.txt" 2>&1\n'
+
+
+def test_the_jobs_environment_and_credentials_run_no_code_while_enroot_sets_up(
+    cluster: DockerCluster, registry: reg.Registry
+) -> None:
+    """pyxis hands enroot and its importer the job's environment, and they run before the job filter:
+    gina's BASH_ENV (which bash runs at start) does not run there, and her step runs in the image. A
+    `password $(command)` line in her .credentials is taken as text, not run: the registry refuses it."""
+    gina = JailUser.added_by_root(cluster, "gina")
+    node = cluster.worker_pods("cpu")[0]
+    gina.ssh("rm -f ~/bash-env-ran.txt ~/creds-ran.txt && cat > ~/bash-env.sh", input=BASH_ENV)
+    out = gina.ssh(
+        f"BASH_ENV=$HOME/bash-env.sh srun -p cpu -N1 -w {node} --container-image={registry.reference()} "
+        "grep PRETTY_NAME /etc/os-release",
+        timeout=300,
+    )
+    assert IMAGE_OS in out, out
+    assert gina.ssh(
+        "if test -e ~/bash-env-ran.txt; then cat ~/bash-env-ran.txt; else echo nothing-ran; fi"
+    ).strip() == ("nothing-ran")
+    creds = f"machine private-registry login {reg.USER} password $(touch $HOME/creds-ran.txt; echo {reg.PASSWORD})\n"
+    gina.ssh("mkdir -p ~/.config/enroot && chmod 700 ~/.config/enroot && cat > ~/.config/enroot/.credentials",
+             input=creds)  # fmt: skip
+    step = f"srun -p cpu -N1 -w {node} --container-image={registry.reference(private=True)} true 2>&1; echo rc=$?"
+    failed = gina.ssh(step, timeout=300)
+    assert re.search(r"^rc=[1-9]\d*$", failed, re.M) and "pyxis:" in failed, failed
+    assert gina.ssh("if test -e ~/creds-ran.txt; then echo ran; else echo not-run; fi").strip() == "not-run"
+
+
 RC = """# a user's image: its start-up file, run by enroot-switchroot before the step's program
 { echo "rc ran as $(id -un)"; unshare -Ur true 2>&1; echo "exit=$?"; grep '^Seccomp:' /proc/self/status; } \\
     > "/home/erin/rc-ran.txt" 2>&1
