@@ -143,7 +143,7 @@ threading.stack_size(65536)
 stop = threading.Event()
 n = 0
 try:
-    while n < 4000:
+    while n < LIMIT:
         threading.Thread(target=stop.wait, daemon=True).start()
         n += 1
 except RuntimeError:
@@ -171,7 +171,7 @@ def test_a_step_past_the_process_limit_fails_with_eagain_and_others_go_on(
     processes."""
     (node,) = cluster.worker_pods("plain")
     token = uuid.uuid4().hex[:8]
-    alice.ssh(f"cat > ~/hog-{token}.py", input=HOG.replace("TOKEN", token))
+    alice.ssh(f"cat > ~/hog-{token}.py", input=HOG.replace("TOKEN", token).replace("LIMIT", "4000"))
     job = _batch(alice, "-p plain -c1 --mem=300M", f"python3 ~/hog-{token}.py", wait=False)
     try:
         out = eventually(
@@ -188,3 +188,14 @@ def test_a_step_past_the_process_limit_fails_with_eagain_and_others_go_on(
     finally:
         alice.ssh(f"touch ~/release-{token}")
     eventually("alice's job ends", lambda: _state(cluster, job), lambda s: s not in ("RUNNING", "COMPLETING"), 150)
+
+
+def test_a_step_under_the_default_limit_starts_3000_threads(cluster: DockerCluster, alice: JailUser) -> None:
+    """On group `cpu` (maxUserProcesses at its default, 8192) a step starts 3,000 threads and still forks."""
+    token = uuid.uuid4().hex[:8]
+    alice.ssh(
+        f"cat > ~/many-{token}.py && touch ~/release-{token}",
+        input=HOG.replace("TOKEN", token).replace("LIMIT", "3000"),
+    )
+    out = alice.ssh(f"srun -p cpu -N1 --mem=300M python3 ~/many-{token}.py")
+    assert out.split() == ["fork-ok", "3000"], out
