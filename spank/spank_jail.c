@@ -217,9 +217,10 @@ int slurm_spank_init(spank_t sp, int ac, char **av)
 				   cfg->root, cfg->nbinds,
 				   cfg->seccomp_off ? "off" : "on");
 		if (!cfg->disabled && (job_space.nspaces || job_space.nproc))
-			slurm_info(LOG_PREFIX "%zu tmpfs of each job's own; "
-				   "%lu processes per user in a step (0: no "
-				   "limit)", job_space.nspaces,
+			slurm_info(LOG_PREFIX "%zu director%s on a tmpfs of "
+				   "each job's own; %lu processes per user in "
+				   "a step (0: no limit)", job_space.nspaces,
+				   job_space.nspaces == 1 ? "y" : "ies",
 				   job_space.nproc);
 		jail_config_free(cfg);
 		return 0;
