@@ -179,3 +179,11 @@ def test_a_user_past_the_login_memory_limit_is_killed_alone(
     bobs = result["bob"]
     assert bobs.ok and "bob-still-here" in bobs.out, bobs
     assert f"/warden-users/{bob.name}" in bobs.out, bobs
+    # the limits the login pod's cgroups hold for alice: 384 MiB, one CPU (v1's files, or v2's)
+    user = f"warden-users/{alice.name}"
+    limits = cluster.exec(
+        f"{cluster.names.login}-0",
+        f"cat /sys/fs/cgroup/memory/{user}/memory.limit_in_bytes /sys/fs/cgroup/cpu/{user}/cpu.cfs_quota_us"
+        f" 2>/dev/null || cat /sys/fs/cgroup/{user}/memory.max /sys/fs/cgroup/{user}/cpu.max",
+    ).out.split()
+    assert limits[:2] == [str(384 * 1024 * 1024), "100000"], limits
