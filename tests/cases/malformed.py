@@ -203,6 +203,15 @@ CASES = [
     ),
     Case("extra-line-launch-type", _with(slurmConfig={"extraLines": ["LaunchType=launch/other"]}), "extraLines"),
     Case("extra-line-select-type", _with(slurmConfig={"extraLines": ["SelectType=select/linear"]}), "extraLines"),
+    # limits between users (docs/security.md, "Tokens, identities and privacy", "Login sessions have per-user limits")
+    Case("token-lifespan-ten-years", _with(security={"maxTokenLifespanSeconds": 315360000}), "maxTokenLifespanSeconds"),
+    Case(
+        "extra-line-auth-alt-parameters",
+        _with(slurmConfig={"extraLines": ["AuthAltParameters=jwt_key=/etc/slurm/jwt_hs256.key"]}),
+        "extraLines",
+    ),
+    Case("login-user-memory-too-small", _with(login={"userLimits": {"memory": "1Mi"}}), "userLimits.memory"),
+    Case("login-user-cpu-too-small", _with(login={"userLimits": {"cpu": "1m"}}), "userLimits.cpu"),
     # the bridge: Slurm with external jobs, groups of this spec with room for pods, a partition of its own
     Case("bridge-on-slurm-24-11", bridge_spec(slurmVersion="24.11"), "bridge"),
     Case("bridge-without-groups", bridge_spec(bridge={"enabled": True}), "bridge.workerGroups"),
