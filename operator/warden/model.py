@@ -1250,7 +1250,7 @@ class Security(Spec):
         ge=60,
         le=MAX_TOKEN_LIFESPAN_SECONDS,
         description="The longest lifespan `scontrol token lifespan=...` gives an ordinary user (slurm.conf's "
-        "AuthAltParameters max_token_lifespan): slurmctld refuses a longer one (\"Requested time limit is invalid\")"
+        'AuthAltParameters max_token_lifespan): slurmctld refuses a longer one ("Requested time limit is invalid")'
         " and a token asked for without a lifespan lasts the smaller of 30 minutes and this. root and SlurmUser are"
         " not limited (Slurm's rule); the operator's own tokens are minted by the operator.",
     )
