@@ -1,26 +1,37 @@
 """Scale against the peer: Warden and Slinky's slurm-operator side by side on one kwok control plane.
 
-One throwaway control plane (dev/warden_dev/controlplane.py) with as many kwok nodes as the largest
-size has workers, each node taking one pod (Slinky places one worker per node by pod anti-affinity;
-Warden's workers get the same by the nodes' pod capacity), plus a few roomier nodes for everything else.
-For each size (1,000 and 10,000 workers unless told otherwise), in one namespace each, one after another
-(the namespace deleted in between, so every run finds the nodes empty), alternating which operator goes
+One throwaway control plane (dev/warden_dev/controlplane.py) with as many kwok worker nodes as the
+largest size has workers, each taking one pod and tainted so that only worker pods go there (both
+operators' workers carry the same nodeSelector and toleration: Slinky places one worker per node by
+pod anti-affinity, Warden's workers get the same by the nodes' pod capacity), plus a few roomy system
+nodes for everything else either operator runs (controllers, login, exporter, jobs). For each size
+(1,000 and 10,000 workers unless told otherwise), one after another, alternating which operator goes
 first:
 - Warden: the real operator process (``warden.main``) and a SlurmCluster with one worker group of that
   size (its Slurm sync off: Slinky, given no RestApi, makes no Slurm calls either);
+- a bare client, right after Warden: Warden's worker pods once more, one POST after another, in the
+  namespace of Warden's run (everything else the cluster holds still there on the system nodes, the
+  operator stopped, its worker pods gone): the floor for these pods. The namespace goes afterwards;
 - Slinky: its manager (hack/build-slinky.sh builds it from its source archive), its CRDs, a Controller
-  and a NodeSet of that size;
-- a bare client: Warden's worker pods once more, one POST after another, in the namespace of Warden's
-  run (everything else the cluster holds still there, the operator stopped): the floor for these pods.
-For each: seconds from the create to all worker pods Ready, the operator's resident memory (idle before
-the create, peak, after), and the API requests it made per worker, from the API server's own audit log
-(by user agent: reads are gets, lists and watches; writes are the rest).
+  and a NodeSet of that size; the namespace goes afterwards.
+Same room for every run: before each one the bench reads every node and pod and refuses the run (it is
+not started, and the table says why) unless no pod of another run is left, the worker nodes have a place
+for every worker under that operator's placement rules (one per node for Slinky's anti-affinity; the
+free pod places for Warden's), and the system nodes have room for the rest.
 
-Then the Slurm side at the largest size: Warden again, its Slurm sync on against a stand-in slurmrestd
-(tests/support/fake_slurmrestd.py: records copied from captured real slurmrestd answers) serving a node
-and a running job for every worker. Once the cluster is Ready: the sync rounds' seconds (the operator's
-own histogram), the requests per round by verb and kind (audit log), a spot check of status and pod
-conditions, and of ten nodes drained in Slurm showing as such.
+For each run: seconds from the create to 50 %, 90 %, 99 % and all of the worker pods Ready (a run that
+has not got them all by RUN_LIMIT_S, or sees none turn Ready for STALL_S, is stopped and reported as it
+stands: its ratios say so instead of a number); the operator's resident memory (idle before the create,
+peak, after); the API requests it made per worker, from the API server's own audit log (by user agent:
+reads are gets, lists and watches; writes are the rest); and its pace from the same log: when its pod
+creates went out and when the scheduler bound the pods (what each operator waits on).
+
+Then the Slurm side at the largest size (WARDEN_BENCH_PEER_SLURM_SIDE=0 leaves it out): Warden again,
+its Slurm sync on against a stand-in slurmrestd (tests/support/fake_slurmrestd.py: records copied from
+captured real slurmrestd answers) serving a node and a running job for every worker. Once the cluster
+is Ready: the sync rounds' seconds (the operator's own histogram), the requests per round by verb and
+kind (audit log), a spot check of status and pod conditions, and of ten nodes drained in Slurm showing
+as such.
 
 Never asserted anywhere: figures for the record.
 Usage (from the repository root): python -m bench.peer_scale [SIZE ...]
@@ -29,6 +40,7 @@ Usage (from the repository root): python -m bench.peer_scale [SIZE ...]
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import subprocess
@@ -36,9 +48,10 @@ import sys
 import time
 import urllib.request
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -47,14 +60,97 @@ from kubernetes import client
 
 from tests.support.fake_slurmrestd import FakeSlurmrestd
 from tests.support.operator import OperatorProcess, crd_bodies, get_cluster
-from warden_dev.audit import Requests, audit_requests, rfc3339
+from warden_dev.audit import Requests, audit_requests, rfc3339, wait_written
 from warden_dev.controlplane import ControlPlane, ensure_binaries
 
 SYSTEM_NODES = 4  # roomy nodes for the controllers, login, slurmrestd and the jail's Job
+SYSTEM_ROOM = 32  # pod places the system nodes must have free for a run's pods other than its workers
 RUN_LIMIT_S = 1800.0  # a run that has not got every worker Ready by then is reported as it stands
+STALL_S = 300.0  # ... and so is one where no worker turned Ready for this long
+MARKS = (50, 90, 99, 100)  # per cent of the workers Ready: the table's columns
 WARDEN_AGENTS = ("warden-operator", "kopf/")
 SLINKY_AGENTS = ("manager/",)
 BARE_AGENTS = ("warden-bench-bare",)
+
+#: the worker nodes: labelled and tainted so that only worker pods (which select and tolerate them) go there
+POOL = "bench.warden.dev/pool"
+WORKER_SELECTOR = {POOL: "worker"}
+WORKER_TAINT = {"key": POOL, "value": "worker", "effect": "NoSchedule"}
+WORKER_TOLERATION = {"key": POOL, "operator": "Equal", "value": "worker", "effect": "NoSchedule"}
+ENDED = ("Succeeded", "Failed")
+
+
+class Refused(Exception):
+    """A run that could not finish by construction: not started."""
+
+
+# --- the room a run has (pure) ------------------------------------------------------------------------
+def free_places(nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]],
+                selector: Mapping[str, str], tolerated: frozenset[str]) -> list[int]:  # fmt: skip
+    """For each node ``selector`` picks that takes pods (Ready, not cordoned, no taint whose key is not
+    ``tolerated``): how many more pods it has room for (its allocatable pods less those bound to it that
+    have not ended)."""
+    on = Counter(
+        p["spec"]["nodeName"]
+        for p in pods
+        if (p.get("spec") or {}).get("nodeName") and (p.get("status") or {}).get("phase") not in ENDED
+    )
+    out = []
+    for node in nodes:
+        labels = node["metadata"].get("labels") or {}
+        spec, status = node.get("spec") or {}, node.get("status") or {}
+        if any(labels.get(k) != v for k, v in selector.items()) or spec.get("unschedulable"):
+            continue
+        if any(t.get("key") not in tolerated for t in spec.get("taints") or []):
+            continue
+        if not any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or []):
+            continue
+        room = int((status.get("allocatable") or {}).get("pods", "0")) - on[node["metadata"]["name"]]
+        out.append(max(room, 0))
+    return out
+
+
+def room(nodes: Sequence[Mapping[str, Any]], pods: Sequence[Mapping[str, Any]], namespace: str, workers: int,
+         one_per_node: bool) -> str:  # fmt: skip
+    """Whether a run of ``workers`` in ``namespace`` can finish on these nodes: what it has, or Refused
+    saying why not. Pods of another namespace (another run's, left over) refuse it whatever room is
+    left; worker pods of its own namespace not yet on a node take a place each; the worker nodes must
+    hold every worker by its operator's rule (``one_per_node``: at most one per node, Slinky's pod
+    anti-affinity; otherwise every free pod place); the system nodes SYSTEM_ROOM more pods."""
+    live = [p for p in pods if (p.get("status") or {}).get("phase") not in ENDED]
+    foreign = Counter(
+        p["metadata"]["namespace"] for p in live if p["metadata"]["namespace"] not in (namespace, "kube-system")
+    )
+    if foreign:
+        left = ", ".join(f"{n} pods in {ns}" for ns, n in sorted(foreign.items()))
+        raise Refused(f"the nodes are not free of other runs' pods ({left})")
+    free = free_places(nodes, live, WORKER_SELECTOR, frozenset({POOL}))
+    waiting = sum(
+        1 for p in live
+        if not (p.get("spec") or {}).get("nodeName")
+        and all(((p.get("spec") or {}).get("nodeSelector") or {}).get(k) == v for k, v in WORKER_SELECTOR.items())
+    )  # fmt: skip
+    rule = "one per node" if one_per_node else "every free pod place"
+    places = (sum(1 for f in free if f > 0) if one_per_node else sum(free)) - waiting
+    if places < workers:
+        raise Refused(f"{places} places for {workers} workers on {len(free)} worker nodes ({rule})")
+    system = sum(free_places(nodes, live, {POOL: "system"}, frozenset()))
+    if system < SYSTEM_ROOM:
+        raise Refused(f"{system} pod places free on the system nodes, {SYSTEM_ROOM} wanted for the rest")
+    return f"{places} places for {workers} workers ({rule}), {system} on the system nodes"
+
+
+def check_room(cp: ControlPlane, namespace: str, workers: int, one_per_node: bool) -> str:
+    """``room`` over every node and pod as the API server has them now."""
+    core: Any = client.CoreV1Api(cp.api_client())
+    nodes = json.loads(core.list_node(_preload_content=False).read())["items"]
+    pods = json.loads(core.list_pod_for_all_namespaces(_preload_content=False).read())["items"]
+    return room(nodes, pods, namespace, workers, one_per_node)
+
+
+def mark_counts(workers: int) -> dict[int, int]:
+    """How many workers Ready each of MARKS stands for (99 % of 1,000 is 990; of 10 it is all 10)."""
+    return {p: max(1, math.ceil(workers * p / 100)) for p in MARKS}
 
 
 # --- measuring ------------------------------------------------------------------------------------------
@@ -93,73 +189,146 @@ def running_pods(api: Any, namespace: str, selector: str) -> set[str]:
     return {row["cells"][0] for row in json.loads(response.read()).get("rows", [])}
 
 
-def wait_workers(api: Any, namespace: str, selector: str, workers: int, start: float) -> tuple[float, int]:
-    """Seconds from ``start`` until ``workers`` pods are Ready (or RUN_LIMIT_S), and how many were."""
-    ready = 0
-    while time.monotonic() - start < RUN_LIMIT_S:
-        ready = ready_pods(api, namespace, selector)
-        if ready >= workers:
-            break
-        time.sleep(0.5)
-    return time.monotonic() - start, ready
-
-
-@dataclass
-class Bare:
-    """Where the bare client makes Warden's worker pods again: the namespace of Warden's run, and its WorkerSet."""
-
-    namespace: str
-    workerset: dict[str, Any]
-
-
 @dataclass
 class Run:
     who: str
     workers: int
-    ready_s: float = 0.0
-    ready: int = 0
+    marks: dict[int, float] = field(default_factory=dict)  # per cent Ready (MARKS) -> seconds from the create
+    ready: int = 0  # workers Ready at the end
+    seconds: float = 0.0  # how long the run was watched: until all were Ready, or until it was stopped
+    stopped: str = ""  # why it ended with workers not Ready
+    refused: str = ""  # why it was not started
+    room: str = ""  # what the room check found
     idle: float = 0.0
     peak: float = 0.0
     after: float = 0.0
     requests: Requests = field(default_factory=Requests)
+    pace: str = ""
     note: str = ""
+
+    @property
+    def finished(self) -> bool:
+        return not self.refused and 100 in self.marks
+
+    @property
+    def outcome(self) -> str:
+        if self.refused:
+            return f"refused, not run: {self.refused}"
+        return f"{self.room}; {self.ready} Ready in {self.seconds:.1f} s"
+
+
+def wait_workers(api: Any, namespace: str, selector: str, run: Run, start: float) -> None:
+    """Watch the run's workers turn Ready (every half second) until all are, or RUN_LIMIT_S has passed
+    since ``start``, or none turned Ready for STALL_S: the time of each of MARKS reached, how many were
+    Ready, and why the watch stopped short."""
+    need = mark_counts(run.workers)
+    last, last_change = -1, time.monotonic()
+    while True:
+        now = time.monotonic()
+        ready = ready_pods(api, namespace, selector)
+        if ready != last:
+            last, last_change = ready, now
+        for p, count in need.items():
+            if p not in run.marks and ready >= count:
+                run.marks[p] = now - start
+        run.ready, run.seconds = ready, now - start
+        if ready >= run.workers:
+            return
+        if now - start >= RUN_LIMIT_S:
+            run.stopped = f"{ready} of {run.workers} Ready at the {RUN_LIMIT_S:.0f} s limit"
+            return
+        if now - last_change >= STALL_S:
+            run.stopped = (
+                f"{ready} of {run.workers} Ready, none more for {STALL_S:.0f} s, stopped at {now - start:.0f} s"
+            )
+            return
+        time.sleep(0.5)
+
+
+def audit_time(stamp: str) -> float:
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+
+
+def pace(
+    log: Path, namespace: str, agents: tuple[str, ...], workers: set[str], begun: float
+) -> tuple[list[float], list[float]]:
+    """From the audit log: the seconds after ``begun`` (a wall-clock time) at which the run's client
+    created pods in ``namespace``, and at which the scheduler bound the pods named in ``workers`` there (not the
+    run's other pods), each sorted."""
+    wait_written(log, rfc3339(time.time()))
+    since = rfc3339(begun)
+    created: list[float] = []
+    bound: list[float] = []
+    seen: set[str] = set()
+    ns = f'"namespace":"{namespace}"'
+    with log.open() as f:
+        for line in f:
+            if ns not in line or '"resource":"pods"' not in line or '"verb":"create"' not in line:
+                continue
+            event = json.loads(line)
+            received = event.get("requestReceivedTimestamp", "")
+            if received < since or event["auditID"] in seen:
+                continue
+            seen.add(event["auditID"])
+            ref = event.get("objectRef") or {}
+            at = audit_time(received) - begun
+            if ref.get("subresource") == "binding":
+                if ref.get("name") in workers:
+                    bound.append(at)
+            elif not ref.get("subresource") and str(event.get("userAgent", "")).startswith(agents):
+                created.append(at)
+    return sorted(created), sorted(bound)
+
+
+def pace_text(created: list[float], bound: list[float], workers: int) -> str:
+    """Pods created from .. to (a second), and bound (the scheduler), with the time half of them were."""
+
+    def span(times: list[float], what: str) -> str:
+        if not times:
+            return f"none {what}"
+        rate = len(times) / max(times[-1] - times[0], 0.1)
+        half = times[min(len(times), max(1, workers // 2)) - 1]
+        return f"{len(times)} {what} {times[0]:.1f}-{times[-1]:.1f} s (half by {half:.1f} s, {rate:.0f}/s)"
+
+    return f"{span(created, 'created')}; {span(bound, 'bound by the scheduler')}"
 
 
 # --- the control plane and its nodes ---------------------------------------------------------------
-def add_nodes(cp: ControlPlane, count: int, prefix: str, pods: str) -> None:
-    """``count`` kwok nodes at once (16 creates in flight), then wait until kwok has them all Ready and the
-    node lifecycle controller has taken its not-ready taint off each (it does so at its own pace, some ten
-    nodes a second: a run started before would wait on that, not on the operator)."""
+def add_nodes(cp: ControlPlane, count: int, pool: str, pods: str, taints: list[dict[str, str]]) -> None:
+    """``count`` kwok nodes of ``pool`` at once (16 creates in flight), then wait until kwok has them all
+    Ready and the node lifecycle controller has taken its not-ready taint off each (it does so at its own
+    pace, some ten nodes a second: a run started before would wait on that, not on the operator)."""
     api = cp.api_client()
     core: Any = client.CoreV1Api(api)
     resources = {"cpu": "64", "memory": "512Gi", "pods": pods}
 
     def make(i: int) -> None:
-        name = f"{prefix}-{i}"
+        name = f"{pool}-{i}"
         core.create_node({
             "apiVersion": "v1",
             "kind": "Node",
-            "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, "type": "kwok",
-                                                  "bench.warden.dev/pool": prefix},
+            "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, "type": "kwok", POOL: pool},
                          "annotations": {"kwok.x-k8s.io/node": "fake"}},
+            "spec": {"taints": taints},
             "status": {"capacity": resources, "allocatable": resources},
         })  # fmt: skip
 
-    with ThreadPoolExecutor(16) as pool:
-        list(pool.map(make, range(count)))
+    with ThreadPoolExecutor(16) as pool_:
+        list(pool_.map(make, range(count)))
     deadline = time.monotonic() + 600
+    ours = {t["key"] for t in taints}
     while time.monotonic() < deadline:
-        listed = core.list_node(label_selector=f"bench.warden.dev/pool={prefix}", _preload_content=False)
+        listed = core.list_node(label_selector=f"{POOL}={pool}", _preload_content=False)
         nodes = json.loads(listed.read())["items"]
         ready = sum(
             any(c["type"] == "Ready" and c["status"] == "True" for c in (n.get("status") or {}).get("conditions", []))
-            and not (n.get("spec") or {}).get("taints")
+            and not [t for t in (n.get("spec") or {}).get("taints") or [] if t["key"] not in ours]
             for n in nodes
         )
         if ready >= count:
             return
         time.sleep(2)
-    raise RuntimeError(f"kwok did not make {count} {prefix} nodes Ready (and untainted) in 600 s")
+    raise RuntimeError(f"kwok did not make {count} {pool} nodes Ready (and untainted) in 600 s")
 
 
 def delete_pods(cp: ControlPlane, namespace: str, selector: str) -> None:
@@ -210,26 +379,35 @@ def warden_body(namespace: str, workers: int) -> dict[str, Any]:
         "apiVersion": "slurm.warden.dev/v1alpha1",
         "kind": "SlurmCluster",
         "metadata": {"name": "big", "namespace": namespace},
-        "spec": {"workerGroups": [{"name": "cpu", "replicas": workers}], "login": {"replicas": 1}},
-    }
+        "spec": {"workerGroups": [{"name": "cpu", "replicas": workers, "nodeSelector": WORKER_SELECTOR,
+                                   "tolerations": [WORKER_TOLERATION]}],
+                 "login": {"replicas": 1}},
+    }  # fmt: skip
 
 
 WARDEN_WORKERS = "app.kubernetes.io/instance=big,app.kubernetes.io/component=worker"
 
 
-def run_warden(cp: ControlPlane, workers: int, tag: str) -> tuple[Run, Bare]:
+def run_warden(cp: ControlPlane, workers: int, tag: str) -> tuple[Run, Bare | None]:
     """The operator and a SlurmCluster of ``workers`` until every worker pod is Ready: the figures, and
     what the bare client needs to make the same pods: the namespace with everything else the cluster
-    holds (its claims, ConfigMaps, ServiceAccount, nodes Service) left in place, the operator stopped
-    and the worker pods gone."""
+    holds (its claims, ConfigMaps, ServiceAccount, nodes Service, and its other pods on the system nodes)
+    left in place, the operator stopped and the worker pods gone."""
     api = cp.api_client()
     ns = cp.create_namespace(f"warden-{tag}")
+    run = Run("Warden", workers)
+    try:
+        run.room = check_room(cp, ns, workers, one_per_node=False)
+    except Refused as e:
+        run.refused = str(e)
+        delete_namespace(cp, ns)
+        return run, None
     volumes_for(cp, ns)
     op = OperatorProcess(cp.kubeconfig, ns, cp.log_dir, metrics=False)
     op.start()
     assert op.proc is not None
     time.sleep(8)  # started and settled: its watches listed
-    run = Run("Warden", workers, idle=rss_mib(op.proc.pid))
+    run.idle = rss_mib(op.proc.pid)
     sampler = RssSampler(op.proc.pid)
     sampler.start()
     begun = time.time()
@@ -237,7 +415,7 @@ def run_warden(cp: ControlPlane, workers: int, tag: str) -> tuple[Run, Bare]:
     client.CustomObjectsApi(api).create_namespaced_custom_object(
         "slurm.warden.dev", "v1alpha1", ns, "slurmclusters", warden_body(ns, workers)
     )
-    run.ready_s, run.ready = wait_workers(api, ns, WARDEN_WORKERS, workers, start)
+    wait_workers(api, ns, WARDEN_WORKERS, run, start)
     time.sleep(10)  # the events of the last pods handled
     sampler.stop.set()
     sampler.join()
@@ -249,6 +427,8 @@ def run_warden(cp: ControlPlane, workers: int, tag: str) -> tuple[Run, Bare]:
     run.note = f"status: {phase.get('phase')}, workers {phase.get('workers')}"
     op.stop()
     run.requests = audit_requests(cp.log_dir / "audit.log", WARDEN_AGENTS, rfc3339(begun), rfc3339(time.time()))
+    names = running_pods(api, ns, WARDEN_WORKERS)
+    run.pace = pace_text(*pace(cp.log_dir / "audit.log", ns, WARDEN_AGENTS, names, begun), workers)
     delete_pods(cp, ns, WARDEN_WORKERS)
     return run, Bare(ns, workerset)
 
@@ -259,6 +439,13 @@ SLINKY_WORKERS = "app.kubernetes.io/name=slurmd,app.kubernetes.io/instance=big"
 def run_slinky(cp: ControlPlane, manager: Path, workers: int, tag: str) -> Run:
     api = cp.api_client()
     ns = cp.create_namespace(f"slinky-{tag}")
+    run = Run("Slinky", workers)
+    try:
+        run.room = check_room(cp, ns, workers, one_per_node=True)
+    except Refused as e:
+        run.refused = str(e)
+        delete_namespace(cp, ns)
+        return run
     core: Any = client.CoreV1Api(api)
     for secret, key in (("slurm-key", "slurm.key"), ("jwt-key", "jwt_hs256.key")):
         core.create_namespaced_secret(ns, {"metadata": {"name": secret}, "stringData": {key: os.urandom(32).hex()}})
@@ -272,7 +459,7 @@ def run_slinky(cp: ControlPlane, manager: Path, workers: int, tag: str) -> Run:
     )
     try:
         time.sleep(8)
-        run = Run("Slinky", workers, idle=rss_mib(proc.pid))
+        run.idle = rss_mib(proc.pid)
         sampler = RssSampler(proc.pid)
         sampler.start()
         custom = client.CustomObjectsApi(api)
@@ -289,16 +476,17 @@ def run_slinky(cp: ControlPlane, manager: Path, workers: int, tag: str) -> Run:
         custom.create_namespaced_custom_object("slinky.slurm.net", "v1beta1", ns, "nodesets", {
             "apiVersion": "slinky.slurm.net/v1beta1", "kind": "NodeSet", "metadata": {"name": "big"},
             "spec": {"controllerRef": {"name": "big"}, "replicas": workers,
-                     "slurmd": {"image": "slurmd:bench"}, "logfile": {"image": "logfile:bench"}},
+                     "slurmd": {"image": "slurmd:bench"}, "logfile": {"image": "logfile:bench"},
+                     "template": {"spec": {"nodeSelector": WORKER_SELECTOR, "tolerations": [WORKER_TOLERATION]}}},
         })  # fmt: skip
-        run.ready_s, run.ready = wait_workers(api, ns, SLINKY_WORKERS, workers, start)
+        wait_workers(api, ns, SLINKY_WORKERS, run, start)
         time.sleep(10)
         sampler.stop.set()
         sampler.join()
         run.peak, run.after = max(sampler.peak, run.idle), rss_mib(proc.pid)
         run.requests = audit_requests(cp.log_dir / "audit.log", SLINKY_AGENTS, rfc3339(begun), rfc3339(time.time()))
-        if run.ready < workers:
-            run.note = f"{run.ready} of {workers} Ready when stopped at {RUN_LIMIT_S:.0f} s"
+        names = running_pods(api, ns, SLINKY_WORKERS)
+        run.pace = pace_text(*pace(cp.log_dir / "audit.log", ns, SLINKY_AGENTS, names, begun), workers)
     finally:
         os.killpg(proc.pid, 15)
         proc.wait(timeout=30)
@@ -307,16 +495,30 @@ def run_slinky(cp: ControlPlane, manager: Path, workers: int, tag: str) -> Run:
     return run
 
 
+@dataclass
+class Bare:
+    """Where the bare client makes Warden's worker pods again: the namespace of Warden's run, and its WorkerSet."""
+
+    namespace: str
+    workerset: dict[str, Any]
+
+
 def run_bare(cp: ControlPlane, bare: Bare, workers: int) -> Run:
     """Warden's worker pods made again by a bare client, one POST after another, in the namespace of
-    Warden's run with the operator stopped: the same spec (volumes, init containers, labels: the nodes
-    Service and the policies select them as they did), their own names, no owner; raw JSON both ways.
-    The namespace goes afterwards."""
+    Warden's run with the operator stopped: the same spec (volumes, init containers, labels, node
+    selector and toleration: the nodes Service and the policies select them as they did), their own
+    names, no owner; raw JSON both ways. The namespace goes afterwards."""
+    run = Run("bare client", workers)
+    try:
+        run.room = check_room(cp, bare.namespace, workers, one_per_node=False)
+    except Refused as e:
+        run.refused = str(e)
+        delete_namespace(cp, bare.namespace)
+        return run
     api = cp.new_api_client()
     api.user_agent = BARE_AGENTS[0]
     core = client.CoreV1Api(api)
     template, ws_name = bare.workerset["spec"]["template"], bare.workerset["metadata"]["name"]
-    run = Run("bare client", workers)
     begun = time.time()
     start = time.monotonic()
     for i in range(workers):
@@ -331,8 +533,10 @@ def run_bare(cp: ControlPlane, bare: Bare, workers: int) -> Run:
         response: Any = core.create_namespaced_pod(bare.namespace, pod, _preload_content=False)
         response.read()
     run.note = f"all created in {time.monotonic() - start:.1f} s"
-    run.ready_s, run.ready = wait_workers(cp.api_client(), bare.namespace, WARDEN_WORKERS, workers, start)
+    wait_workers(cp.api_client(), bare.namespace, WARDEN_WORKERS, run, start)
     run.requests = audit_requests(cp.log_dir / "audit.log", BARE_AGENTS, rfc3339(begun), rfc3339(time.time()))
+    names = running_pods(cp.api_client(), bare.namespace, WARDEN_WORKERS)
+    run.pace = pace_text(*pace(cp.log_dir / "audit.log", bare.namespace, BARE_AGENTS, names, begun), workers)
     delete_namespace(cp, bare.namespace)
     return run
 
@@ -353,8 +557,12 @@ def slurm_side(cp: ControlPlane, workers: int) -> list[str]:
     """Warden with its Slurm sync on, against a stand-in slurmrestd with a node and a running job per worker."""
     api = cp.api_client()
     ns = cp.create_namespace("warden-sync")
+    try:
+        lines = [f"Slurm side: {check_room(cp, ns, workers, one_per_node=False)}"]
+    except Refused as e:
+        delete_namespace(cp, ns)
+        return [f"Slurm side refused, not run: {e}"]
     volumes_for(cp, ns)
-    lines: list[str] = []
     with FakeSlurmrestd(ns, "big") as fake:
         op = OperatorProcess(cp.kubeconfig, ns, cp.log_dir, metrics=True, slurm_sync_interval=5,
                              extra_args=["--slurmrestd-url", fake.url_template])  # fmt: skip
@@ -444,15 +652,44 @@ def slowest_bucket(before: dict[str, float], after: dict[str, float], rounds: fl
 
 
 # --- the table ------------------------------------------------------------------------------------------
+def seconds_cell(run: Run, p: int) -> str:
+    return f"{run.marks[p]:.1f}" if p in run.marks else "-"
+
+
+def ratio_cell(num: Run, den: Run, p: int) -> str:
+    """``num``'s time to p % Ready over ``den``'s; a run that was refused or stopped short of it says so."""
+    for r in (num, den):
+        if r.refused:
+            return f"none: {r.who} refused"
+        if p not in r.marks:
+            return f"none: {r.who} stopped ({r.stopped})" if r.stopped else f"none: {r.who} never got there"
+    return f"{num.marks[p] / max(den.marks[p], 0.01):.2f}x"
+
+
 def table(runs: list[Run]) -> Iterator[str]:
-    yield (f"{'':14}{'workers':>8}{'Ready s':>9}{'RSS idle':>10}{'peak':>7}{'after':>7}{'reads/w':>9}"
-           f"{'writes/w':>9}  note")  # fmt: skip
+    heads = "".join(f"{f'{p} %' if p < 100 else 'all':>8}" for p in MARKS)
+    yield f"{'':14}{'workers':>8}{heads}{'RSS idle':>10}{'peak':>7}{'after':>7}{'reads/w':>9}{'writes/w':>9}  note"
     for r in runs:
+        if r.refused:
+            yield f"{r.who:14}{r.workers:>8}  refused, not run: {r.refused}"
+            continue
+        marks = "".join(f"{seconds_cell(r, p):>8}" for p in MARKS)
         idle = f"{r.idle:.0f}" if r.idle else "-"
         peak = f"{r.peak:.0f}" if r.peak else "-"
         after = f"{r.after:.0f}" if r.after else "-"
-        yield (f"{r.who:14}{r.workers:>8}{r.ready_s:>9.1f}{idle:>10}{peak:>7}{after:>7}"
-               f"{r.requests.reads / r.workers:>9.2f}{r.requests.writes / r.workers:>9.2f}  {r.note}")  # fmt: skip
+        note = "; ".join(n for n in (r.stopped and f"STOPPED: {r.stopped}", r.note) if n)
+        yield (f"{r.who:14}{r.workers:>8}{marks}{idle:>10}{peak:>7}{after:>7}"
+               f"{r.requests.reads / r.workers:>9.2f}{r.requests.writes / r.workers:>9.2f}  {note}")  # fmt: skip
+
+
+def ratios(runs: list[Run], size: int) -> Iterator[str]:
+    """For one size: Slinky / Warden and Warden / bare client at each mark (above 1: Warden is ahead; below
+    1: Warden is behind the bare client's pace)."""
+    by = {r.who: r for r in runs if r.workers == size}
+    for num, den in (("Slinky", "Warden"), ("Warden", "bare client")):
+        if num in by and den in by:
+            cells = ", ".join(f"{f'{p} %' if p < 100 else 'all'} {ratio_cell(by[num], by[den], p)}" for p in MARKS)
+            yield f"{size:>6} workers  {num} / {den}: {cells}"
 
 
 def main(argv: list[str]) -> int:
@@ -462,11 +699,12 @@ def main(argv: list[str]) -> int:
     )
     crds = manager.parent / "crds"
     runs: list[Run] = []
+    sync_lines: list[str] = []
     say: Callable[[str], None] = lambda text: print(text, file=sys.stderr, flush=True)  # noqa: E731
     with ControlPlane(ensure_binaries(build=False), audit=True, quiet_nodes=True) as cp:
         begun = time.monotonic()
-        add_nodes(cp, SYSTEM_NODES, "system", "100")
-        add_nodes(cp, max(sizes), "worker", "1")
+        add_nodes(cp, SYSTEM_NODES, "system", "100", [])
+        add_nodes(cp, max(sizes), "worker", "1", [WORKER_TAINT])
         say(f"{SYSTEM_NODES} + {max(sizes)} kwok nodes Ready in {time.monotonic() - begun:.0f} s")
         api = cp.api_client()
         for crd in crd_bodies():
@@ -475,39 +713,48 @@ def main(argv: list[str]) -> int:
                        capture_output=True)  # fmt: skip
         time.sleep(3)
         for k, size in enumerate(sizes):
-            order = ["Warden", "Slinky"] if k % 2 == 0 else ["Slinky", "Warden"]
-            bare: Bare | None = None
-            for who in order:
+            for who in ["Warden", "Slinky"] if k % 2 == 0 else ["Slinky", "Warden"]:
                 say(f"{who}: {size} workers ...")
-                if who == "Warden":
-                    run, bare = run_warden(cp, size, f"{size}")
-                else:
+                if who == "Slinky":
                     run = run_slinky(cp, manager, size, f"{size}")
-                say(f"  Ready in {run.ready_s:.1f} s ({run.ready} Ready)")
+                    runs.append(run)
+                    say(f"  {run.outcome}")
+                    continue
+                run, bare = run_warden(cp, size, f"{size}")
                 runs.append(run)
-            assert bare is not None
-            say(f"bare client: {size} workers ...")
-            runs.append(run_bare(cp, bare, size))
-            say(f"  Ready in {runs[-1].ready_s:.1f} s")
-        say(f"Slurm side: {max(sizes)} nodes ...")
-        sync_lines = slurm_side(cp, max(sizes))
-    print(f"kwok nodes: {max(sizes)} taking one pod each (+{SYSTEM_NODES} for the rest); one control plane, "
-          f"runs in order, who goes first alternating by size")  # fmt: skip
+                say(f"  {run.outcome}")
+                if bare is None:
+                    runs.append(Run("bare client", size, refused="Warden's run was refused"))
+                    continue
+                say(f"bare client: {size} workers ...")
+                runs.append(run_bare(cp, bare, size))
+                say(f"  {runs[-1].outcome}")
+        if os.environ.get("WARDEN_BENCH_PEER_SLURM_SIDE", "1") != "0":
+            say(f"Slurm side: {max(sizes)} nodes ...")
+            sync_lines = slurm_side(cp, max(sizes))
+    print(f"kwok nodes: {max(sizes)} worker nodes taking one pod each, tainted for the workers alone, "
+          f"+{SYSTEM_NODES} system nodes for every other pod; one control plane, runs in order (the bare client "
+          f"right after Warden), who goes first alternating by size; seconds from the create to that share "
+          f"of the workers Ready")  # fmt: skip
     for line in table(runs):
         print(line)
+    print("ratios (Slinky / Warden above 1: Warden ahead; Warden / bare client: Warden against the floor):")
     for size in sizes:
-        by = {r.who: r for r in runs if r.workers == size}
-        w, s, b = by.get("Warden"), by.get("Slinky"), by.get("bare client")
-        if w and s and b:
-            print(f"{size:>6} workers: Warden / bare client {w.ready_s / b.ready_s:.2f}x, "
-                  f"Slinky / Warden {s.ready_s / w.ready_s:.1f}x")  # fmt: skip
+        for line in ratios(runs, size):
+            print(line)
+    print("room checked before each run, and pace (audit log: the run's pod creates, the scheduler's bindings):")
+    for r in runs:
+        print(f"  {r.who} {r.workers}: {r.outcome}")
+        if r.pace:
+            print(f"    {r.pace}")
     print("requests per worker, the most made (audit log, by user agent):")
     for r in runs:
-        top = ", ".join(f"{k} {v / r.workers:.2f}" for k, v in r.requests.by.most_common(5))
-        print(f"  {r.who} {r.workers}: {top}")
+        if not r.refused:
+            top = ", ".join(f"{k} {v / r.workers:.2f}" for k, v in r.requests.by.most_common(5))
+            print(f"  {r.who} {r.workers}: {top}")
     for line in sync_lines:
         print(line)
-    return 0
+    return 1 if any(r.refused for r in runs) else 0  # a run stopped short is a figure; one refused is not
 
 
 if __name__ == "__main__":
