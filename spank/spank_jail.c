@@ -11,11 +11,14 @@
  * - The step's files: slurmstepd's main thread alone enters the jail while
  *   slurmstepd opens the step's --output/--error/--input files (as the
  *   user) and changes to its working directory (slurm_spank_init_post_opt
- *   .. slurm_spank_user_init; not for srun steps with an MPI plugin, whose
- *   server starts then and must load the node's libraries), and again while
- *   it waits for its tasks, so the task epilogs it forks run in the jail
- *   (the last slurm_spank_task_post_fork .. the last slurm_spank_task_exit).
- *   Its other threads never move; never for the extern step.
+ *   .. slurm_spank_user_init), and again while it waits for its tasks, so
+ *   the task epilogs it forks run in the jail (the last
+ *   slurm_spank_task_post_fork .. the last slurm_spank_task_exit). srun
+ *   steps with an MPI plugin, whose server starts in the first window and
+ *   must load the node's libraries, open their files in the worker
+ *   container instead, with the job's own directories (jobtmpfs=) bound over
+ *   the container's (node_view.h). Its other threads never move; never for
+ *   the extern step.
  * - Every task (slurm_spank_task_init_privileged): once per task, in the
  *   forked child, still root, before slurmstepd drops to the user and execs.
  *   Then, unless the job is root's (or `seccomp=off`), the task gets the
@@ -46,6 +49,7 @@
 #include "jail_helpers.h"
 #include "job_filter.h"
 #include "job_space.h"
+#include "node_view.h"
 
 SPANK_PLUGIN(spank_jail, 1);
 
@@ -63,7 +67,9 @@ static struct {
 	struct jail_return back;
 	uint32_t tasks_running; /* while waiting for the tasks: not yet exited */
 	bool workdir_set; /* PYXIS_CONTAINER_WORKDIR is ours, for pyxis only */
-} state = { NULL, JAIL_RETURN_NONE, 0, false };
+	bool job_space_ready; /* the job's tmpfs is mounted, jobid is its */
+	uint32_t jobid;
+} state = { NULL, JAIL_RETURN_NONE, 0, false, false, 0 };
 
 /* jobtmpfs= and nproc= (job_space.h), parsed with the config. */
 static struct job_space_config job_space;
@@ -157,6 +163,8 @@ static int job_space_prepare(spank_t sp, struct jail_config *cfg)
 			    (unsigned int)jobid, err);
 		return -1;
 	}
+	state.job_space_ready = true;
+	state.jobid = jobid;
 	return 0;
 }
 
@@ -228,6 +236,7 @@ int slurm_spank_init(spank_t sp, int ac, char **av)
 
 	jail_config_free(state.cfg);
 	state.cfg = cfg;
+	state.job_space_ready = false;
 	if (!cfg->disabled && job_space_prepare(sp, cfg) < 0)
 		return -1;
 	if (cfg->containers && !cfg->disabled)
@@ -250,29 +259,38 @@ static uint32_t step_id(spank_t sp)
 	return stepid;
 }
 
+/* Where slurmstepd's main thread opens a step's files. */
+enum step_files {
+	STEP_FILES_STAY, /* where it is: the extern step (no user files) */
+	STEP_FILES_JAIL, /* in the jail */
+	STEP_FILES_NODE, /* in the worker container, the job's own dirs bound */
+};
+
 /*
- * Whether slurmstepd may open this step's files inside the jail: every step
- * but the extern one (no user files) and srun steps whose MPI plugin starts
- * its server between now and the task fork (it loads the node's libraries
- * and plugins by path). slurmstepd has already taken SLURM_MPI_TYPE out of
- * the step's environment when it is "none".
+ * Every step's files are opened in the jail but the extern step's and those
+ * of srun steps whose MPI plugin starts its server between now and the task
+ * fork (it loads the node's libraries and plugins by path): in the worker
+ * container, with the job's own directories over the container's
+ * (node_view.h). slurmstepd has already taken SLURM_MPI_TYPE out of the
+ * step's environment when it is "none".
  */
-static bool step_files_in_jail(spank_t sp)
+static enum step_files step_files(spank_t sp)
 {
 	char mpi[64];
 	uint32_t stepid = step_id(sp);
 
 	if (stepid == SLURM_EXTERN_CONT)
-		return false;
+		return STEP_FILES_STAY;
 	if (stepid == SLURM_BATCH_SCRIPT)
-		return true;
+		return STEP_FILES_JAIL;
 	if (spank_getenv(sp, "SLURM_MPI_TYPE", mpi, sizeof(mpi)) ==
 	    ESPANK_SUCCESS && mpi[0] && strcmp(mpi, "none") != 0) {
 		slurm_debug(LOG_PREFIX "step uses MPI plugin '%s': slurmstepd "
-			    "opens its files outside the jail", mpi);
-		return false;
+			    "opens its files in the worker container, with "
+			    "the job's own directories", mpi);
+		return STEP_FILES_NODE;
 	}
-	return true;
+	return STEP_FILES_JAIL;
 }
 
 /*
@@ -301,8 +319,44 @@ static int enter_view(const char *what)
 	return 0;
 }
 
+/*
+ * An MPI step's files (node_view.h): slurmstepd's main thread alone gets a
+ * copy of the worker container's mount table with the job's own directories
+ * (jobtmpfs=) over the container's, so `-o /tmp/out-%t` lands in the job's
+ * /tmp; left in slurm_spank_user_init as the jail's view is. Nothing to do
+ * without job spaces: every other path is the jail's at the same place in
+ * the container (the homes, the bind= mounts) or root's there. Failing
+ * fails the step.
+ */
+static int enter_node_view(void)
+{
+	struct node_view_bind binds[JOB_SPACE_MAX];
+	char err[JAIL_ERR_MAX];
+	char note[JAIL_ERR_MAX];
+	int n;
+
+	if (state.back.mntns >= 0 || !state.job_space_ready)
+		return 0;
+	n = node_view_binds(&job_space, JOB_SPACE_BASE, state.jobid, binds,
+			    JOB_SPACE_MAX, err, sizeof(err));
+	if (n < 0 || node_view_enter(binds, (size_t)n, &state.back, err,
+				     sizeof(err), note, sizeof(note)) < 0) {
+		slurm_error(LOG_PREFIX "cannot open the MPI step's files with "
+			    "job %u's own directories: %s",
+			    (unsigned int)state.jobid, err);
+		return -1;
+	}
+	if (note[0])
+		slurm_debug(LOG_PREFIX "%s", note);
+	slurm_debug(LOG_PREFIX "slurmstepd: open the step's files in the "
+		    "worker container, with job %u's own directories",
+		    (unsigned int)state.jobid);
+	return 0;
+}
+
 int slurm_spank_init_post_opt(spank_t sp, int ac, char **av)
 {
+	enum step_files where;
 	spank_err_t rc;
 
 	(void)ac;
@@ -316,10 +370,14 @@ int slurm_spank_init_post_opt(spank_t sp, int ac, char **av)
 				    "PYXIS_CONTAINER_WORKDIR: %s",
 				    spank_strerror(rc));
 	}
-	if (!spank_remote(sp) || !state.cfg || state.cfg->disabled ||
-	    !step_files_in_jail(sp))
+	if (!spank_remote(sp) || !state.cfg || state.cfg->disabled)
 		return 0;
-	return enter_view("open the step's files");
+	where = step_files(sp);
+	if (where == STEP_FILES_NODE)
+		return enter_node_view();
+	if (where == STEP_FILES_JAIL)
+		return enter_view("open the step's files");
+	return 0;
 }
 
 /*
@@ -354,7 +412,8 @@ static int leave_view(const char *when)
 /*
  * slurmstepd has opened the step's files and changed to its working
  * directory (as the user), and is about to fork the tasks: its main thread
- * returns to the node before anything else happens.
+ * returns to the node before anything else happens (from the jail's view, or
+ * an MPI step's node view: the same way back).
  */
 int slurm_spank_user_init(spank_t sp, int ac, char **av)
 {
