@@ -41,6 +41,13 @@ SPEC["workerGroups"].append(
 SPEC["partitions"].append({"name": "plain", "workerGroups": ["plain"]})
 # a user's steps on `plain` stop at 1024 processes and threads (tests/dataplane/test_job_space.py goes past it)
 SPEC["workerGroups"][-1]["maxUserProcesses"] = 1024
+# and have, beside their own /tmp and /dev/shm, a node-local /scratch every job on the node shares
+# (tests/dataplane/test_root_helpers.py: sbcast and MPI steps' files land there)
+SPEC["workerGroups"][-1]["localMounts"] = [
+    {"name": "tmp", "jailPath": "/tmp", "perJob": True},
+    {"name": "shm", "jailPath": "/dev/shm", "medium": "Memory", "perJob": True},
+    {"name": "scratch", "jailPath": "/scratch", "sizeLimit": "256Mi"},
+]
 SPEC["containers"] = {"enabled": True, "allowHttpRegistries": True, "store": {"sizeLimit": "4Gi"}}
 SPEC["accounting"] = {"mode": "InCluster"}  # jail users join the default account `users` on their own
 # directory users beside the jail's (tests/support/directory.py: slapd on the cluster's network, TLS on);

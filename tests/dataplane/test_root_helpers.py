@@ -8,7 +8,10 @@ rights, so the link's target stays as it was.
   the login container's own root) makes a directory user's home only below directories that root alone
   can change, never through a link;
 - sbcast (slurmd, as the user) and an MPI step's per-task files (slurmstepd, as the user), which are opened
-  in the worker container and not in the jail, never change a root file of the container through a link.
+  in the worker container and not in the jail, never change a root file of the container through a link;
+  an MPI step's files in the job's own /tmp and /dev/shm land there (slurmstepd sees the job's directories
+  over the container's while it opens them), sbcast's are refused there, and both reach the home and a
+  node-local mount every job shares.
 
 Every trap targets a root-owned file or directory made for the test. After each, the user is served again
 once they have removed the link.
@@ -17,6 +20,7 @@ once they have removed the link.
 from __future__ import annotations
 
 import random
+import re
 import shlex
 import uuid
 from collections.abc import Iterator
@@ -24,6 +28,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.support.directory import Directory
+from tests.support.eventually import eventually
 from tests.support.jailuser import JailUser
 from warden import naming
 from warden_dev.dockercluster import DockerCluster
@@ -199,26 +204,39 @@ def test_sbcast_through_a_users_link_changes_no_file_of_the_worker_container(
     assert user.ssh("stat -c %U ~/to-etc; cat ~/to-etc").split() == [user.name, "payload"]
 
 
+@pytest.mark.parametrize("where", ["home", "tmp"])
 def test_an_mpi_steps_files_through_a_users_link_change_no_file_of_the_worker_container(
-    cluster: DockerCluster, user: JailUser, worker_probe: tuple[str, str]
+    cluster: DockerCluster, user: JailUser, worker_probe: tuple[str, str], where: str
 ) -> None:
     """An srun step with an MPI plugin has its per-task files opened in the worker container (spank/README.md,
-    "Which process sees which root"), by slurmstepd with the user's uid: a per-task output name that is the
-    user's link to a root file of the container fails the step, and the file stays root's."""
+    "Which process sees which root"; the job's own /tmp bound over the container's), by slurmstepd with the
+    user's uid: a per-task output name that is the user's link to a root file of the container, in the home
+    or in the job's /tmp, fails the step, and the file stays root's. Without the link the same step writes
+    the user's file."""
     node, target = worker_probe
-    user.ssh(f"ln -s {target} ~/mpi-0.out")
+    if where == "home":
+        plant, out, undo = f"ln -s {target} ~/mpi-0.out", "mpi-%t.out", "rm ~/mpi-0.out"
+        read = "stat -c %U mpi-0.out; cat mpi-0.out"
+    else:
+        plant, out, undo = f"srun ln -s {target} /tmp/mpi-0.out", "/tmp/mpi-%t.out", "srun rm /tmp/mpi-0.out"
+        read = "srun cat /tmp/mpi-0.out"
+    step = f"srun --mpi=pmi2 -o {out} echo written; echo mpi=$?"
+    script = f"{plant} && {step}; {undo} && {step} && {read}"
     r = cluster.ssh(
         user.name,
-        f"cd && srun -p cpu -N1 -w {node} --mpi=pmi2 -o mpi-%t.out echo written",
+        f"cd && salloc -p cpu -N1 -w {node} bash -c {q(script)}",
         check=False,
         identity=user.identity,
+        timeout=180,
     )
-    assert not r.ok, r
+    runs = re.findall(r"^mpi=(\d+)$", r.out, re.M)
+    assert runs and runs[0] != "0", r
     assert "Slurmd could not connect IO" in r.err, r
     assert _in_worker(cluster, node, target) == "0:0 644\n" + PROBE
-    user.ssh("rm ~/mpi-0.out")
-    user.ssh(f"cd && srun -p cpu -N1 -w {node} --mpi=pmi2 -o mpi-%t.out echo written")
-    assert user.ssh("stat -c %U ~/mpi-0.out; cat ~/mpi-0.out").split() == [user.name, "written"]
+    assert runs == [runs[0], "0"], r
+    assert r.out.split()[-1] == "written", r
+    if where == "home":
+        assert r.out.split()[-2] == user.name, r
 
 
 def test_a_populate_overwrite_never_walks_into_what_users_can_write(cluster: DockerCluster) -> None:
@@ -244,31 +262,77 @@ def test_a_populate_overwrite_never_walks_into_what_users_can_write(cluster: Doc
     assert cluster.volume_sh(vol, "stat -c '%u:%g %a' /v/etc; ls /v/etc | wc -l").out == before
 
 
+def _gone_from_the_worker(cluster: DockerCluster, node: str, job: str) -> None:
+    """The job's tmpfs is unmounted and its directory removed (the job epilog runs after the job ends)."""
+    look = f"grep -c ' /run/warden/jobs/{job} ' /proc/self/mounts; ls -d /run/warden/jobs/{job} 2>&1"
+    eventually(
+        f"job {job}'s space gone from {node}",
+        lambda: cluster.exec(node, look, check=False).out,
+        lambda out: out.split()[0] == "0" and "No such file" in out,
+        timeout=60,
+    )
+
+
 @pytest.mark.parametrize("where", ["/tmp", "/dev/shm"])
 def test_sbcast_and_mpi_files_land_where_the_job_sees_them_or_are_refused(
     cluster: DockerCluster, user: JailUser, where: str
 ) -> None:
     """sbcast's file and an MPI step's per-task files are opened in the worker container, not in the jail.
-    Where the jail shows the container's own directory (a node-local mount shared by the jobs) the job
-    reads them; where it shows something else (each job's own tmpfs), the container's directory is root's,
-    so they are refused, never written where no step of the job sees them and nothing removes them."""
+    /tmp and /dev/shm are each job's own (perJob): while slurmstepd opens an MPI step's files it sees the
+    job's directories over the container's, so the step's per-task files and its working directory are in
+    the job's space, a later step of the job reads them there, and they go with the job. sbcast (slurmd: no
+    plugin hook moves it) is refused there: the container's own directory is root's, and holds nothing of
+    the job."""
     node = cluster.worker_pods("cpu")[0]
-    name = f"{where}/bc-{uuid.uuid4().hex[:8]}"
+    tag = uuid.uuid4().hex[:8]
+    name, wd = f"{where}/bc-{tag}", f"{where}/wd-{tag}"
     user.ssh("echo payload > ~/payload")
     script = (
-        f"sbcast -f ~/payload {name}; echo sbcast=$?; srun cat {name}; "
-        f"srun --mpi=pmi2 -o {name}-%t echo written; echo mpi=$?; srun cat {name}-0"
+        f"echo job=$SLURM_JOB_ID; sbcast -f ~/payload {name}; echo sbcast=$?; srun -n1 mkdir {wd}; "
+        f"srun -n2 --mpi=pmi2 --chdir={wd} -o out-%t pwd; echo mpi=$?; srun -n1 cat {wd}/out-0 {wd}/out-1"
     )
-    r = cluster.ssh(user.name, f"salloc -p cpu -N1 -w {node} bash -c {q(script)}", check=False, identity=user.identity)
-    out = r.out.split()
-    if "sbcast=0" in out:
-        assert out[out.index("sbcast=0") + 1] == "payload", r  # the job's next step reads it
-    else:
-        assert "Permission denied" in r.err, r
-    if "mpi=0" in out:
-        assert out[out.index("mpi=0") + 1] == "written", r
-    else:
-        assert "Slurmd could not connect IO" in r.err, r
+    r = cluster.ssh(
+        user.name,
+        f"salloc -p cpu -N1 -n2 -w {node} bash -c {q(script)}",
+        check=False,
+        identity=user.identity,
+        timeout=180,
+    )
+    job = re.findall(r"^job=(\d+)$", r.out, re.M)
+    assert job, r
+    refused = re.findall(r"^sbcast=(\d+)$", r.out, re.M)
+    assert refused and refused[0] != "0" and "Permission denied" in r.err, r
+    assert "mpi=0" in r.out.split(), r
+    assert r.out.split()[-2:] == [wd, wd], r  # the tasks' output, read back by the job's next step
     kept = cluster.exec(node, f"ls -A {where}").out.split()
-    # the container's own directory holds nothing of the job, unless the job saw it there
-    assert "sbcast=0" in out or name.rsplit("/", 1)[1] not in kept, (kept, r)
+    assert f"bc-{tag}" not in kept and f"wd-{tag}" not in kept, kept  # nothing in the container's own
+    _gone_from_the_worker(cluster, node, job[0])
+    later = cluster.ssh(user.name, f"srun -p cpu -N1 -w {node} ls {wd} 2>&1; true", check=False, identity=user.identity)
+    assert "No such file or directory" in later.out, later
+
+
+def test_sbcast_and_mpi_files_reach_the_home_and_a_node_local_mount_every_job_shares(
+    cluster: DockerCluster, user: JailUser
+) -> None:
+    """Where the jail shows the container's own directory at the same path, sbcast and an MPI step's per-task
+    files work as they always did: the home, and a node-local mount without perJob (/scratch on group
+    `plain`, tests/dataplane/spec.py); the job's steps read them there, and so does the user's next job."""
+    node = cluster.worker_pods("plain")[0]
+    tag = uuid.uuid4().hex[:8]
+    user.ssh("echo payload > ~/payload")
+    script = (
+        f"sbcast -f ~/payload /scratch/bc-{tag} && sbcast -f ~/payload ~/bc-{tag} && "
+        f"srun --mpi=pmi2 -o /scratch/mpi-{tag}-%t echo written && srun --mpi=pmi2 -o mpi-{tag}-%t echo home && "
+        f"srun cat /scratch/bc-{tag} /scratch/mpi-{tag}-0 ~/bc-{tag} ~/mpi-{tag}-0"
+    )
+    r = cluster.ssh(
+        user.name,
+        f"cd && salloc -p plain -N1 -w {node} bash -c {q(script)}",
+        check=False,
+        identity=user.identity,
+        timeout=180,
+    )
+    assert r.ok and r.out.split() == ["payload", "written", "payload", "home"], r
+    later = user.ssh(f"srun -p plain -N1 -w {node} stat -c %U /scratch/bc-{tag} /scratch/mpi-{tag}-0")
+    assert later.split() == [user.name, user.name], later
+    user.ssh(f"srun -p plain -N1 -w {node} rm /scratch/bc-{tag} /scratch/mpi-{tag}-0")
