@@ -9,8 +9,9 @@
 #                                      (default 2); changes are copied in and sshd is HUPed
 #   WARDEN_DEFAULT_ACCOUNT             with accounting on (spec.accounting.defaultAccount) and a directory:
 #                                      directory users get an association in it when they log in
-#   WARDEN_SESSION_MEMORY, WARDEN_SESSION_CPU   per-user limits of SSH sessions (spec.login.userLimits:
-#                                      bytes, millicores; /usr/lib/warden/warden-session-limits)
+#   WARDEN_SESSION_MEMORY, WARDEN_SESSION_CPU, WARDEN_SESSION_PIDS   per-user limits of SSH sessions
+#                                      (spec.login.userLimits: bytes, millicores, processes;
+#                                      /usr/lib/warden/warden-session-limits)
 #   WARDEN_HIDE_PROCESSES              no: users see each other's processes (spec.security.hideOtherUsersProcesses)
 set -euo pipefail
 WARDEN_COMPONENT=login

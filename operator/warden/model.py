@@ -584,6 +584,14 @@ class LoginUserLimits(Spec):
     cpu: Quantity = Field(
         default="2", description="CPUs of all of one user's sessions on one login node together (CFS quota)."
     )
+    processes: int = Field(
+        default=1024,
+        ge=64,
+        le=4194304,
+        description="Processes and threads of all of one user's sessions on one login node together (the pids"
+        ' controller): past it, fork and thread creation fail with EAGAIN ("Resource temporarily unavailable")'
+        " in that user's sessions only, so a fork bomb stops there.",
+    )
 
     @field_validator("memory")
     @classmethod
@@ -1328,7 +1336,15 @@ class ContainerStore(Spec):
 
     size_limit: Size = Field(
         default="50Gi",
-        description="Size limit of the store (an emptyDir's sizeLimit; with hostPath, not enforced by Kubernetes).",
+        description="Size of the store: an emptyDir's sizeLimit, and with either kind what Warden's importer and"
+        " enroot keep their writes within (an import or an unpack that would go past it fails the job step,"
+        " saying why; docs/containers.md). With hostPath, Kubernetes enforces nothing.",
+    )
+    per_user_limit: Size | None = Field(
+        default=None,
+        description="What one user's images and containers may take of the store on one node (default: half"
+        " of sizeLimit; at most sizeLimit). An import or an unpack past it fails the user's job step, saying"
+        " why, after the user's least recently used images are removed.",
     )
     host_path: str | None = Field(
         default=None,

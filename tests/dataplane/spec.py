@@ -55,6 +55,6 @@ SPEC["accounting"] = {"mode": "InCluster"}  # jail users join the default accoun
 # the other tests never list: `sinfo -N` shows a node once per partition)
 SPEC["identity"] = directory.spec()
 SPEC["partitions"].append({"name": "physics", "workerGroups": ["plain"], "allowGroups": ["physics"]})
-# each user's SSH sessions on the login node share 384 MiB and one CPU (tests/dataplane/test_identity_limits.py
-# goes past it)
-SPEC["login"]["userLimits"] = {"memory": "384Mi", "cpu": "1"}
+# each user's SSH sessions on the login node share 384 MiB, one CPU and 200 processes
+# (tests/dataplane/test_identity_limits.py goes past memory and processes)
+SPEC["login"]["userLimits"] = {"memory": "384Mi", "cpu": "1", "processes": 200}

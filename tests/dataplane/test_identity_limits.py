@@ -9,7 +9,9 @@ identities and privacy" and "Login sessions have per-user limits"):
 - a user does not see another user's processes (their command lines) on the login node nor in a job step
   on a worker; root does;
 - a user whose SSH sessions go past spec.login.userLimits.memory has a process killed, alone: another user's
-  session goes on.
+  session goes on;
+- a user whose sessions fork past spec.login.userLimits.processes gets EAGAIN, alone: another user's session
+  still starts processes.
 """
 
 from __future__ import annotations
@@ -187,3 +189,71 @@ def test_a_user_past_the_login_memory_limit_is_killed_alone(
         f" 2>/dev/null || cat /sys/fs/cgroup/{user}/memory.max /sys/fs/cgroup/{user}/cpu.max",
     ).out.split()
     assert limits[:2] == [str(384 * 1024 * 1024), "100000"], limits
+
+
+#: alice's fork bomb: children that wait until fork fails, then (holding them) a marker, until the test says done
+_FORK_BOMB = """
+import os, signal, sys, time
+marker, done = sys.argv[1], sys.argv[2]
+kids = []
+try:
+    while len(kids) < 5000:
+        pid = os.fork()
+        if pid == 0:
+            time.sleep(300)
+            os._exit(0)
+        kids.append(pid)
+    print("no-limit", len(kids), flush=True)
+except OSError as e:
+    print(f"fork-failed errno={e.errno} {e.strerror} after={len(kids)}", flush=True)
+    open(marker, "w").close()
+    deadline = time.monotonic() + 200
+    while not os.path.exists(done) and time.monotonic() < deadline:
+        time.sleep(0.2)
+finally:
+    for k in kids:
+        os.kill(k, signal.SIGKILL)
+    for k in kids:
+        os.waitpid(k, 0)
+"""
+
+
+def test_a_fork_bomb_on_the_login_node_stops_at_the_users_process_limit(
+    cluster: DockerCluster, alice: JailUser, bob: JailUser
+) -> None:
+    """spec.login.userLimits.processes (200 in the dataplane's spec): alice's session forks until the kernel
+    says EAGAIN, short of 200 processes, and while she holds them all bob's session starts 100 processes of
+    his own; alice's next session works once hers are gone."""
+    tag = uuid.uuid4().hex[:6]
+    full, done = f"/tmp/alice-full-{tag}", f"/tmp/alice-done-{tag}"
+    result: dict[str, Exec] = {}
+
+    def alices_bomb() -> None:
+        command = f"python3 -c {q(_FORK_BOMB)} {full} {done}"
+        result["alice"] = cluster.ssh(alice.name, command, check=False, timeout=300, identity=alice.identity)
+
+    thread = threading.Thread(target=alices_bomb)
+    thread.start()
+    try:
+        eventually(
+            "alice's session is out of processes",
+            lambda: cluster.ssh("root", f"ls {full}", check=False).out,
+            bool,
+            timeout=120,
+        )
+        bobs = bob.ssh("for i in $(seq 100); do sleep 3 & done; wait; echo bob-forked-100", timeout=120)
+        assert bobs.strip().endswith("bob-forked-100"), bobs
+    finally:
+        cluster.ssh("root", f"touch {done}", check=False)
+        thread.join(timeout=300)
+    alices = result["alice"]
+    assert "fork-failed errno=11 Resource temporarily unavailable" in alices.out, alices
+    held = int(alices.out.rsplit("after=", 1)[1].split()[0])
+    assert 100 < held < 200, alices  # her session's own processes (sshd's, bash, python) count too
+    assert alice.ssh("echo alive").strip() == "alive"
+    user = f"warden-users/{alice.name}"
+    limit = cluster.exec(
+        f"{cluster.names.login}-0",
+        f"cat /sys/fs/cgroup/pids/{user}/pids.max 2>/dev/null || cat /sys/fs/cgroup/{user}/pids.max",
+    ).out.strip()
+    assert limit == "200", limit

@@ -108,6 +108,8 @@ def test_login_sessions_get_per_user_limits_through_pam() -> None:
     default = cluster()
     assert login_env(default)["WARDEN_SESSION_MEMORY"] == str(4 * 1024**3)
     assert login_env(default)["WARDEN_SESSION_CPU"] == "2000"
+    assert login_env(default)["WARDEN_SESSION_PIDS"] == "1024"
+    assert login_env(cluster(login={"userLimits": {"processes": 200}}))["WARDEN_SESSION_PIDS"] == "200"
     assert "UsePAM yes" in config.sshd_config(default).splitlines()
     set_ = cluster(login={"userLimits": {"memory": "512Mi", "cpu": "500m"}})
     assert login_env(set_)["WARDEN_SESSION_MEMORY"] == str(512 * 1024**2)
@@ -116,7 +118,7 @@ def test_login_sessions_get_per_user_limits_through_pam() -> None:
     small_pod = cluster(login={"resources": {"limits": {"memory": "1Gi"}}})
     assert login_env(small_pod)["WARDEN_SESSION_MEMORY"] == str(1024**3)
     off = cluster(login={"userLimits": {"enabled": False}})
-    assert not {"WARDEN_SESSION_MEMORY", "WARDEN_SESSION_CPU"} & set(login_env(off))
+    assert not {"WARDEN_SESSION_MEMORY", "WARDEN_SESSION_CPU", "WARDEN_SESSION_PIDS"} & set(login_env(off))
     assert "UsePAM no" in config.sshd_config(off).splitlines()
 
 

@@ -89,6 +89,7 @@ def _session_env(cluster: Cluster) -> list[Manifest]:
     return [
         {"name": "WARDEN_SESSION_MEMORY", "value": str(limits[0])},
         {"name": "WARDEN_SESSION_CPU", "value": str(limits[1])},
+        {"name": "WARDEN_SESSION_PIDS", "value": str(cluster.spec.login.user_limits.processes)},
     ]
 
 
