@@ -60,8 +60,9 @@ local_mount_modes() {
 local_mount_modes || warden_log "local mounts: could not set their modes"
 # This container's own /tmp, and its own copy of each per-job mount (jobtmpfs=: /tmp, /dev/shm), are seen by
 # no job step (the jail shows the job's tmpfs, or the jail's /tmp, there). What slurmd opens as a user here,
-# sbcast's files, and an MPI step's per-task files (spank/README.md), would land in them, outside the job,
-# for good: root's, 0755, so that these fail (Permission denied) instead. A node-local mount shared by the
+# sbcast's files, would land in them, outside the job, for good: root's, 0755, so that these fail
+# (Permission denied) instead. (An MPI step's per-task files under them land in the job's tmpfs: the plugin
+# binds it over these paths for slurmstepd while it opens them; spank/README.md.) A node-local mount shared by the
 # jobs (bind=) is left as it is: the jail shows it at the same path.
 container_only_dirs() {
     local p shared
@@ -153,6 +154,20 @@ if [ "${WARDEN_GPUS:-0}" -gt 0 ]; then
     else
         warden_log "driver: error: $WARDEN_DRIVER_PROBLEM in this container; this node takes no jobs"
     fi
+fi
+
+# What each user's directory of the container store takes (du, as root: the directories are their users'
+# alone), every WARDEN_STORE_POLL (10) seconds into $CONTAINER_STORE/.usage, root's, which
+# /usr/lib/warden/warden-store-room reads before enroot writes there (spec.containers.store).
+store_measured=0
+warden_store_usage() {
+    [ $((SECONDS - store_measured)) -ge "${WARDEN_STORE_POLL:-10}" ] || return 0
+    store_measured=$SECONDS
+    (cd "$CONTAINER_STORE" && shopt -s nullglob && du -skx -- [0-9]*) >"$CONTAINER_STORE/.usage.new" 2>/dev/null
+    chmod 0644 "$CONTAINER_STORE/.usage.new" && mv -f "$CONTAINER_STORE/.usage.new" "$CONTAINER_STORE/.usage"
+}
+if grep -q "bind=$CONTAINER_STORE" "$SLURM_ETC/plugstack.conf" 2>/dev/null; then
+    WARDEN_POLL_HOOKS="${WARDEN_POLL_HOOKS:-} warden_store_usage"
 fi
 
 # The jail binds a replaced jail file took away, and the driver's loader cache when the jail's own
