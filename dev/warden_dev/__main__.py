@@ -11,6 +11,7 @@
     python -m warden_dev demo      # up's second half: images and charts pushed (hack/push.sh), installed, Ready
     python -m warden_dev deps | pause-image | fake-gpu-plugin
     python -m warden_dev controlplane up|down|env [--nodes N] [--gpu-nodes N]   # a control plane with kwok nodes
+    python -m warden_dev vm-node boot|down|image [--index N] [--once]   # a qemu VM node from Debian's kernel
 
 The local cluster needs root; its state (certs, etcd, logs, kubeconfig, the host record) lives in
 ${WARDEN_LOCALCLUSTER_DIR:-~/.cache/warden/localcluster}, the control plane's in
@@ -87,11 +88,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if args[:1] == ["controlplane"]:
         return controlplane.main(args[1:], prog="python -m warden_dev controlplane")
+    if args[:1] == ["vm-node"]:
+        from warden_dev import vmnode
+
+        return vmnode.main(args[1:])
     parser = argparse.ArgumentParser(prog="python -m warden_dev", description=(__doc__ or "").split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog=(__doc__ or "").split("\n\n", 1)[1])  # fmt: skip
     commands = ["up", "down", "env", "status", "check", "cluster", "demo", "deps", "pause-image", "fake-gpu-plugin",
-                "controlplane"]  # fmt: skip
+                "controlplane", "vm-node"]  # fmt: skip
     parser.add_argument("command", choices=commands)
     ns = parser.parse_args(args)
     cluster = LocalCluster()
