@@ -332,11 +332,20 @@ def add_nodes(cp: ControlPlane, count: int, pool: str, pods: str, taints: list[d
 
 
 def delete_pods(cp: ControlPlane, namespace: str, selector: str) -> None:
-    """Delete the pods ``selector`` picks and wait until they are gone (their nodes are free again)."""
+    """Delete the pods ``selector`` picks and wait until they are gone (their nodes are free again). A
+    delete of thousands of pods can outlast the API server's request timeout on a busy machine (504: the
+    deletion goes on); it is asked again while pods are left."""
     core: Any = client.CoreV1Api(cp.api_client())
-    core.delete_collection_namespaced_pod(namespace, label_selector=selector)
     deadline = time.monotonic() + 1200
+    asked = 0.0
     while time.monotonic() < deadline:
+        if time.monotonic() - asked > 120:
+            asked = time.monotonic()
+            try:
+                core.delete_collection_namespaced_pod(namespace, label_selector=selector)
+            except client.ApiException as e:
+                if e.status != 504:
+                    raise
         listed = core.list_namespaced_pod(namespace, label_selector=selector, limit=1, _preload_content=False)
         if not json.loads(listed.read())["items"]:
             return
@@ -692,6 +701,11 @@ def ratios(runs: list[Run], size: int) -> Iterator[str]:
             yield f"{size:>6} workers  {num} / {den}: {cells}"
 
 
+def row(run: Run) -> str:
+    """The run's line of the table, for the log as it ends (a later failure loses nothing measured)."""
+    return list(table([run]))[1]
+
+
 def main(argv: list[str]) -> int:
     sizes = [int(a) for a in argv] or [1000, 10000]
     manager = Path(
@@ -718,17 +732,17 @@ def main(argv: list[str]) -> int:
                 if who == "Slinky":
                     run = run_slinky(cp, manager, size, f"{size}")
                     runs.append(run)
-                    say(f"  {run.outcome}")
+                    say(f"  {run.outcome}\n  {row(run)}")
                     continue
                 run, bare = run_warden(cp, size, f"{size}")
                 runs.append(run)
-                say(f"  {run.outcome}")
+                say(f"  {run.outcome}\n  {row(run)}")
                 if bare is None:
                     runs.append(Run("bare client", size, refused="Warden's run was refused"))
                     continue
                 say(f"bare client: {size} workers ...")
                 runs.append(run_bare(cp, bare, size))
-                say(f"  {runs[-1].outcome}")
+                say(f"  {runs[-1].outcome}\n  {row(runs[-1])}")
         if os.environ.get("WARDEN_BENCH_PEER_SLURM_SIDE", "1") != "0":
             say(f"Slurm side: {max(sizes)} nodes ...")
             sync_lines = slurm_side(cp, max(sizes))
