@@ -92,6 +92,12 @@ _UPGRADE = {
     ),
     "DowngradeRefused": Reason(True, "Validate", "spec.slurmVersion is older than the cluster runs: nothing applied"),
     "UpgradeTooLarge": Reason(True, "Validate", "spec.slurmVersion is more than 3 releases ahead: nothing applied"),
+    "SlurmRefusedConfig": Reason(
+        True, "Validate", "slurmctld refused the new Slurm configuration: nothing applied; the note: Slurm's words"
+    ),
+    "SlurmConfigCheckFailed": Reason(
+        True, "Validate", "Slurm's check of a new configuration ended without an answer: nothing applied"
+    ),
 }
 _DIRECTORY = {
     "DirectoryFailing": Reason(

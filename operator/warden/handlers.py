@@ -70,6 +70,8 @@ USER_AGENT = "warden-operator"
 COMPONENT, HEALTH = "app.kubernetes.io/component", "health-check"
 INSTANCE = "app.kubernetes.io/instance"
 RETRY_DELAY_SECONDS = 10
+#: how soon a reconcile waiting for Slurm's check of a new configuration looks again (``warden.configcheck``)
+CHECK_DELAY_SECONDS = 3
 
 
 class State:
@@ -214,6 +216,22 @@ def _post_upgrade_events(body: Mapping[str, Any], outcome: Outcome) -> None:
             _say(body, "UpgradeTooLarge", plan.refusal.message)
 
 
+def _post_config_check(body: Mapping[str, Any], outcome: Outcome) -> None:
+    """A Warning Event, once, when Slurm's check refused the rendered configuration (or ended without an
+    answer): nothing was applied (``warden.configcheck``)."""
+    check = outcome.config_check
+    if check is None or not outcome.new_config_refusal:
+        return
+    if check.state == "Refused":
+        _say(
+            body,
+            "SlurmRefusedConfig",
+            f"nothing applied, the last good configuration runs on; Slurm said: {check.message}",
+        )
+    elif check.state == "CannotCheck":
+        _say(body, "SlurmConfigCheckFailed", f"nothing applied: {check.message}")
+
+
 def _post_unknown(body: Mapping[str, Any], outcome: Outcome) -> None:
     if outcome.unknown:
         _say(
@@ -261,12 +279,15 @@ def reconcile_cluster(body: kopf.Body, **_: Any) -> None:
         _say(body, "InvalidSpec", outcome.invalid)
         raise kopf.PermanentError(outcome.invalid)
     _post_upgrade_events(body, outcome)
-    if outcome.result is None:  # a Slurm series refused: nothing applied, status says why
+    _post_config_check(body, outcome)
+    if outcome.result is None:  # a Slurm series or configuration refused: nothing applied, status says why
         return
     _post_events(body, outcome.result)
     if not outcome.result.complete:
         problems = outcome.result.errors + outcome.result.waiting
-        raise kopf.TemporaryError("; ".join(problems), delay=RETRY_DELAY_SECONDS)
+        # Slurm's check of a new configuration answers within seconds: looked at again sooner
+        checking = outcome.config_check is not None and outcome.config_check.holds and not outcome.result.errors
+        raise kopf.TemporaryError("; ".join(problems), delay=CHECK_DELAY_SECONDS if checking else RETRY_DELAY_SECONDS)
     _say(body, "Reconciled", f"{len(outcome.result.applied)} objects applied; phase {outcome.status.phase}")
 
 
@@ -326,6 +347,7 @@ def _refresh_locked(
         if fresh is not None and not fresh["metadata"].get("deletionTimestamp"):
             outcome = reconcile(api, fresh, STATE.slurm_required, STATE.bridge_account)
             _post_upgrade_events(fresh, outcome)
+            _post_config_check(fresh, outcome)
             if outcome.result is not None:
                 _post_events(fresh, outcome.result)
 
@@ -385,8 +407,9 @@ def _heal(namespace: str, name: str, what: str) -> None:
         _heal_later(namespace, name, what)
         return
     _post_upgrade_events(body, outcome)
+    _post_config_check(body, outcome)
     if outcome.result is None:
-        return  # a Slurm series refused: nothing applied, status says why
+        return  # a Slurm series or configuration refused: nothing applied, status says why
     _post_events(body, outcome.result)
     if outcome.result.complete:
         _say(body, "ObjectRestored", what)

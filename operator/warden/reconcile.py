@@ -18,6 +18,8 @@ from functools import partial
 from pydantic import ValidationError
 
 from warden import __version__, naming, opmetrics, slurmupgrade
+from warden.configcheck.gate import gate
+from warden.configcheck.render import Verdict
 from warden.kube.apply import Applier, ApplyResult, Owner, run_steps, with_owner
 from warden.kube.client import Kube
 from warden.kube.retention import apply_jail_claim
@@ -41,7 +43,15 @@ from warden.render.context import Cluster, ServiceAccountRef
 from warden.render.controller import state_class_problem
 from warden.render.pods import Manifest, content_hash
 from warden.restarts import template_changes
-from warden.status import Slurmctld, fold, invalid_spec_status, settled_before, spec_images
+from warden.status import (
+    CONFIG_CONDITION,
+    Slurmctld,
+    config_message,
+    fold,
+    invalid_spec_status,
+    settled_before,
+    spec_images,
+)
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +96,10 @@ class Outcome:
     new_refusal: bool = False
     #: fields of the spec this operator does not know and left out (a CRD newer than the operator)
     unknown: tuple[str, ...] = ()
+    #: what Slurm's check said of the rendered configuration (``warden.configcheck``); None: not asked
+    config_check: Verdict | None = None
+    #: a refusal of Slurm's check the status did not show before this reconcile (told once, as an Event)
+    new_config_refusal: bool = False
 
 
 def config_hash(objects: list[Manifest]) -> str:
@@ -303,9 +317,23 @@ def _reconcile(
         status = invalid_spec_status(generation, problem, previous, now())
         kube.patch_status(meta["name"], meta["namespace"], status_patch(previous, status))
         return Outcome(status=status, result=None, invalid=problem, unknown=tuple(unknown))
+    result = ApplyResult()
+    # A running cluster's Slurm files change only once Slurm's own check took them (``warden.configcheck``):
+    # until then nothing of this generation is applied, and a refusal leaves the last good config running.
+    check = gate(applier, cluster, owner, rendered.objects, result)
+    if check.holds:
+        if not check.final:
+            result.waiting.append(check.message)
+        status = refresh_status(kube, cluster, generation, previous, list(result.errors), list(result.waiting),
+                                slurm_required=slurm_required, upgrade=upgrade, config_check=check)  # fmt: skip
+        told = previous is not None and any(
+            c.type == CONFIG_CONDITION and c.status == "False" and c.message == config_message(check)
+            for c in previous.conditions
+        )
+        return Outcome(status=status, result=None if check.final else result, upgrade=upgrade, unknown=tuple(unknown),
+                       config_check=check, new_config_refusal=check.final and not told)  # fmt: skip
     config = config_hash(rendered.objects)
     objects = stamp_config(rendered.objects, config)
-    result = ApplyResult()
     result.replaced = replaced_pods(live_workloads(kube, cluster), objects)
 
     steps: list[tuple[str, Callable[[], None]]] = [
@@ -342,8 +370,9 @@ def _reconcile(
         list(result.waiting),
         slurm_required=slurm_required,
         upgrade=upgrade,
+        config_check=check,
     )
-    return Outcome(status=status, result=result, upgrade=upgrade, unknown=tuple(unknown))
+    return Outcome(status=status, result=result, upgrade=upgrade, unknown=tuple(unknown), config_check=check)
 
 
 def held_images(spec: SlurmClusterSpec) -> dict[str, dict[str, str]]:
@@ -373,12 +402,14 @@ def refresh_status(
     slurmctld: Slurmctld | None = None,
     upgrade: slurmupgrade.Plan | None = None,
     directory: DirectoryCheck | None = None,
+    config_check: Verdict | None = None,
 ) -> SlurmClusterStatus:
     nodes = slurm or (previous.slurm_nodes if previous is not None else None)
     versions = dict(nodes.slurmd_versions) if nodes is not None else {}
     observed = dataclasses.replace(
-        observe(kube, cluster, versions), slurm=slurm, slurmctld=slurmctld, directory=directory
-    )
+        observe(kube, cluster, versions), slurm=slurm, slurmctld=slurmctld, directory=directory,
+        config_check=config_check,
+    )  # fmt: skip
     status = fold(cluster.spec, generation, observed, previous, now(), errors, waiting, slurm_required, upgrade)
     if previous is None or status != previous:
         kube.patch_status(cluster.name, cluster.namespace, status_patch(previous, status))

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from warden import slurmupgrade
+from warden.configcheck.render import Verdict
 from warden.ldapcheck import DirectoryCheck
 from warden.model import (
     SLURM_IMAGES,
@@ -81,6 +82,9 @@ class Observed:
     directory: DirectoryCheck | None = None
     #: the containers whose image cannot be pulled now
     image_pulls: tuple[ImagePull, ...] = ()
+    #: what Slurm's check said of the rendered configuration (``warden.configcheck``); None: not asked this
+    #: time (the last word stands)
+    config_check: Verdict | None = None
 
 
 def _condition(
@@ -105,6 +109,38 @@ def _ratio(w: Workload) -> str:
 
 
 WAITING = "waiting: "
+
+#: the condition that says whether Slurm took the rendered configuration (``warden.configcheck``)
+CONFIG_CONDITION = "SlurmConfigAccepted"
+CONFIG_REASONS = {
+    "Accepted": "SlurmAcceptedConfig",
+    "Checking": "SlurmCheckingConfig",
+    "Refused": "SlurmRefusedConfig",
+    "CannotCheck": "SlurmConfigCheckFailed",
+}
+
+
+def config_message(verdict: Verdict) -> str:
+    """The condition's message: for a refusal, what it means, then Slurm's words."""
+    if verdict.state == "Refused":
+        return (
+            f"Slurm refused the new configuration (check Job {verdict.job}); nothing of this generation is applied and"
+            " the cluster keeps running its last good configuration; fix the spec (spec.slurmConfig) and it is"
+            f" checked again. Slurm said: {verdict.message}"
+        )[:1024]
+    if verdict.state == "CannotCheck" and verdict.final:
+        return (f"{verdict.message}; nothing of this generation is applied; delete Job {verdict.job} to check again")[
+            :1024
+        ]
+    return verdict.message[:1024]
+
+
+def config_condition(
+    verdict: Verdict | None, cond: Callable[[str, bool, str, str], Condition], prev: dict[str, Condition]
+) -> Condition | None:
+    if verdict is None:
+        return prev.get(CONFIG_CONDITION)
+    return cond(CONFIG_CONDITION, verdict.state == "Accepted", CONFIG_REASONS[verdict.state], config_message(verdict))
 
 
 def fold(
@@ -276,10 +312,16 @@ def fold(
             )
 
     images = images_condition(observed.image_pulls, cond)
+    config = config_condition(observed.config_check, cond, prev)
+    config_held = config is not None and config.reason in ("SlurmRefusedConfig", "SlurmConfigCheckFailed")
+    if config_held and config is not None and config.reason == "SlurmConfigCheckFailed" and waiting:
+        config_held = False  # a check that cannot start yet: Ready says what it waits for
     parts = [images, jail, controller, restapi, login, workers, accounting, registered]
     failing = [p.type for p in parts if p.status == "False" or (p.status == "Unknown" and slurm_required)]
     if upgrade.refusal is not None:
         ready = cond("Ready", False, upgrade.refusal.reason, upgrade.refusal.message[:1024])
+    elif config_held and config is not None:
+        ready = cond("Ready", False, config.reason, config.message)
     elif errors:
         ready = cond("Ready", False, "ReconcileFailed", "; ".join(errors)[:1024])
     elif waiting:
@@ -316,6 +358,7 @@ def fold(
             registered,
             version,
             *([directory] if directory is not None else []),
+            *([config] if config is not None else []),
         ],
         workers=f"{ready_total}/{desired_total}",
         login=f"{min(lg.ready, spec.login.replicas)}/{spec.login.replicas}",

@@ -1385,6 +1385,59 @@ def test_slurm_config_change_reaches_every_daemon_in_place(installed: Installed)
     assert _controller_pod(installed) == before
 
 
+def test_a_slurm_config_change_slurm_refuses_is_never_applied_and_the_fix_is(installed: Installed) -> None:
+    """A value Slurm refuses (`DefMemPerCPU=lots`) in `slurmConfig.extraLines`, with a user's job running:
+    Slurm's own check refuses it before any daemon sees it, the SlurmCluster's condition and a Warning Event
+    carry Slurm's words, the job keeps running, no node is drained or down, squeue answers throughout and
+    slurmctld is never restarted. The corrected spec is checked and applied in place."""
+    kube, ns = installed.kube, installed.namespace
+    before = _controller_pod(installed)
+    out = installed.ssh("sbatch --parsable -o /root/refused-%j.out --wrap 'sleep 150; echo done'")
+    assert out.returncode == 0, out.stderr
+    job = out.stdout.strip().split(";")[0]
+    _eventually(f"job {job} running", lambda: installed.ssh(f"squeue -h -j {job} -o %T").stdout.strip() == "RUNNING")
+    kept = list((installed.values.get("slurmConfig") or {}).get("extraLines", []))
+
+    installed.values["slurmConfig"] = {"extraLines": [*kept, "DefMemPerCPU=lots"]}
+    installed.helm_upgrade()
+
+    def refused() -> dict[str, Any] | None:
+        c = _condition(kube, ns, NAME, "SlurmConfigAccepted")
+        return c if c.get("reason") == "SlurmRefusedConfig" else None
+
+    condition = _eventually("SlurmConfigAccepted: SlurmRefusedConfig", refused, 240, interval=2)
+    assert condition["status"] == "False"
+    assert "DefMemPerCPU value (lots) is not a valid number" in condition["message"], condition
+    assert any("DefMemPerCPU value (lots)" in m for m in _events(installed, "SlurmRefusedConfig"))
+    # the last good configuration runs on: the pods' files, the job, the nodes, the queue
+    conf = kube.json("-n", ns, "get", "configmap", f"{NAME}-slurm-config")["data"]["slurm.conf"]
+    assert "DefMemPerCPU=lots" not in conf
+    squeue = installed.ssh(f"squeue -h -j {job} -o %T")
+    assert squeue.returncode == 0 and squeue.stdout.strip() == "RUNNING", squeue
+    states = installed.ssh("sinfo -h -N -o '%N %t'")
+    assert states.returncode == 0, states
+    assert not [line for line in states.stdout.splitlines() if any(s in line for s in ("drain", "down", "drng"))], (
+        states.stdout
+    )
+    assert _controller_pod(installed) == before, "slurmctld's pod was replaced or restarted"
+
+    # the fix: checked, then applied in place
+    installed.values["slurmConfig"] = {"extraLines": [*kept, "MaxJobCount=20000"]}
+    installed.helm_upgrade()
+    _eventually(
+        "slurmctld running with the fix",
+        lambda: "20000" in installed.ssh("scontrol show config | grep -E '^MaxJobCount'").stdout,
+        180,
+        interval=2,
+    )
+    _eventually(
+        "SlurmConfigAccepted True", lambda: _condition(kube, ns, NAME, "SlurmConfigAccepted").get("status") == "True"
+    )
+    assert installed.ssh(f"squeue -h -j {job} -o %T").stdout.strip() == "RUNNING"
+    assert _controller_pod(installed) == before
+    assert _wait_job(installed, job, timeout=240) == "COMPLETED"
+
+
 def _features(installed: Installed) -> dict[str, set[str]]:
     out = installed.ssh("sinfo -N -h -o '%N %f'")
     return {n: set(f.split(",")) for n, f in (line.split() for line in out.stdout.splitlines() if " " in line)}

@@ -52,6 +52,7 @@ def test_cluster_converges_to_ready_with_owned_labelled_children(
         # kwok pods run no Slurm, and this operator is told not to read it (--slurm-sync-interval=0)
         "SlurmNodesRegistered": "Unknown",
         "SlurmVersion": "True",  # every part runs spec.slurmVersion (26.05 by default)
+        "SlurmConfigAccepted": "True",  # the first configuration: nothing ran it before (warden.configcheck)
     }
     assert status["workers"] == "2/2" and status["login"] == "1/1" and status["jailPopulated"] is True
     assert (status["slurm"]["version"], status["slurm"]["phase"]) == ("26.05", "Settled")

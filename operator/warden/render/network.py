@@ -7,6 +7,8 @@ Every pod of the cluster is isolated both ways, then allowed exactly this (docs/
 - SSH into the login pods and the REST API from anywhere (both authenticate every caller).
 - The in-cluster database: only slurmdbd, on its port. An external database: slurmdbd, on its port.
 - The NCCL check's Job: anywhere (it writes its report through the Kubernetes API).
+- Slurm's check of a new configuration (its Job's pods, component `config-check`: ``warden.configcheck``):
+  nothing, either way; the cluster's isolation alone selects them.
 - The metrics exporter: scraped from anywhere on its port; it reaches its read gate's port, slurmdbd's
   port (to tell whether it answers) and DNS, nothing else. The read gate: reached by the exporter
   alone; it reaches slurmrestd's port and DNS.
