@@ -456,6 +456,16 @@ def boot(index: int = 1, cpus: int = 1, memory_mib: int = 1536, timeout: float =
     if clash:
         raise VmNodeError(f"{VM_SUBNET} overlaps the local cluster's {clash}")
     files = ensure_image()
+    try:
+        return _start(layout, files, cpus, memory_mib, timeout, quiet, machine)
+    except BaseException:
+        down(index)  # a boot that fails or is stopped (SIGTERM: main) removes what it made, and only that
+        raise
+
+
+def _start(layout: NodeLayout, files: VmFiles, cpus: int, memory_mib: int, timeout: float, quiet: bool,
+           machine: str) -> dict[str, Any]:  # fmt: skip
+    state = NodeState(layout)
     accel = host_accel()
     ndir = node_dir(layout)
     ndir.mkdir(parents=True, exist_ok=True)
@@ -466,7 +476,7 @@ def boot(index: int = 1, cpus: int = 1, memory_mib: int = 1536, timeout: float =
         state.save()
 
     if not link_exists(BRIDGE):
-        foreign = [r for r in overlapping(VM_SUBNET, routes())]
+        foreign = overlapping(VM_SUBNET, routes())
         if foreign:
             raise VmNodeError(f"{VM_SUBNET} is already routed on this host ({foreign}): pick another VM_SUBNET")
         made("bridge", BRIDGE)
@@ -601,12 +611,8 @@ def main(argv: Sequence[str], prog: str = "python -m warden_dev vm-node") -> int
         if ns.command == "image":
             print(json.dumps({k: str(v) for k, v in ensure_image().__dict__.items()}))
         elif ns.command == "boot":
-            try:
-                result = boot(ns.index, cpus=ns.cpus, memory_mib=ns.memory, quiet=not ns.verbose, timeout=ns.timeout,
-                              machine=ns.machine)  # fmt: skip
-            except BaseException:
-                down(ns.index)
-                raise
+            result = boot(ns.index, cpus=ns.cpus, memory_mib=ns.memory, quiet=not ns.verbose, timeout=ns.timeout,
+                          machine=ns.machine)  # fmt: skip
             print(json.dumps(result, indent=2))
             if ns.once:
                 down(ns.index)
