@@ -49,7 +49,8 @@ def test_a_slurm_config_change_waits_for_slurms_check_of_its_content_and_other_c
         return str(core.read_namespaced_config_map(names.sshd_config, ns).data["authorized_keys"])
 
     # No pod may start in the namespace from now on: a check Job could never run.
-    quota = {"metadata": {"name": "no-new-pods"}, "spec": {"hard": {"pods": "0"}}}
+    quota = client.V1ResourceQuota(metadata=client.V1ObjectMeta(name="no-new-pods"),
+                                   spec=client.V1ResourceQuotaSpec(hard={"pods": "0"}))  # fmt: skip
     core.create_namespaced_resource_quota(ns, quota)
     wait_for("the quota to count the pods", lambda: (core.read_namespaced_resource_quota("no-new-pods", ns).status.used
                                                      or {}).get("pods") is not None, 30)  # fmt: skip
