@@ -91,8 +91,11 @@ def test_a_slurm_config_change_waits_for_slurms_check_of_its_content_and_other_c
     assert "MaxJobCount=5000" not in slurm_conf()
     assert KEY2 not in authorized_keys()
 
-    # The check can run: it succeeds (kwok), and the whole generation is applied.
+    # The check can run: it succeeds (kwok), and the whole generation is applied. (Its Job, deleted, is made
+    # again at once: the Job controller's own retries of the refused pod back off for longer and longer.)
     core.delete_namespaced_resource_quota("no-new-pods", ns)
+    wait_for("the quota gone", lambda: not core.list_namespaced_resource_quota(ns).items, 30)
+    client.BatchV1Api(api_client).delete_namespaced_job(name, ns, propagation_policy="Background")
     wait_for("the checked change applied", lambda: "MaxJobCount=5000" in slurm_conf(), 120, on_fail=operator.log_tail)
     assert KEY2 in authorized_keys()
     wait_for("SlurmConfigAccepted True",
