@@ -84,7 +84,27 @@ def test_a_group_can_say_otherwise_and_then_refuses_container_steps() -> None:
 def test_enroot_conf_says_whether_plain_http_registries_are_allowed(allow: bool) -> None:
     files = config.slurm_config_files(_cluster({"enabled": True, "allowHttpRegistries": allow}))
     settings = dict(_plugins(files[naming.ENROOT_CONF]))
-    assert settings == {"ENROOT_ALLOW_HTTP": "yes" if allow else "no"}
+    assert settings["ENROOT_ALLOW_HTTP"] == ("yes" if allow else "no")
+    # the other lines are Warden's (the store's bounds), which enroot ignores: it reads only ENROOT_* and a few
+    assert {k for k in settings if not k.startswith("ENROOT_")} == {"WARDEN_STORE_SIZE", "WARDEN_STORE_USER_SHARE"}
+
+
+@pytest.mark.parametrize(
+    ("store", "size", "share"),
+    [
+        ({}, 50 * 1024**3, 25 * 1024**3),  # default: half the 50Gi store
+        ({"sizeLimit": "20Gi", "perUserLimit": "4Gi"}, 20 * 1024**3, 4 * 1024**3),
+        ({"sizeLimit": "10Gi", "perUserLimit": "1Ti"}, 10 * 1024**3, 10 * 1024**3),  # at most the store
+        ({"hostPath": "/var/lib/ai-images", "sizeLimit": "2Ti"}, 2 * 1024**4, 1024**4),  # hostPath: the same check
+    ],
+)
+def test_enroot_conf_gives_warden_store_room_the_stores_size_and_each_users_share(
+    store: dict[str, str], size: int, share: int
+) -> None:
+    """/usr/lib/warden/warden-store-room reads these two lines (bytes) before enroot writes into the store."""
+    files = config.slurm_config_files(_cluster({"enabled": True, "store": store}))
+    settings = dict(_plugins(files[naming.ENROOT_CONF]))
+    assert (settings["WARDEN_STORE_SIZE"], settings["WARDEN_STORE_USER_SHARE"]) == (str(size), str(share))
 
 
 def test_the_store_is_an_emptydir_with_its_size_or_the_nodes_directory() -> None:

@@ -203,10 +203,27 @@ def plugstack_conf(cluster: Cluster, group: WorkerGroup | None = None) -> str:
     )
 
 
+def store_limits(cluster: Cluster) -> tuple[int, int]:
+    """(bytes of the node-local container store, bytes one user's images and containers may take of it):
+    spec.containers.store's sizeLimit and perUserLimit (default half the store, at most all of it)."""
+    store = cluster.spec.containers.store
+    size = int(quantity_mod.parse(store.size_limit))
+    share = size // 2 if store.per_user_limit is None else int(quantity_mod.parse(store.per_user_limit))
+    return size, min(share, size)
+
+
 def enroot_conf(cluster: Cluster) -> str:
     """The cluster's enroot settings (spec.containers), read by enroot on every node through
-    /etc/enroot/enroot.conf.d/50-cluster.conf (a link to /etc/slurm/enroot.conf in the images)."""
-    return _render("enroot.conf.j2", **_common(cluster), allow_http=cluster.spec.containers.allow_http_registries)
+    /etc/enroot/enroot.conf.d/50-cluster.conf (a link to /etc/slurm/enroot.conf in the images), and the
+    store's bounds, which /usr/lib/warden/warden-store-room reads there (enroot ignores the names)."""
+    size, share = store_limits(cluster)
+    return _render(
+        "enroot.conf.j2",
+        **_common(cluster),
+        allow_http=cluster.spec.containers.allow_http_registries,
+        store_size=size,
+        user_share=share,
+    )
 
 
 def plugstack_key(group: str) -> str:
