@@ -154,6 +154,39 @@ def mark_counts(workers: int) -> dict[int, int]:
 
 
 # --- measuring ------------------------------------------------------------------------------------------
+CPU_OF = ("kube-apiserver", "etcd", "kube-scheduler", "kwok", "kube-controller-manager")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU seconds the process has used so far (0 once it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class CpuMeter:
+    """CPU seconds the run's client (``pid``; None: this process, the bare client) and the control
+    plane's daemons use between ``start`` and ``stop``: on a machine of two cores, who takes them."""
+
+    def __init__(self, cp: ControlPlane, pid: int | None) -> None:
+        self.pids = {c.name: c.proc.pid for c in cp.components if c.name in CPU_OF and c.proc is not None}
+        self.client = pid
+        self.spent: dict[str, float] = {}
+
+    def _now(self) -> dict[str, float]:
+        own = cpu_seconds(self.client) if self.client is not None else time.process_time()
+        return {"client": own, **{name: cpu_seconds(pid) for name, pid in self.pids.items()}}
+
+    def start(self) -> None:
+        self.spent = self._now()
+
+    def stop(self) -> str:
+        now = self._now()
+        return ", ".join(f"{k} {now[k] - self.spent.get(k, 0.0):.0f}" for k in now)
+
+
 def ready_pods(api: Any, namespace: str, selector: str) -> int:
     """Worker pods Ready, counted from the API server's table of pods (a few bytes a pod, cheap at 10,000)."""
     response = api.call_api(
@@ -204,6 +237,7 @@ class Run:
     after: float = 0.0
     requests: Requests = field(default_factory=Requests)
     pace: str = ""
+    cpu: str = ""  # CPU seconds during the run: the run's client and each control-plane daemon
     note: str = ""
 
     @property
@@ -419,12 +453,15 @@ def run_warden(cp: ControlPlane, workers: int, tag: str) -> tuple[Run, Bare | No
     run.idle = rss_mib(op.proc.pid)
     sampler = RssSampler(op.proc.pid)
     sampler.start()
+    meter = CpuMeter(cp, op.proc.pid)
+    meter.start()
     begun = time.time()
     start = time.monotonic()
     client.CustomObjectsApi(api).create_namespaced_custom_object(
         "slurm.warden.dev", "v1alpha1", ns, "slurmclusters", warden_body(ns, workers)
     )
     wait_workers(api, ns, WARDEN_WORKERS, run, start)
+    run.cpu = meter.stop()
     time.sleep(10)  # the events of the last pods handled
     sampler.stop.set()
     sampler.join()
@@ -471,6 +508,8 @@ def run_slinky(cp: ControlPlane, manager: Path, workers: int, tag: str) -> Run:
         run.idle = rss_mib(proc.pid)
         sampler = RssSampler(proc.pid)
         sampler.start()
+        meter = CpuMeter(cp, proc.pid)
+        meter.start()
         custom = client.CustomObjectsApi(api)
         begun = time.time()
         start = time.monotonic()
@@ -489,6 +528,7 @@ def run_slinky(cp: ControlPlane, manager: Path, workers: int, tag: str) -> Run:
                      "template": {"spec": {"nodeSelector": WORKER_SELECTOR, "tolerations": [WORKER_TOLERATION]}}},
         })  # fmt: skip
         wait_workers(api, ns, SLINKY_WORKERS, run, start)
+        run.cpu = meter.stop()
         time.sleep(10)
         sampler.stop.set()
         sampler.join()
@@ -528,6 +568,8 @@ def run_bare(cp: ControlPlane, bare: Bare, workers: int) -> Run:
     api.user_agent = BARE_AGENTS[0]
     core = client.CoreV1Api(api)
     template, ws_name = bare.workerset["spec"]["template"], bare.workerset["metadata"]["name"]
+    meter = CpuMeter(cp, None)
+    meter.start()
     begun = time.time()
     start = time.monotonic()
     for i in range(workers):
@@ -543,6 +585,7 @@ def run_bare(cp: ControlPlane, bare: Bare, workers: int) -> Run:
         response.read()
     run.note = f"all created in {time.monotonic() - start:.1f} s"
     wait_workers(cp.api_client(), bare.namespace, WARDEN_WORKERS, run, start)
+    run.cpu = meter.stop()
     run.requests = audit_requests(cp.log_dir / "audit.log", BARE_AGENTS, rfc3339(begun), rfc3339(time.time()))
     names = running_pods(cp.api_client(), bare.namespace, WARDEN_WORKERS)
     run.pace = pace_text(*pace(cp.log_dir / "audit.log", bare.namespace, BARE_AGENTS, names, begun), workers)
@@ -756,11 +799,16 @@ def main(argv: list[str]) -> int:
     for size in sizes:
         for line in ratios(runs, size):
             print(line)
-    print("room checked before each run, and pace (audit log: the run's pod creates, the scheduler's bindings):")
+    print(
+        "room checked before each run; pace (audit log: the run's pod creates, the scheduler's bindings); CPU "
+        "seconds of the run's client (the bench itself for the bare client) and of the control plane"
+    )
     for r in runs:
         print(f"  {r.who} {r.workers}: {r.outcome}")
         if r.pace:
             print(f"    {r.pace}")
+        if r.cpu:
+            print(f"    CPU seconds until all Ready: {r.cpu}")
     print("requests per worker, the most made (audit log, by user agent):")
     for r in runs:
         if not r.refused:
