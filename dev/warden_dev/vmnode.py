@@ -50,8 +50,17 @@ from warden_dev.controlplane import SERVICE_CIDR, cache_dir
 
 VM_SUITE = "trixie"
 #: installed by apt inside the debootstrapped root (minbase has no kernel, init or network tools)
-ROOT_PACKAGES = ("linux-image-amd64", "initramfs-tools", "kmod", "containerd", "runc", "nfs-common", "apparmor",
-                 "iproute2", "iptables", "tini", "procps", "ca-certificates")  # fmt: skip
+ROOT_PACKAGES = ("linux-image-amd64", "initramfs-tools", "zstd", "kmod", "containerd", "runc", "nfs-common",
+                 "apparmor", "iproute2", "iptables", "tini", "procps", "ca-certificates")  # fmt: skip
+#: the initramfs holds only what finds and mounts the root (Debian's default, MODULES=most, is 37 MB and
+#: every module udev loads from it costs seconds under TCG); zstd is initramfs-tools' own default
+INITRAMFS_CONF = "MODULES=list\nCOMPRESS=zstd\n"
+INITRAMFS_HOOK = """#!/bin/sh
+# warden_dev VM node: the virtio disk (PCI or MMIO) and ext4, loaded at boot
+case "$1" in prereqs) exit 0;; esac
+. /usr/share/initramfs-tools/hook-functions
+for m in virtio_pci virtio_mmio virtio_blk ext4; do force_load "$m"; done
+"""
 #: the disk image's size (a sparse file; the root itself is well under 1 GB)
 IMAGE_SIZE = "4G"
 
@@ -227,7 +236,13 @@ arg() { local a; for a in $(cat /proc/cmdline); do case "$a" in "$1="*) echo "${
 name=$(arg warden.name) report=$(arg warden.report)
 hostname "$name"
 ip link set lo up
-dev=$(ls /sys/class/net | grep -v '^lo$' | head -n1)
+# no udev on the root: load the NIC's driver here (the initramfs holds only the disk's)
+modprobe -a virtio_net virtio_rng 2>/dev/null
+for _ in $(seq 1 50); do
+    dev=$(ls /sys/class/net | grep -v '^lo$' | head -n1)
+    [ -n "$dev" ] && break
+    sleep 0.2
+done
 ip link set "$dev" up
 ip addr add "$(arg warden.ip)" dev "$dev"
 ip route add default via "$(arg warden.gw)"
@@ -242,12 +257,14 @@ send() {  # one JSON object: to the console and to the host's port
     done
 }
 q() { printf '"%s"' "$(printf '%s' "$1" | tr -d '"\\\n')"; }
+mark() { dmesg 2>/dev/null | grep -m1 "$1" | sed 's/^\[ *\([0-9.]*\)\].*/\1/'; }  # a kernel message's time
 uptime_s() { cut -d' ' -f1 /proc/uptime; }
 nfs=no
 if modprobe nfs && modprobe nfsv4 && grep -qw nfs /proc/filesystems && grep -qw nfs4 /proc/filesystems; then
     nfs=yes
 fi
 send "{\"stage\":\"boot\",\"name\":$(q "$name"),\"uptime\":$(uptime_s),\"kernel\":$(q "$(uname -r)"),\
+\"initramfs_at\":$(q "$(mark 'Run /init as init')"),\"root_mounted_at\":$(q "$(mark 'EXT4-fs (vda): mounted')"),\
 \"cgroup_fs\":$(q "$(stat -f -c %T /sys/fs/cgroup)"),\
 \"controllers\":$(q "$(cat /sys/fs/cgroup/cgroup.controllers)"),\
 \"apparmor_enabled\":$(q "$(cat /sys/module/apparmor/parameters/enabled 2>/dev/null)"),\
@@ -293,7 +310,7 @@ def run(argv: Sequence[str], check: bool = True, timeout: float | None = None,
 
 
 def root_digest() -> str:
-    return recipe_digest(VM_SUITE, *ROOT_PACKAGES)
+    return recipe_digest(VM_SUITE, *ROOT_PACKAGES, INITRAMFS_CONF, INITRAMFS_HOOK)
 
 
 def ensure_root(base: Path | None = None) -> Path:
@@ -320,6 +337,13 @@ def ensure_root(base: Path | None = None) -> Path:
     (tmp / "usr/sbin/policy-rc.d").chmod(0o755)
     no_recommends = 'APT::Install-Recommends "false";\nAPT::Install-Suggests "false";\n'
     (tmp / "etc/apt/apt.conf.d/90warden-no-recommends").write_text(no_recommends)
+    conf = tmp / "etc/initramfs-tools/conf.d/warden-vm"
+    hook = tmp / "etc/initramfs-tools/hooks/warden-vm"
+    hook.parent.mkdir(parents=True, exist_ok=True)
+    conf.parent.mkdir(parents=True, exist_ok=True)
+    conf.write_text(INITRAMFS_CONF)
+    hook.write_text(INITRAMFS_HOOK)
+    hook.chmod(0o755)
     log(f"apt-get install {' '.join(ROOT_PACKAGES)}")
     # a private mount namespace: /proc and /sys inside the chroot go away with it
     install = "DEBIAN_FRONTEND=noninteractive apt-get install -y -q " + " ".join(ROOT_PACKAGES)
@@ -507,6 +531,7 @@ def _start(layout: NodeLayout, files: VmFiles, cpus: int, memory_mib: int, timeo
     state.add("accel", accel)
     log(f"{layout.name}: qemu pid {proc.pid} ({accel}, {cpus} CPU, {memory_mib} MiB), reports to {report_to}")
     reports: dict[str, dict[str, Any]] = {}
+    console_seen = 0.0
     try:
         while len(reports) < 2:
             left = timeout - (time.monotonic() - t0)
@@ -517,6 +542,12 @@ def _start(layout: NodeLayout, files: VmFiles, cpus: int, memory_mib: int, timeo
                 raise VmNodeError(f"{layout.name}: qemu exited ({proc.returncode}): {qemu_log}\n{console_tail(layout)}")
             ready, _, _ = select.select([listener], [], [], min(left, 1.0))
             if not ready:
+                on_console = {str(r.get("stage")) for r in parse_reports(console_tail(layout, 200))}
+                if "ready" in on_console and "ready" not in reports:
+                    console_seen = console_seen or time.monotonic()
+                    if time.monotonic() - console_seen > 20:
+                        raise VmNodeError(f"{layout.name}: reports on the console, none on {report_to} "
+                                          f"(the VM's network):\n{console_tail(layout)}")  # fmt: skip
                 continue
             conn, _ = listener.accept()
             with conn:

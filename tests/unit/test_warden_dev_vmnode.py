@@ -16,6 +16,8 @@ from warden_dev.vmnode import (
     BRIDGE,
     INIT_PATH,
     INIT_SCRIPT,
+    INITRAMFS_CONF,
+    INITRAMFS_HOOK,
     LOCAL_CLUSTER_RANGES,
     MAX_MEMORY_MIB,
     VM_SUBNET,
@@ -147,3 +149,14 @@ def test_the_vms_init_is_valid_bash_and_reports_what_the_brief_asks() -> None:
     assert proc.returncode == 0, proc.stderr
     for needle in ("/sys/module/apparmor/parameters/enabled", "cgroup.controllers", "modprobe nfs", "uname -r"):
         assert needle in INIT_SCRIPT
+
+
+@pytest.mark.skipif(shutil.which("sh") is None, reason="no sh")
+def test_the_slim_initramfs_still_loads_what_finds_and_mounts_the_root() -> None:
+    proc = subprocess.run(["sh", "-n"], input=INITRAMFS_HOOK, text=True, capture_output=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "MODULES=list" in INITRAMFS_CONF
+    # the root is a virtio disk (q35: PCI, microvm: MMIO) with ext4 (kernel_cmdline's root= and rootfstype=)
+    for module in ("virtio_pci", "virtio_mmio", "virtio_blk", "ext4"):
+        assert module in INITRAMFS_HOOK
+    assert "force_load" in INITRAMFS_HOOK
