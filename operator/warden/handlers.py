@@ -35,6 +35,7 @@ from typing import Any
 import kopf
 
 from warden import __version__, opmetrics, slurmupgrade
+from warden.configcheck.render import COMPONENT as CONFIG_CHECK
 from warden.directorysync import DirectorySync
 from warden.directorysync import Settings as DirectorySettings
 from warden.events import Event, Ref
@@ -96,6 +97,9 @@ class State:
         #: clusters whose heal failed and is tried again soon, with what drifted (told when it succeeds)
         self.heals_due: dict[tuple[str, str], list[str]] = {}
         self.heals_lock = threading.Lock()
+        #: clusters whose reconcile, set off by the Slurm sync, waits for Slurm's check of its files (looked at
+        #: again soon: no spec change makes kopf retry it)
+        self.rechecks: set[tuple[str, str]] = set()
         #: pods that could not pull an image when last seen (their cluster's status looks again when they can)
         self.pulls_failing: set[tuple[str, str]] = set()
 
@@ -350,6 +354,49 @@ def _refresh_locked(
             _post_config_check(fresh, outcome)
             if outcome.result is not None:
                 _post_events(fresh, outcome.result)
+            if _checking(outcome):
+                _recheck_later(namespace, name)
+
+
+def _checking(outcome: Outcome) -> bool:
+    check = outcome.config_check
+    return check is not None and check.holds and not check.final
+
+
+def _recheck_later(namespace: str, name: str) -> None:
+    """Reconcile the cluster again in CHECK_DELAY_SECONDS, and so on while its reconcile waits for Slurm's
+    check of its files (``warden.configcheck``): one set off by the Slurm sync (a topology.conf naming a new
+    block, an upgrade step) has no kopf handler to retry it. One timer per cluster at a time."""
+    key = (namespace, name)
+    with STATE.heals_lock:
+        if key in STATE.rechecks:
+            return
+        STATE.rechecks.add(key)
+
+    def again() -> None:
+        with STATE.heals_lock:
+            STATE.rechecks.discard(key)
+        api = applier()
+        body = api.kube.get(f"{API_GROUP}/{API_VERSION}", "SlurmCluster", namespace, name)
+        if body is None or body["metadata"].get("deletionTimestamp"):
+            return
+        try:
+            with STATE.locks[key]:
+                outcome = reconcile(api, body, STATE.slurm_required, STATE.bridge_account)
+        except Exception:  # logged, and looked at again
+            log.exception("SlurmCluster %s/%s: reconcile after Slurm's config check failed", namespace, name)
+            _recheck_later(namespace, name)
+            return
+        _post_upgrade_events(body, outcome)
+        _post_config_check(body, outcome)
+        if outcome.result is not None:
+            _post_events(body, outcome.result)
+        if _checking(outcome):
+            _recheck_later(namespace, name)
+
+    timer = threading.Timer(CHECK_DELAY_SECONDS, again)
+    timer.daemon = True
+    timer.start()
 
 
 def _announce_health(cluster: dict[str, Any], report: dict[str, Any]) -> None:
@@ -454,8 +501,20 @@ def _on_child_event(type: str | None, body: kopf.Body, meta: kopf.Meta, namespac
     if type is None or namespace is None:  # the initial listing: resume handles those clusters
         return
     owner = _owner_name(meta.get("ownerReferences"))
+    if owner is not None and _check_deleted(type, meta, namespace, owner):
+        return
     if owner is not None and not _heal_if_drifted(type, meta, namespace, owner, kind):
         _refresh(namespace, owner)
+
+
+def _check_deleted(type: str | None, meta: kopf.Meta, namespace: str, owner: str) -> bool:
+    """A config check's Job or ConfigMap (``warden.configcheck``) went: pruned once the change was applied,
+    or deleted by a person to have the check made again. Nothing to put back or to tell: the owner is
+    reconciled quietly, which makes the check again if its change still waits for one."""
+    if type != "DELETED" or (meta.get("labels") or {}).get(COMPONENT) != CONFIG_CHECK:
+        return False
+    _recheck_later(namespace, owner)
+    return True
 
 
 @kopf.on.event("apps", "v1", "statefulsets", labels=MANAGED)
@@ -557,7 +616,7 @@ for _healed in kinds.HEALED:
         if _kind == "ConfigMap" and type != "DELETED" and (meta.get("labels") or {}).get(COMPONENT) == HEALTH:
             return  # the health report: the check writes it by design
         owner = _owner_name(meta.get("ownerReferences"))
-        if owner is not None:
+        if owner is not None and not _check_deleted(type, meta, namespace, owner):
             _heal_if_drifted(type, meta, namespace, owner, _kind)
 
     kopf.on.event(_healed.group, _healed.version, _healed.plural, labels=MANAGED, id=f"heal-{_healed.plural}")(

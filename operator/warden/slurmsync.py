@@ -46,7 +46,7 @@ from warden.model import (
 )
 from warden.naming import Names
 from warden.nodesync import CONDITION, PodCondition, WorkerPod, plan
-from warden.reconcile import observed_blocks, previous_status
+from warden.reconcile import previous_status
 from warden.render import config
 from warden.render.context import Cluster
 from warden.render.pods import Manifest
@@ -123,6 +123,15 @@ def condition_manifest(type_: str, cond: PodCondition, stamp: str) -> Manifest:
         "message": cond.message,
         "lastTransitionTime": stamp,
     }
+
+
+def live_blocks(kube: Kube, body: Manifest) -> set[str]:
+    """The blocks the cluster's live topology.conf (its slurm-config ConfigMap) names."""
+    meta = body["metadata"]
+    names = Names(cluster=meta["name"], namespace=meta["namespace"])
+    cm = kube.get("v1", "ConfigMap", meta["namespace"], names.slurm_config)
+    text = str(((cm or {}).get("data") or {}).get("topology.conf", ""))
+    return {line.split("=", 1)[1].split()[0] for line in text.splitlines() if line.startswith("BlockName=")}
 
 
 class SlurmSync:
@@ -294,7 +303,9 @@ class SlurmSync:
         blocks = spec.topology is not None and spec.topology.block is not None
         if blocks:
             topology.keep_named_blocks(planned, (n.topology for n in nodes if n.topology))
-        configured = set(observed_blocks(previous)) if blocks else None
+        # the blocks the live topology.conf names: a reconcile writes a new one there only once Slurm's check
+        # of the file took it (``warden.configcheck``), not at once
+        configured = live_blocks(self.kube, body) if blocks else None
         todo = topology.updates(planned, {n.name: n for n in nodes}, own, configured)
         key = (body["metadata"]["namespace"], body["metadata"]["name"])
         placed, failed = 0, dict[str, str]()
