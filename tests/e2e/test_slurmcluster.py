@@ -1320,6 +1320,88 @@ def test_a_user_does_not_see_another_users_jobs(installed: Installed) -> None:
         installed.ssh(f"scancel {job}", key=alice, user="alice")
 
 
+IO_URING_PROBE = (
+    "import ctypes, errno; libc = ctypes.CDLL(None, use_errno=True); p = ctypes.create_string_buffer(120); "
+    "r = libc.syscall(ctypes.c_long(425), ctypes.c_long(1), p); "
+    "print('io_uring_setup', 'fd' if r >= 0 else errno.errorcode[ctypes.get_errno()])"
+)
+
+
+def test_an_ordinary_users_traps_are_refused_and_the_cluster_keeps_serving(installed: Installed) -> None:
+    """What an ordinary user tries for more than they were given, on the real cluster, in the order they
+    would (docs/security.md): a link at ~/.ssh/authorized_keys to a root file, then root adds a key the
+    documented way (refused, the file stays root's); a task epilog that makes a user namespace (refused
+    under the step's filter); io_uring in a step; a file left in /tmp for the next job (the job's own
+    tmpfs, gone); a ten-year token (Slurm refuses it); another user's command line in `ps` (hidden). Each
+    time the user's next job runs."""
+    alice, bob = installed.tmp / "id_alice", installed.tmp / "id_bob"
+    tag = uuid.uuid4().hex[:8]
+    probe = f"/etc/warden-e2e-probe-{tag}"
+
+    def as_alice(command: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        return installed.ssh(command, key=alice, user="alice", timeout=timeout)
+
+    # 1. a link where root writes: warden-useradd refuses it, naming it, and the root file is untouched
+    assert installed.ssh(f"echo root-only > {probe} && chmod 0644 {probe}").returncode == 0
+    planted = as_alice(f"cp ~/.ssh/authorized_keys ~/.ak-{tag} && ln -sfn {probe} ~/.ssh/authorized_keys")
+    assert planted.returncode == 0, planted.stderr
+    extra = new_ssh_key(installed.tmp / f"id_extra_{tag}", "extra").with_suffix(".pub").read_text().strip()
+    add = installed.ssh(f"warden-useradd --key {shlex.quote(extra)} alice")
+    assert add.returncode != 0 and "refusing /home/alice/.ssh/authorized_keys" in add.stderr, add
+    assert "symbolic link" in add.stderr, add.stderr
+    after = installed.ssh(f"stat -c '%U %a' {probe} && cat {probe}").stdout.split()
+    assert after == ["root", "644", "root-only"], after
+    # the user's way back: root removes the link and gives her key again the documented way
+    own = (installed.tmp / "id_alice.pub").read_text().strip()
+    back = installed.ssh(f"rm /home/alice/.ssh/authorized_keys && warden-useradd --key {shlex.quote(own)} alice")
+    assert back.returncode == 0, back.stderr
+    assert as_alice("id -un").stdout.strip() == "alice"
+
+    try:
+        # 2. a task epilog of her own runs under the step's filter: no user namespace
+        verdict = f"$HOME/epi-{tag}"
+        script = f"#!/bin/sh\nunshare -Ur true 2>/dev/null && echo open > {verdict} || echo refused > {verdict}\n"
+        written = installed.ssh(
+            f"cat > ~/epi-{tag}.sh && chmod 0755 ~/epi-{tag}.sh", key=alice, user="alice", input=script
+        )
+        assert written.returncode == 0, written.stderr
+        assert as_alice(f"srun -N1 --task-epilog=$HOME/epi-{tag}.sh true").returncode == 0
+        said = _eventually("the task epilog's verdict", lambda: as_alice(f"cat ~/epi-{tag} 2>/dev/null").stdout.strip())
+        assert said == "refused", said
+
+        # 3. io_uring from a step
+        uring = as_alice(f"srun -N1 python3 -c {shlex.quote(IO_URING_PROBE)}")
+        assert uring.stdout.strip() == "io_uring_setup EPERM", uring
+
+        # 4. /tmp is the job's own tmpfs: its size follows the job's memory, and what it leaves is gone
+        node = f"{NAME}-worker-cpu-0"
+        fill = f"df -k --output=fstype,size /tmp | tail -1; head -c 1048576 /dev/zero > /tmp/left-{tag}"
+        first = as_alice(f"srun -N1 -p cpu -w {node} --mem=200M sh -c {shlex.quote(fill)}")
+        fstype, size = first.stdout.split()
+        assert fstype == "tmpfs" and int(size) < 200 * 1024, first.stdout
+        second = as_alice(f"srun -N1 -p cpu -w {node} sh -c 'ls /tmp/left-{tag} 2>&1 || true'")
+        assert "No such file" in second.stdout, second
+
+        # 5. a token for ten years: Slurm refuses it, a short one is issued
+        long = as_alice("scontrol token lifespan=315360000")
+        assert long.returncode != 0 and "SLURM_JWT=" not in long.stdout, long
+        assert as_alice("scontrol token lifespan=600").stdout.startswith("SLURM_JWT=")
+
+        # 6. another user's command line is not hers to read
+        secret = f"--secret-token={tag}"
+        as_alice(f"setsid -f bash -c {shlex.quote(f'sleep 120; : {secret}')} </dev/null >/dev/null 2>&1")
+        _eventually("alice sees her own process", lambda: secret in as_alice("ps -eo args=").stdout)
+        assert secret in installed.ssh("ps -eo args=").stdout
+        assert secret not in installed.ssh("ps -eo args=", key=bob, user="bob").stdout
+
+        # and after all of it the cluster serves her
+        out = as_alice("srun -N1 id -un")
+        assert out.returncode == 0 and out.stdout.strip() == "alice", out
+    finally:
+        installed.ssh(f"rm -f {probe} /home/alice/epi-{tag} /home/alice/epi-{tag}.sh /home/alice/.ak-{tag}; "
+                      f"pkill -u alice -f -- secret-token={tag} || true")  # fmt: skip
+
+
 def _controller_pod(installed: Installed) -> tuple[str, int]:
     pod = installed.kube.json("-n", installed.namespace, "get", "pod", f"{NAME}-controller-0")
     restarts = sum(c.get("restartCount", 0) for c in pod["status"].get("containerStatuses", []))
