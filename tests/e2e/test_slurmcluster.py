@@ -1373,13 +1373,17 @@ def test_an_ordinary_users_traps_are_refused_and_the_cluster_keeps_serving(insta
         uring = as_alice(f"srun -N1 python3 -c {shlex.quote(IO_URING_PROBE)}")
         assert uring.stdout.strip() == "io_uring_setup EPERM", uring
 
-        # 4. /tmp is the job's own tmpfs: its size follows the job's memory, and what it leaves is gone
+        # 4. /tmp is the job's own tmpfs, no larger than the job's memory, and what it leaves is gone
         node = f"{NAME}-worker-cpu-0"
-        fill = f"df -k --output=fstype,size /tmp | tail -1; head -c 1048576 /dev/zero > /tmp/left-{tag}"
-        first = as_alice(f"srun -N1 -p cpu -w {node} --mem=200M sh -c {shlex.quote(fill)}")
-        fstype, size = first.stdout.split()
-        assert fstype == "tmpfs" and int(size) < 200 * 1024, first.stdout
-        second = as_alice(f"srun -N1 -p cpu -w {node} sh -c 'ls /tmp/left-{tag} 2>&1 || true'")
+        fill = f"df -P -k /tmp | tail -1; stat -f -c %T /tmp; head -c 1048576 /dev/zero > /tmp/left-{tag}"
+        first = as_alice(f"srun -N1 -w {node} sh -c {shlex.quote(fill)}")
+        assert first.returncode == 0, first
+        usage, fstype = first.stdout.strip().splitlines()[-2:]
+        assert fstype == "tmpfs", first.stdout
+        memory = as_alice(f"scontrol show node {node} -o").stdout
+        real = int(dict(f.split("=", 1) for f in memory.split() if "=" in f)["RealMemory"])
+        assert int(usage.split()[1]) <= real * 1024, (usage, real)
+        second = as_alice(f"srun -N1 -w {node} sh -c 'ls /tmp/left-{tag} 2>&1 || true'")
         assert "No such file" in second.stdout, second
 
         # 5. a token for ten years: Slurm refuses it, a short one is issued
