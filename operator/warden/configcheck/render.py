@@ -55,6 +55,11 @@ class Verdict:
 #: the verdicts when nothing needs checking
 UNCHANGED = Verdict("Accepted", "the applied Slurm configuration is the rendered one")
 FIRST = Verdict("Accepted", "the first Slurm configuration of a new cluster (no daemon runs yet)")
+OLD_IMAGES = Verdict(
+    "Accepted",
+    "applied unchecked: the cluster's images predate Slurm's check of a change (set spec.images.version to "
+    "this release's to have it)",
+)
 
 
 def needs_no_check(files: dict[str, str] | None, live: Manifest | None, running: bool) -> Verdict | None:

@@ -182,8 +182,10 @@ def plugstack_conf(cluster: Cluster, group: WorkerGroup | None = None) -> str:
         # Node-local mounts sit at their jail path in the worker container too (see nodes.py), and so
         # does the container store. A per-job mount is no volume: the plugin mounts each job's own tmpfs
         # (jobtmpfs=DST[:BYTES]) and takes it away when the job ends.
-        binds += [m.jail_path for m in group.local_mounts if not m.per_job]
-        job_spaces += [_job_space(m.jail_path, m.size_limit) for m in group.local_mounts if m.per_job]
+        # (Images older than this release's know no jobtmpfs= and nproc=: there every mount stays a bind.)
+        per_job = [m for m in group.local_mounts if m.per_job and cluster.has_limits]
+        binds += [m.jail_path for m in group.local_mounts if m not in per_job]
+        job_spaces += [_job_space(m.jail_path, m.size_limit) for m in per_job]
         if containers:
             binds.append(naming.CONTAINER_STORE)
     return _render(
@@ -194,7 +196,7 @@ def plugstack_conf(cluster: Cluster, group: WorkerGroup | None = None) -> str:
         jail=naming.JAIL_MOUNT,
         binds=binds,
         job_spaces=job_spaces,
-        nproc=group.max_user_processes if group is not None else 0,
+        nproc=group.max_user_processes if group is not None and cluster.has_limits else 0,
         pyxis=naming.PYXIS_PLUGIN if pyxis else None,
         containers=containers,
         store=naming.CONTAINER_STORE,
@@ -271,7 +273,7 @@ def sshd_config(cluster: Cluster) -> str:
         agent_forwarding=_yes_no(forwarding.agent),
         x11_forwarding=_yes_no(forwarding.x11),
         directory=cluster.spec.identity.ldap is not None,
-        user_limits=cluster.spec.login.user_limits.enabled,
+        user_limits=cluster.spec.login.user_limits.enabled and cluster.has_limits,
         keys_command=naming.SSH_KEYS_COMMAND,
     )
 

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 
+from warden import imagecompat
 from warden.model import SlurmClusterSpec
 from warden.naming import SLURM_SERIES_ENV, Names
 
@@ -41,6 +42,12 @@ class Cluster:
     @cached_property
     def names(self) -> Names:
         return Names(cluster=self.name, namespace=self.namespace)
+
+    @cached_property
+    def has_limits(self) -> bool:
+        """Whether the cluster's images carry this release's limits (per-job space, the process limit,
+        login sessions' limits, the /proc switch, the config check): ``warden.imagecompat``."""
+        return imagecompat.has_limits(self.spec.images.version)
 
     def image(self, component: str) -> str:
         """The image of a Slurm-carrying component (``model.SLURM_IMAGES`` key): every renderer asks here."""

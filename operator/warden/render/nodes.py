@@ -63,7 +63,7 @@ def _worker_security(cluster: Cluster) -> Manifest:
 def _process_env(cluster: Cluster) -> list[Manifest]:
     """Login and worker pods remount their /proc so that users see only their own processes, unless
     spec.security.hideOtherUsersProcesses is off (images/slurm-base/warden-lib.sh: warden_hide_processes)."""
-    if cluster.spec.security.hide_other_users_processes:
+    if cluster.spec.security.hide_other_users_processes or not cluster.has_limits:
         return []
     return [{"name": "WARDEN_HIDE_PROCESSES", "value": "no"}]
 
@@ -72,7 +72,7 @@ def session_limits(cluster: Cluster) -> tuple[int, int] | None:
     """(bytes, millicores) that all of one user's SSH sessions on a login node get together
     (spec.login.userLimits), None when off. The memory is at most the login container's own limit."""
     limits = cluster.spec.login.user_limits
-    if not limits.enabled:
+    if not limits.enabled or not cluster.has_limits:
         return None
     memory = int(quantity_mod.parse(limits.memory))
     pod_memory = cluster.spec.login.resources.limits.get("memory")
@@ -146,7 +146,7 @@ def worker_set(cluster: Cluster, group: WorkerGroup) -> Manifest:
     gpu_limits = {group.gpus.resource_name: str(group.gpus.count)} if group.gpus.count else None
     # Per-job mounts (perJob) are no volume: the jail plugin mounts each job's own tmpfs in the container
     # and binds it into the job's view (config.plugstack_conf).
-    shared = [m for m in group.local_mounts if not m.per_job]
+    shared = [m for m in group.local_mounts if not (m.per_job and cluster.has_limits)]
     local_volumes = [
         empty_dir(f"local-{m.name}", "Memory" if m.medium == "Memory" else None, m.size_limit) for m in shared
     ]
