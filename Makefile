@@ -11,7 +11,7 @@ include hack/Makefile.k8s.mk
 
 .PHONY: help
 help: ## this list
-	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk -F':.*?## ' '{printf "  make %-16s %s\n", $$1, $$2}'
+	@grep -hE '^[a-zA-Z0-9_.-]+:.*?## ' $(MAKEFILE_LIST) | awk -F':.*?## ' '{printf "  make %-16s %s\n", $$1, $$2}'
 
 # --- Python environment ------------------------------------------------------------------------
 $(VENV)/.installed: pyproject.toml dev/pyproject.toml
