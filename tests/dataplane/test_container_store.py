@@ -16,7 +16,7 @@ import pytest
 
 from tests.support import registry as reg
 from tests.support.jailuser import JailUser
-from warden_dev.dockercluster import DockerCluster, Exec, missing_images
+from warden_dev.dockercluster import DockerCluster, Exec
 
 IMAGE_OS = 'PRETTY_NAME="Warden test image 1.0"'
 REFUSED = "warden: no room for this container on"
@@ -26,15 +26,8 @@ FILLER_MIB = 1990
 
 @pytest.fixture(scope="module")
 def registry(cluster: DockerCluster) -> Iterator[reg.Registry]:
-    r = reg.Registry(cluster)
-    missing = missing_images([r.image, r.seed])
-    if missing:
-        pytest.fail(f"images missing: {', '.join(missing)} (hack/images.sh test)", pytrace=False)
-    r.start()
-    try:
+    with reg.running(cluster) as r:
         yield r
-    finally:
-        r.stop()
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,7 @@ import pytest
 from tests.support import registry as reg
 from tests.support.eventually import eventually
 from tests.support.jailuser import JailUser
-from warden_dev.dockercluster import DockerCluster, missing_images
+from warden_dev.dockercluster import DockerCluster
 
 IMAGE_OS = 'PRETTY_NAME="Warden test image 1.0"'
 
@@ -108,15 +108,8 @@ def test_io_uring_is_refused_in_every_step(cluster: DockerCluster, alice: JailUs
 
 @pytest.fixture(scope="module")
 def registry(cluster: DockerCluster) -> Iterator[reg.Registry]:
-    r = reg.Registry(cluster)
-    missing = missing_images([r.image, r.seed])
-    if missing:
-        pytest.fail(f"images missing: {', '.join(missing)} (hack/images.sh test)", pytrace=False)
-    r.start()
-    try:
+    with reg.running(cluster) as r:
         yield r
-    finally:
-        r.stop()
 
 
 HOOK = """#!/bin/bash

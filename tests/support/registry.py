@@ -12,8 +12,12 @@ from __future__ import annotations
 import os
 import time
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 
-from warden_dev.dockercluster import DockerCluster, DockerError, docker, version
+import pytest
+
+from warden_dev.dockercluster import DockerCluster, DockerError, docker, missing_images, version
 
 #: what jobs name (enroot's REGISTRY#IMAGE:TAG form, as `srun --container-image` takes it)
 IMAGE_PATH = "warden-test/image"
@@ -71,6 +75,21 @@ class Registry:
                 if time.monotonic() > deadline:
                     raise DockerError(f"the test registry does not answer on 127.0.0.1:{port}: {e}") from e
             time.sleep(0.5)
+
+
+@contextmanager
+def running(cluster: DockerCluster) -> Iterator[Registry]:
+    """The test registry beside ``cluster``, seeded, for the length of the ``with``: the dataplane modules'
+    ``registry`` fixture. Fails the test, naming the images, when they are not built."""
+    r = Registry(cluster)
+    missing = missing_images([r.image, r.seed])
+    if missing:
+        pytest.fail(f"images missing: {', '.join(missing)} (hack/images.sh test)", pytrace=False)
+    r.start()
+    try:
+        yield r
+    finally:
+        r.stop()
 
 
 def seeded_image() -> str:
