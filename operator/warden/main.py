@@ -8,11 +8,14 @@ import ctypes.util
 import logging
 import os
 import re
+import socket
 
 import kopf
 from prometheus_client import start_http_server
 
 from warden import handlers, naming, opmetrics  # handlers: registers them
+from warden.kube.client import api_client
+from warden.leader import standby
 from warden.model import DNS_SUBDOMAIN, IMAGE_REGISTRY, IMAGE_REGISTRY_ENV, default_image
 from warden.naming import Names
 from warden.render.context import ServiceAccountRef
@@ -97,7 +100,26 @@ def main(argv: list[str] | None = None) -> int:
         " with spec.bridge.enabled gets a Role and RoleBinding letting it read the cluster's bridge token Secret"
         " (default: none, and no such Role)",
     )  # fmt: skip
+    election = parser.add_argument_group("leader election (several replicas, one acting)")
+    election.add_argument(
+        "--leader-elect", action="store_true",
+        help="act only while holding the Lease --leader-election-lease in --leader-election-namespace; until then"
+        " stand by, the liveness endpoint answering (the operator chart turns this on)",
+    )  # fmt: skip
+    election.add_argument(
+        "--leader-election-namespace", default=os.environ.get("POD_NAMESPACE", ""), metavar="NAMESPACE",
+        help="namespace of the Lease (default: $POD_NAMESPACE, the operator's own)",
+    )  # fmt: skip
+    election.add_argument("--leader-election-lease", default="warden-operator", metavar="NAME",
+                          help="name of the Lease (default warden-operator)")  # fmt: skip
+    election.add_argument(
+        "--leader-election-identity", default=os.environ.get("POD_NAME") or socket.gethostname(), metavar="ID",
+        help="this replica's name in the Lease, the logs and warden_operator_leading (default: $POD_NAME, else"
+        " the host name)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
+    if args.leader_elect and not args.leader_election_namespace:
+        parser.error("--leader-elect needs --leader-election-namespace (or $POD_NAMESPACE)")
     registry = os.environ.get(IMAGE_REGISTRY_ENV, "")
     if registry and not re.match(IMAGE_REGISTRY, registry):
         parser.error(f"{IMAGE_REGISTRY_ENV}={registry!r} is not host[:port]/path (the operator chart's image.registry)")
@@ -109,13 +131,23 @@ def main(argv: list[str] | None = None) -> int:
     if args.metrics_port:
         start_http_server(args.metrics_port, registry=opmetrics.REGISTRY)
     kopf.configure(verbose=args.verbose, log_format=kopf.LogFormat[args.log_format.upper()])
-    logging.getLogger(__name__).info("images a SlurmCluster does not name: %s", default_image("<name>"))
-    kopf.run(
-        standalone=True,
-        clusterwide=not args.namespace,
-        namespaces=args.namespace,
-        liveness_endpoint=args.liveness or None,
-    )
+    log = logging.getLogger(__name__)
+    log.info("images a SlurmCluster does not name: %s", default_image("<name>"))
+    elector = None
+    if args.leader_elect:  # kopf, its handlers and every sync thread start only on the leader
+        elector = standby.lead(api_client(handlers.USER_AGENT), args.leader_election_namespace,
+                               args.leader_election_lease, args.leader_election_identity, args.liveness)  # fmt: skip
+        log.info("leader election: %s acts from now on", args.leader_election_identity)
+    try:
+        kopf.run(
+            standalone=True,  # the election is ours (warden.leader): kopf's peering is no lease
+            clusterwide=not args.namespace,
+            namespaces=args.namespace,
+            liveness_endpoint=args.liveness or None,
+        )
+    finally:
+        if elector is not None:  # a clean stop (SIGTERM): the standby takes over at its next look
+            elector.release()
     return 0
 
 

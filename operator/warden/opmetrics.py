@@ -1,7 +1,8 @@
 """The operator's own Prometheus metrics (``warden-operator --metrics-port``, path ``/metrics``).
 
 One registry, ``REGISTRY``; the instruments below are what the code counts, each where the thing
-happens: reconciles in ``warden.handlers``, failed steps in ``warden.kube.apply.run_steps``, API writes in
+happens: reconciles in ``warden.handlers``, leadership in
+``warden.leader.elector``, failed steps in ``warden.kube.apply.run_steps``, API writes in
 ``Kube.call``, Slurm actions in ``warden.slurmsync``. The NCCL figures are read from the health
 reports the operator already watches (``NcclReports``), computed at scrape time so that "seconds
 since the last run" is true when Prometheus asks.
@@ -15,7 +16,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, ProcessCollector
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -48,6 +49,10 @@ SLURM_ACTIONS = Counter(
 SLURM_SYNC_SECONDS = Histogram(
     "warden_slurm_sync_duration_seconds", "Time one look at a cluster's Slurm side took",
     buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30), registry=REGISTRY,
+)  # fmt: skip
+LEADING = Gauge(
+    "warden_operator_leading", "1 on the operator replica that holds the leader Lease and acts, 0 on a standby;"
+    " the label is the replica's identity (its pod's name)", ["identity"], registry=REGISTRY,
 )  # fmt: skip
 HEALTH_CHECK_ACTIONS = Counter(
     "warden_health_check_node_actions", "Nodes the NCCL health check drained or resumed, as its reports announce",

@@ -25,6 +25,7 @@ from warden import opmetrics
 from warden.kube import kinds
 from warden.kube.cache import Caches, Informer, OnChange
 from warden.kube.fanout import Fanout
+from warden.leader import fence
 from warden.model import API_GROUP, API_VERSION
 from warden.naming import FIELD_MANAGER
 from warden.render.pods import Manifest
@@ -135,6 +136,7 @@ class Kube:
             auth_settings=["BearerToken"],
         )
         if method != "GET":
+            fence.check(f"{method} {path}")  # a replica whose lease ran out writes nothing (warden.leader)
             opmetrics.API_WRITES.labels(method, opmetrics.api_resource(path)).inc()
         response = self.api.call_api(method, url, header_params=headers, body=data, post_params=post)
         response.read()  # type: ignore[no-untyped-call]

@@ -34,6 +34,7 @@ from urllib.parse import quote
 
 import urllib3
 
+from warden.leader import fence
 from warden.naming import RESTAPI_VERSION
 from warden.slurm.model import (
     Job,
@@ -255,6 +256,8 @@ class SlurmRest:
     def _open(self, method: str, path: str, what: str, body: dict[str, Any] | None) -> urllib3.BaseHTTPResponse:
         """A successful answer (2xx), its body not read yet; an error answer raises what it says."""
         url = f"{self.base_url}/slurm/{self.api_version}/{path}"
+        if method != "GET":
+            fence.check(f"{what} through slurmrestd")  # a replica whose lease ran out acts on no node (warden.leader)
         headers = {
             "X-SLURM-USER-NAME": self.user,
             "X-SLURM-USER-TOKEN": self.token(),
