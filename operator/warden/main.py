@@ -16,6 +16,7 @@ from prometheus_client import start_http_server
 from warden import handlers, naming, opmetrics  # handlers: registers them
 from warden.kube.client import api_client
 from warden.leader import standby
+from warden.leader.decide import Timing
 from warden.model import DNS_SUBDOMAIN, IMAGE_REGISTRY, IMAGE_REGISTRY_ENV, default_image
 from warden.naming import Names
 from warden.render.context import ServiceAccountRef
@@ -117,6 +118,11 @@ def main(argv: list[str] | None = None) -> int:
         help="this replica's name in the Lease, the logs and warden_operator_leading (default: $POD_NAME, else"
         " the host name)",
     )  # fmt: skip
+    election.add_argument(
+        "--leader-election-lease-duration", type=float, default=15.0, metavar="S",
+        help="seconds a standby waits, after the leader's last renewal, before it takes over (default 15; the"
+        " leader renews every third of it and stops acting after two thirds without a renewal)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     if args.leader_elect and not args.leader_election_namespace:
         parser.error("--leader-elect needs --leader-election-namespace (or $POD_NAMESPACE)")
@@ -136,7 +142,8 @@ def main(argv: list[str] | None = None) -> int:
     elector = None
     if args.leader_elect:  # kopf, its handlers and every sync thread start only on the leader
         elector = standby.lead(api_client(handlers.USER_AGENT), args.leader_election_namespace,
-                               args.leader_election_lease, args.leader_election_identity, args.liveness)  # fmt: skip
+                               args.leader_election_lease, args.leader_election_identity, args.liveness,
+                               Timing.for_lease(args.leader_election_lease_duration))  # fmt: skip
         log.info("leader election: %s acts from now on", args.leader_election_identity)
     try:
         kopf.run(

@@ -29,6 +29,11 @@ class Timing:
     renew: float = 5.0  # between the leader's renewals
     retry: float = 2.0  # between a standby's looks, and the leader's retries of a failed renewal
 
+    @classmethod
+    def for_lease(cls, duration: float) -> Timing:
+        """Timings in the proportions of the defaults (15 s: renewed every 5 s, given up after 10 s)."""
+        return cls(duration, duration * 2 / 3, duration / 3, min(2.0, duration / 5))
+
     def __post_init__(self) -> None:
         if not 0 < self.renew < self.renew_deadline < self.lease_duration:
             raise ValueError(f"want 0 < renew < renew deadline < lease duration: {self}")

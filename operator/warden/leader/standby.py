@@ -19,6 +19,7 @@ from typing import Any
 from kubernetes import client
 
 from warden.leader import fence
+from warden.leader.decide import Timing
 from warden.leader.elector import Elector
 from warden.leader.lease import Leases
 
@@ -55,9 +56,9 @@ def _on_continue(signum: int, frame: FrameType | None) -> None:
     fence.check("going on after SIGCONT")
 
 
-def lead(api: client.ApiClient, namespace: str, name: str, identity: str, liveness: str) -> Elector:
+def lead(api: client.ApiClient, namespace: str, name: str, identity: str, liveness: str, timing: Timing) -> Elector:
     """Stand by until this process holds the Lease ``namespace/name``; returns its elector, renewing."""
-    elector = Elector(Leases(api, namespace, name), identity, fencing=True)
+    elector = Elector(Leases(api, namespace, name), identity, timing, fencing=True)
     server = serve_health(liveness, elector)
     log.info("leader election: %s stands by for the lease %s/%s", identity, namespace, name)
     elector.start()
