@@ -1,0 +1,262 @@
+"""What a tenant may ask of a SlurmCluster or a WorkerSet is the platform admin's choice: the operator chart's
+ValidatingAdmissionPolicies (templates/tenancy.yaml, values `tenancy.*`), rendered by the real helm and
+enforced by the real kube-apiserver, refuse each field that reaches the Kubernetes node, naming the field
+and the chart value that would allow it; with that value set, the same request is accepted. The admin
+(system:masters) and the operator's ServiceAccount are not checked; a namespace the release does not
+manage is not checked either.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.cases.malformed import BASE
+from warden_dev.controlplane import ControlPlane, wait_for
+
+ROOT = Path(__file__).resolve().parents[2]
+OPERATOR_CHART = ROOT / "charts" / "slurm-operator"
+TENANT = "alice"
+#: never among the registries a test allows: a request naming it is refused once the policy is in force
+PROBE_IMAGE = "registry.invalid/probe/worker:1"
+
+
+def cluster(name: str, spec: dict[str, Any]) -> dict[str, Any]:
+    return {"apiVersion": "slurm.warden.dev/v1alpha1", "kind": "SlurmCluster", "metadata": {"name": name},
+            "spec": spec}  # fmt: skip
+
+
+def with_spec(**changes: Any) -> dict[str, Any]:
+    spec = copy.deepcopy(BASE)
+    spec.update(copy.deepcopy(changes))
+    return spec
+
+
+def with_group(**changes: Any) -> dict[str, Any]:
+    return with_spec(workerGroups=[{"name": "cpu", "replicas": 1, **changes}])
+
+
+WORKERSET = {
+    "apiVersion": "slurm.warden.dev/v1alpha1",
+    "kind": "WorkerSet",
+    "metadata": {"name": "mine"},
+    "spec": {
+        "replicas": 1,
+        "selector": {"matchLabels": {"app": "mine"}},
+        "template": {
+            "metadata": {"labels": {"app": "mine"}},
+            "spec": {"containers": [{"name": "root", "image": "busybox", "securityContext": {"privileged": True}}]},
+        },
+    },
+}
+
+
+@dataclass
+class Release:
+    """The operator chart's tenancy objects of one release, applied, managing ``namespace``."""
+
+    cp: ControlPlane
+    namespace: str
+    name: str
+
+    def request(self, verb: str, obj: dict[str, Any], as_user: str | None = TENANT) -> subprocess.CompletedProcess[str]:
+        who = [f"--as={as_user}"] if as_user else []
+        return self.cp.kubectl(verb, "--dry-run=server", "-n", self.namespace, *who, "-f", "-",
+                               input=json.dumps(obj), check=False)  # fmt: skip
+
+    def refused(self, obj: dict[str, Any], as_user: str | None = TENANT) -> str:
+        proc = self.request("create", obj, as_user)
+        assert proc.returncode != 0, f"accepted: {proc.stdout}"
+        assert "ValidatingAdmissionPolicy" in proc.stderr, proc.stderr
+        return proc.stderr
+
+    def accepted(self, obj: dict[str, Any], as_user: str | None = TENANT) -> None:
+        proc = self.request("create", obj, as_user)
+        assert proc.returncode == 0, proc.stderr
+
+
+def _helm(cp: ControlPlane, *args: str) -> str:
+    proc = subprocess.run([cp.binary("helm"), *args], env=cp.env(), capture_output=True, text=True, timeout=120,
+                          check=False)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+@pytest.fixture(scope="module")
+def chart_built(controlplane: ControlPlane) -> None:
+    _helm(controlplane, "dependency", "build", str(OPERATOR_CHART))
+
+
+@pytest.fixture
+def install(
+    controlplane: ControlPlane, crd_installed: None, chart_built: None, namespace: str
+) -> Iterator[Callable[..., Release]]:
+    """``install(*sets)``: the tenancy objects of a release managing the test's namespace, with ``--set``
+    values; the tenant may create SlurmClusters and WorkerSets there (a Role)."""
+    made: list[list[dict[str, Any]]] = []
+    role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+            "metadata": {"name": "tenant", "namespace": namespace},
+            "rules": [{"apiGroups": ["slurm.warden.dev"], "resources": ["slurmclusters", "workersets"],
+                       "verbs": ["get", "list", "create", "update", "patch"]}]}  # fmt: skip
+    binding = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+               "metadata": {"name": "tenant", "namespace": namespace},
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "tenant"},
+               "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group",
+                             "name": "system:authenticated"}]}  # fmt: skip
+    controlplane.kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List",
+                                                               "items": [role, binding]}))  # fmt: skip
+
+    def make(*sets: str) -> Release:
+        release = Release(controlplane, namespace, f"t{uuid.uuid4().hex[:6]}")
+        args = [a for s in (f"watchNamespaces[0]={namespace}", *sets) for a in ("--set", s)]
+        out = _helm(controlplane, "template", release.name, str(OPERATOR_CHART), "-n", namespace,
+                    "-s", "templates/tenancy.yaml", *args)  # fmt: skip
+        docs = [d for d in yaml.safe_load_all(out) if d]
+        policies = ["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"] * 2
+        assert sorted(d["kind"] for d in docs) == sorted(["ConfigMap", *policies])
+        controlplane.kubectl("apply", "-f", "-", input=out)
+        made.append(docs)
+        # in force once the apiserver loaded policy, binding and params: a probe's image is refused
+        probe = cluster("probe", with_spec(images={"worker": PROBE_IMAGE}))
+        wait_for("the tenancy policy in force", lambda: release.request("create", probe).returncode != 0, 30)
+        return release
+
+    yield make
+    for docs in made:
+        for d in docs:
+            controlplane.kubectl("delete", "--ignore-not-found", "-n", namespace, d["kind"], d["metadata"]["name"],
+                                 check=False)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Field:
+    id: str
+    spec: dict[str, Any]
+    #: what the refusal names: the field, the chart value
+    words: tuple[str, ...]
+    #: the --set that allows it
+    allow: str
+
+
+FIELDS = [
+    Field("image", with_spec(images={"worker": "evil.example.com/root:1"}),
+          ("spec.images.worker", "evil.example.com/root:1", "tenancy.allowedRegistries"),
+          "tenancy.allowedRegistries[0]=evil.example.com"),
+    Field("populate-image", with_spec(jail={"populate": {"image": "evil.example.com/jail:1"}}),
+          ("spec.jail.populate.image", "tenancy.allowedRegistries"), "tenancy.allowedRegistries[0]=evil.example.com"),
+    Field("store-etc", with_spec(containers={"store": {"hostPath": "/etc"}}),
+          ("spec.containers.store.hostPath", "/etc", "tenancy.allowedHostPaths: none"),
+          "tenancy.allowedHostPaths[0]=/etc"),
+    Field("store-kubelet", with_spec(containers={"store": {"hostPath": "/var/lib/kubelet"}}),
+          ("spec.containers.store.hostPath", "/var/lib/kubelet", "tenancy.allowedHostPaths"),
+          "tenancy.allowedHostPaths[0]=/var/lib"),
+    Field("dcgm", with_spec(metrics={"dcgmJobMapping": {"enabled": True, "hostPath": "/root"}}),
+          ("spec.metrics.dcgmJobMapping.hostPath", "/root", "tenancy.allowedHostPaths"),
+          "tenancy.allowedHostPaths[0]=*"),
+    Field("seccomp", with_spec(security={"workerSeccompProfile": {"type": "Unconfined"}}),
+          ("spec.security.workerSeccompProfile.type", "tenancy.allowUnconfinedSeccomp"),
+          "tenancy.allowUnconfinedSeccomp=true"),
+    Field("toleration", with_group(tolerations=[{"key": "node-role.kubernetes.io/control-plane",
+                                                 "operator": "Exists", "effect": "NoSchedule"}]),
+          ("spec.workerGroups[name=cpu].tolerations", "node-role.kubernetes.io/control-plane",
+           "tenancy.allowedTolerationKeys: nvidia.com/gpu"),
+          "tenancy.allowedTolerationKeys[0]=node-role.kubernetes.io/control-plane"),
+    Field("toleration-all", with_group(tolerations=[{"operator": "Exists"}]),
+          ("spec.workerGroups[name=cpu].tolerations", "every taint", "tenancy.allowedTolerationKeys"),
+          "tenancy.allowedTolerationKeys[0]=*"),
+    Field("node-selector", with_group(nodeSelector={"node-role.kubernetes.io/control-plane": ""}),
+          ("spec.workerGroups[name=cpu].nodeSelector", "node-role.kubernetes.io/control-plane",
+           "tenancy.deniedNodeSelectorKeys"),
+          "tenancy.deniedNodeSelectorKeys=null"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("field", FIELDS, ids=[f.id for f in FIELDS])
+def test_a_field_that_reaches_the_node_is_refused_until_the_chart_allows_it(
+    install: Callable[..., Release], field: Field
+) -> None:
+    strict = install()
+    message = strict.refused(cluster("mine", field.spec))
+    for word in field.words:
+        assert word in message, message
+    strict.accepted(cluster("mine", field.spec), as_user=None)  # the admin (system:masters) is not checked
+
+
+@pytest.mark.parametrize("field", FIELDS, ids=[f.id for f in FIELDS])
+def test_the_same_field_is_accepted_where_the_chart_allows_it(install: Callable[..., Release], field: Field) -> None:
+    install(field.allow).accepted(cluster("mine", field.spec))
+
+
+def test_apparmor_unconfined_is_the_admins_choice(install: Callable[..., Release]) -> None:
+    unconfined = cluster("mine", BASE)  # the CRD's default: workerAppArmorUnconfined true
+    strict = install("tenancy.allowUnconfinedAppArmor=false")
+    message = strict.refused(unconfined)
+    assert "spec.security.workerAppArmorUnconfined" in message and "tenancy.allowUnconfinedAppArmor" in message
+    strict.accepted(cluster("mine", with_spec(security={"workerAppArmorUnconfined": False})))
+
+
+def test_the_defaults_let_a_tenant_make_an_ordinary_cluster(install: Callable[..., Release]) -> None:
+    """The chart's defaults: Warden's own images, a GPU group tolerating nvidia.com/gpu, an emptyDir store."""
+    release = install()
+    gpu = {"name": "gpu", "replicas": 1, "gpus": {"count": 8}, "nodeSelector": {"nvidia.com/gpu.present": "true"},
+           "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]}  # fmt: skip
+    spec = with_spec(images={"worker": "warden/worker:9.9.9"}, containers={"enabled": True},
+                     workerGroups=[{"name": "cpu", "replicas": 1}, gpu])  # fmt: skip
+    release.accepted(cluster("mine", spec))
+
+
+def test_a_registry_is_matched_as_a_whole_path_prefix(install: Callable[..., Release]) -> None:
+    release = install("tenancy.allowedRegistries[0]=registry.example.com/hpc")
+    release.accepted(cluster("mine", with_spec(images={"login": "registry.example.com/hpc/login:1"})))
+    for image in ("registry.example.com.evil.io/hpc/login:1", "registry.example.com/hpcevil/login:1",
+                  "registry.example.com/login:1"):  # fmt: skip
+        assert "spec.images.login" in release.refused(cluster("mine", with_spec(images={"login": image})))
+
+
+def test_a_namespace_the_release_does_not_manage_is_not_checked(
+    install: Callable[..., Release], controlplane: ControlPlane
+) -> None:
+    install()
+    other = Release(controlplane, controlplane.create_namespace(f"o-{uuid.uuid4().hex[:8]}"), "none")
+    other.accepted(cluster("mine", with_spec(containers={"store": {"hostPath": "/etc"}})), as_user=None)
+    proc = controlplane.kubectl("create", "--dry-run=server", "-n", other.namespace, f"--as={TENANT}", "-f", "-",
+                                input=json.dumps(cluster("x", BASE)), check=False)  # fmt: skip
+    assert "forbidden" in proc.stderr  # RBAC, not the policy, answers there
+    controlplane.kubectl("delete", "namespace", other.namespace, "--wait=false")
+
+
+def test_a_workerset_is_the_operators_to_write(install: Callable[..., Release], controlplane: ControlPlane) -> None:
+    strict = install()
+    message = strict.refused(WORKERSET)
+    assert "a WorkerSet: WorkerSet pod templates are the operator's to write" in message, message
+    assert "tenancy.allowWorkerSetTemplates" in message
+    # one the operator made (here: the admin) keeps its template; the tenant may change its replicas
+    controlplane.kubectl("create", "-n", strict.namespace, "-f", "-", input=json.dumps(WORKERSET))
+    scaled = controlplane.kubectl("patch", "-n", strict.namespace, f"--as={TENANT}", "workerset", "mine",
+                                  "--type=merge", "-p", '{"spec": {"replicas": 3}}', check=False)  # fmt: skip
+    assert scaled.returncode == 0, scaled.stderr
+    edited = controlplane.kubectl("patch", "-n", strict.namespace, f"--as={TENANT}", "workerset", "mine",
+                                  "--type=json", "-p", json.dumps([{"op": "replace",
+                                  "path": "/spec/template/spec/containers/0/image", "value": "evil/root"}]),
+                                  check=False)  # fmt: skip
+    assert edited.returncode != 0 and "spec.template: WorkerSet pod templates" in edited.stderr, edited.stderr
+
+
+def test_a_workerset_of_the_tenants_own_where_the_chart_allows_it(install: Callable[..., Release]) -> None:
+    install("tenancy.allowWorkerSetTemplates=true").accepted(WORKERSET)
+
+
+def test_the_operators_service_account_is_not_checked(install: Callable[..., Release]) -> None:
+    release = install("serviceAccount.name=warden-op")
+    spec = with_spec(containers={"store": {"hostPath": "/etc"}})
+    release.accepted(cluster("mine", spec), as_user=f"system:serviceaccount:{release.namespace}:warden-op")
+    release.refused(cluster("mine", spec), as_user=f"system:serviceaccount:{release.namespace}:someone")
