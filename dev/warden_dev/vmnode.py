@@ -41,7 +41,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -51,7 +51,8 @@ from warden_dev.controlplane import SERVICE_CIDR, cache_dir
 VM_SUITE = "trixie"
 #: installed by apt inside the debootstrapped root (minbase has no kernel, init or network tools)
 ROOT_PACKAGES = ("linux-image-amd64", "initramfs-tools", "zstd", "kmod", "containerd", "runc", "nfs-common",
-                 "apparmor", "iproute2", "iptables", "tini", "procps", "ca-certificates")  # fmt: skip
+                 "apparmor", "iproute2", "iptables", "tini", "procps", "ca-certificates",
+                 "containernetworking-plugins", "conntrack", "ethtool", "socat")  # fmt: skip
 #: the initramfs holds only what finds and mounts the root (Debian's default, MODULES=most, is 37 MB and
 #: every module udev loads from it costs seconds under TCG); zstd is initramfs-tools' own default
 INITRAMFS_CONF = "MODULES=list\nCOMPRESS=zstd\n"
@@ -73,7 +74,7 @@ VM_SUBNET = "10.238.0.0/24"
 LOCAL_CLUSTER_RANGES = ("10.239.0.1/32", "10.244.0.0/16", SERVICE_CIDR, "172.16.0.0/12")
 FIRST_NODE_HOST = 10
 
-MAX_MEMORY_MIB = 2048
+MAX_MEMORY_MIB = 4096
 INIT_PATH = "/usr/local/sbin/warden-vm-init"
 REPORT_MARKER = "WARDEN-VM-REPORT"
 
@@ -130,14 +131,16 @@ def overlapping(subnet: str, ranges: Iterable[str]) -> list[str]:
     return [r for r in ranges if net.overlaps(ipaddress.ip_network(r, strict=False))]
 
 
-def kernel_cmdline(layout: NodeLayout, report_to: str, console: str = "ttyS0", quiet: bool = True) -> list[str]:
+def kernel_cmdline(layout: NodeLayout, report_to: str, console: str = "ttyS0", quiet: bool = True,
+                   joins: bool = False) -> list[str]:  # fmt: skip
     """The VM's kernel command line: root on the virtio disk, our init, cgroup v2 only, AppArmor on, and
-    the node's name, address and the host's report port for the init."""
+    the node's name, address and the host's report port for the init; ``warden.share=1`` when the node
+    joins the local cluster (its init mounts the share and runs its ``node-start``)."""
     return [f"console={console}", "root=/dev/vda", "rw", "rootfstype=ext4", "fastboot", "noresume",
             f"init={INIT_PATH}", "panic=-1", "quiet" if quiet else "ignore_loglevel",
             "cgroup_no_v1=all", "apparmor=1", "security=apparmor",
             f"warden.name={layout.name}", f"warden.ip={layout.address}", f"warden.gw={layout.gateway}",
-            f"warden.report={report_to}"]  # fmt: skip
+            f"warden.report={report_to}", *(["warden.share=1"] if joins else [])]  # fmt: skip
 
 
 def choose_accel(dev_kvm: bool, modules: Iterable[str], override: str | None = None) -> str:
@@ -165,11 +168,22 @@ class VmFiles:
     disk: Path
 
 
+@dataclass(frozen=True)
+class Share:
+    """A host directory the VM mounts over 9p (virtio), by its tag."""
+
+    tag: str
+    path: Path
+    readonly: bool = True
+
+
 def qemu_argv(files: VmFiles, layout: NodeLayout, accel: str, report_to: str, node_dir: Path, cpus: int = 1,
-              memory_mib: int = 1536, quiet: bool = True, machine: str = "q35") -> list[str]:  # fmt: skip
+              memory_mib: int = 1536, quiet: bool = True, machine: str = "q35",
+              shares: Sequence[Share] = ()) -> list[str]:  # fmt: skip
     """qemu's command line for a node: the disk read-only underneath (``snapshot=on``), the tap (no scripts:
-    the host side is made by ``boot``), the serial console to a file. ``machine`` is ``q35`` (PCI, SeaBIOS)
-    or ``microvm`` (virtio-mmio devices, no PCI, qboot: less to emulate under TCG)."""
+    the host side is made by ``boot``), the serial console to a file, ``shares`` as 9p devices (a node
+    with shares joins the local cluster). ``machine`` is ``q35`` (PCI, SeaBIOS) or ``microvm`` (virtio-mmio
+    devices, no PCI, qboot: less to emulate under TCG)."""
     if not 1 <= cpus <= 2:
         raise VmNodeError("a VM node gets 1 or 2 CPUs here")
     if not 256 <= memory_mib <= MAX_MEMORY_MIB:
@@ -181,15 +195,20 @@ def qemu_argv(files: VmFiles, layout: NodeLayout, accel: str, report_to: str, no
     bus = "pci" if machine == "q35" else "device"
     # microvm: without a PIT the kernel cannot calibrate the TSC under TCG and stops there
     machine_opt = "q35" if machine == "q35" else "microvm,pit=on,pic=on,rtc=on"
+    share_args: list[str] = []
+    for sh in shares:
+        ro = ",readonly=on" if sh.readonly else ""
+        share_args += ["-fsdev", f"local,id={sh.tag},path={sh.path},security_model=none{ro}",
+                       "-device", f"virtio-9p-{bus},fsdev={sh.tag},mount_tag={sh.tag}"]  # fmt: skip
     return ["qemu-system-x86_64", "-name", layout.name, "-machine", machine_opt, "-accel", accel_opt, "-cpu", cpu,
             "-smp", str(cpus), "-m", str(memory_mib), "-nodefaults", "-no-user-config", "-display", "none",
             "-no-reboot", "-kernel", str(files.kernel), "-initrd", str(files.initrd),
-            "-append", " ".join(kernel_cmdline(layout, report_to, quiet=quiet)),
+            "-append", " ".join(kernel_cmdline(layout, report_to, quiet=quiet, joins=bool(shares))),
             "-drive", f"id=disk0,file={files.disk},if=none,format=raw,snapshot=on,cache=unsafe",
             "-device", f"virtio-blk-{bus},drive=disk0",
             "-netdev", f"tap,id=net0,ifname={layout.tap},script=no,downscript=no",
             "-device", f"virtio-net-{bus},netdev=net0,mac={layout.mac}",
-            "-device", f"virtio-rng-{bus}",
+            "-device", f"virtio-rng-{bus}", *share_args,
             "-serial", f"file:{node_dir / 'console.log'}",
             "-pidfile", str(node_dir / "qemu.pid")]  # fmt: skip
 
@@ -281,9 +300,19 @@ elif [ -x /lib/apparmor/apparmor.systemd ]; then
 fi
 t1=$(uptime_s)
 mkdir -p /var/log
-containerd >/var/log/containerd.log 2>&1 &
+joined=no
+if [ "$(arg warden.share)" = 1 ]; then
+    # a node of the local cluster: its share (read-only) and its log directory (read-write), over 9p
+    modprobe -a 9pnet_virtio 9p
+    mkdir -p /warden /var/log/warden
+    mount -t 9p -o trans=virtio,version=9p2000.L,ro warden /warden
+    mount -t 9p -o trans=virtio,version=9p2000.L wardenlogs /var/log/warden
+    /warden/node-start >>/var/log/warden/node-start.log 2>&1 && joined=yes
+else
+    containerd >/var/log/containerd.log 2>&1 &
+fi
 for _ in $(seq 1 120); do ctr version >/dev/null 2>&1 && break; sleep 0.5; done
-send "{\"stage\":\"ready\",\"name\":$(q "$name"),\"uptime\":$(uptime_s),\
+send "{\"stage\":\"ready\",\"name\":$(q "$name"),\"uptime\":$(uptime_s),\"joined\":$(q "$joined"),\
 \"apparmor_profiles\":$(wc -l </sys/kernel/security/apparmor/profiles),\
 \"apparmor_load_s\":$(q "$t0 -> $t1"),\
 \"containerd\":$(q "$(ctr version 2>/dev/null | awk '/Server:/{s=1} s&&/Version:/{print $2; exit}')"),\
@@ -454,7 +483,7 @@ class NodeState:
         self.save()
 
 
-def qemu_running(pid: int, marker: str) -> bool:
+def process_alive(pid: int, marker: str) -> bool:
     """The process ``pid`` is alive and is our qemu (its command line names ``marker``)."""
     try:
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
@@ -464,14 +493,20 @@ def qemu_running(pid: int, marker: str) -> bool:
     return marker.encode() in cmdline and stat.rsplit(")", 1)[-1].split()[0] != "Z"
 
 
+#: called by ``boot`` before qemu starts (the node's state, layout and directory): what the node needs from
+#: the host (``vmjoin``: its share, routes, the registry mirror), recorded in the state as it is made
+Prepare = Callable[["NodeState", NodeLayout, Path], Sequence[Share]]
+
+
 def boot(index: int = 1, cpus: int = 1, memory_mib: int = 1536, timeout: float = 600, quiet: bool = True,
-         machine: str = "q35") -> dict[str, Any]:  # fmt: skip
-    """Build what is missing, boot node ``index`` and wait for its two reports; return them with the times."""
+         machine: str = "q35", prepare: Prepare | None = None) -> dict[str, Any]:  # fmt: skip
+    """Build what is missing, boot node ``index`` and wait for its two reports; return them with the times.
+    ``prepare`` makes what a node of the local cluster needs from the host, and names its shares."""
     if os.geteuid() != 0:
         raise VmNodeError("VM nodes need root (bridge, tap)")
     layout = node_layout(index)
     state = NodeState(layout)
-    if state.data.get("pid") and qemu_running(state.data["pid"], layout.name):
+    if state.data.get("pid") and process_alive(state.data["pid"], layout.name):
         raise VmNodeError(f"{layout.name} is running (pid {state.data['pid']}): python -m warden_dev vm-node down")
     if state.data:
         down(index)  # leftovers of a crash: remove them first
@@ -481,14 +516,14 @@ def boot(index: int = 1, cpus: int = 1, memory_mib: int = 1536, timeout: float =
         raise VmNodeError(f"{VM_SUBNET} overlaps the local cluster's {clash}")
     files = ensure_image()
     try:
-        return _start(layout, files, cpus, memory_mib, timeout, quiet, machine)
+        return _start(layout, files, cpus, memory_mib, timeout, quiet, machine, prepare)
     except BaseException:
         down(index)  # a boot that fails or is stopped (SIGTERM: main) removes what it made, and only that
         raise
 
 
 def _start(layout: NodeLayout, files: VmFiles, cpus: int, memory_mib: int, timeout: float, quiet: bool,
-           machine: str) -> dict[str, Any]:  # fmt: skip
+           machine: str, prepare: Prepare | None) -> dict[str, Any]:  # fmt: skip
     state = NodeState(layout)
     accel = host_accel()
     ndir = node_dir(layout)
@@ -512,6 +547,7 @@ def _start(layout: NodeLayout, files: VmFiles, cpus: int, memory_mib: int, timeo
     made("tap", layout.tap)
     run(["ip", "tuntap", "add", "dev", layout.tap, "mode", "tap"])
     run(["ip", "link", "set", layout.tap, "master", BRIDGE, "up"])
+    shares = prepare(state, layout, ndir) if prepare is not None else ()
 
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -519,7 +555,7 @@ def _start(layout: NodeLayout, files: VmFiles, cpus: int, memory_mib: int, timeo
     listener.listen(4)
     report_to = f"{layout.gateway}:{listener.getsockname()[1]}"
     argv = qemu_argv(files, layout, accel, report_to, ndir, cpus=cpus, memory_mib=memory_mib, quiet=quiet,
-                     machine=machine)  # fmt: skip
+                     machine=machine, shares=shares)  # fmt: skip
     (ndir / "console.log").unlink(missing_ok=True)
     qlog = (ndir / "qemu.log").open("wb")
     env = {**os.environ, "TMPDIR": str(ndir)}  # snapshot=on's temporary overlay lives here
@@ -580,13 +616,13 @@ def down(index: int = 1) -> None:
     layout = node_layout(index)
     state = NodeState(layout)
     pid = state.data.get("pid")
-    if pid and qemu_running(pid, layout.name):
+    if pid and process_alive(pid, layout.name):
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + 10
-        while qemu_running(pid, layout.name) and time.monotonic() < deadline:
+        while process_alive(pid, layout.name) and time.monotonic() < deadline:
             time.sleep(0.1)
-        if qemu_running(pid, layout.name):
+        if process_alive(pid, layout.name):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         with contextlib.suppress(ChildProcessError):
@@ -595,39 +631,70 @@ def down(index: int = 1) -> None:
     for item in reversed(made):
         if item["kind"] == "tap" and link_exists(item["name"]):
             run(["ip", "link", "del", item["name"]], check=False)
-    for item in made:
-        if item["kind"] == "bridge" and link_exists(item["name"]):
-            ports = list(Path(f"/sys/class/net/{item['name']}/brif").glob("*"))
-            if ports:
-                # another node still on it: hand the bridge to that node's state
-                log(f"{item['name']} still has {', '.join(p.name for p in ports)}: left for them")
-                _hand_over_bridge(item["name"], [p.name for p in ports])
-            else:
-                run(["ip", "link", "del", item["name"]], check=False)
+        elif item["kind"] not in SHARED_KINDS:
+            undo_item(item)
+    shared = [item for item in made if item["kind"] in SHARED_KINDS]
+    ports = list(Path(f"/sys/class/net/{BRIDGE}/brif").glob("*")) if link_exists(BRIDGE) else []
+    if shared and ports and _hand_over(shared, [p.name for p in ports]):
+        # another node still up: what the nodes share stays, its state names it now
+        log(f"{BRIDGE} still has {', '.join(p.name for p in ports)}: what the nodes share is left for them")
+    else:
+        for item in reversed(shared):
+            undo_item(item)
     if node_dir(layout).exists():
         shutil.rmtree(node_dir(layout))
 
 
-def _hand_over_bridge(bridge: str, taps: Sequence[str]) -> None:
+#: what the nodes share (made by the first, removed by the last): the bridge and what vmjoin adds for all
+SHARED_KINDS = ("bridge", "mirror", "iptables")
+
+
+def undo_item(item: dict[str, Any]) -> None:
+    """Remove one thing a node's state says was made (idempotent): the bridge, a route, an iptables rule,
+    the registry mirror's process."""
+    kind, name = item["kind"], item["name"]
+    if kind == "bridge" and link_exists(name):
+        run(["ip", "link", "del", name], check=False)
+    elif kind == "route":
+        run(["ip", "route", "del", name], check=False)
+    elif kind == "iptables":
+        table, chain, *spec = item["rule"]
+        while run(["iptables", "-w", "-t", table, "-C", chain, *spec], check=False).returncode == 0:
+            run(["iptables", "-w", "-t", table, "-D", chain, *spec], check=False)
+    elif kind == "mirror" and item.get("pid"):
+        pid = int(item["pid"])
+        if process_alive(pid, "docker-registry"):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+            deadline = time.monotonic() + 10
+            while process_alive(pid, "docker-registry") and time.monotonic() < deadline:
+                with contextlib.suppress(ChildProcessError):
+                    os.waitpid(pid, os.WNOHANG)
+                time.sleep(0.1)
+
+
+def _hand_over(items: Sequence[dict[str, Any]], taps: Sequence[str]) -> bool:
     for tap in taps:
         if not tap.startswith(TAP_PREFIX):
             continue
         with contextlib.suppress(ValueError, VmNodeError):
             other = NodeState(node_layout(int(tap.removeprefix(TAP_PREFIX))))
             if other.data:
-                other.data.setdefault("made", []).insert(0, {"kind": "bridge", "name": bridge})
+                other.data["made"] = [*items, *other.data.get("made", [])]
                 other.save()
-                return
+                return True
+    return False
 
 
 def main(argv: Sequence[str], prog: str = "python -m warden_dev vm-node") -> int:
     import argparse
 
     parser = argparse.ArgumentParser(prog=prog, description="a VM node from Debian's kernel (first slice)")
-    parser.add_argument("command", choices=["boot", "down", "image"])
+    parser.add_argument("command", choices=["boot", "down", "image", "join", "leave"],
+                        help="join: boot it as a node of the local cluster; leave: remove it")  # fmt: skip
     parser.add_argument("--index", type=int, default=1, help="node number (1..): its tap, address and name")
     parser.add_argument("--cpus", type=int, default=1)
-    parser.add_argument("--memory", type=int, default=1536, help="MiB")
+    parser.add_argument("--memory", type=int, default=None, help="MiB (boot 1536, join 3072)")
     parser.add_argument("--machine", choices=["q35", "microvm"], default="q35")
     parser.add_argument("--timeout", type=float, default=600, help="boot: seconds to wait for both reports")
     parser.add_argument("--once", action="store_true", help="boot: remove the VM again once it has reported")
@@ -641,9 +708,18 @@ def main(argv: Sequence[str], prog: str = "python -m warden_dev vm-node") -> int
     try:
         if ns.command == "image":
             print(json.dumps({k: str(v) for k, v in ensure_image().__dict__.items()}))
+        elif ns.command == "join":
+            from warden_dev import vmjoin
+
+            print(json.dumps(vmjoin.join(ns.index, cpus=ns.cpus, memory_mib=ns.memory or 3072,
+                                         timeout=max(ns.timeout, 900)), indent=2))  # fmt: skip
+        elif ns.command == "leave":
+            from warden_dev import vmjoin
+
+            vmjoin.leave(ns.index)
         elif ns.command == "boot":
-            result = boot(ns.index, cpus=ns.cpus, memory_mib=ns.memory, quiet=not ns.verbose, timeout=ns.timeout,
-                          machine=ns.machine)  # fmt: skip
+            result = boot(ns.index, cpus=ns.cpus, memory_mib=ns.memory or 1536, quiet=not ns.verbose,
+                          timeout=ns.timeout, machine=ns.machine)  # fmt: skip
             print(json.dumps(result, indent=2))
             if ns.once:
                 down(ns.index)

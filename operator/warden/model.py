@@ -400,8 +400,26 @@ class Toleration(Spec):
     )
 
 
-class PopulateJail(Spec):
-    """How the jail volume is filled from the jail image."""
+class Placed(Spec):
+    """Where a component's pods may run (Kubernetes' nodeSelector and tolerations), e.g. onto nodes that
+    mount the jail's volume (an NFS jail where not every node has an NFS client) or tainted nodes."""
+
+    node_selector: dict[str, LabelValue] = Field(
+        default_factory=dict,
+        max_length=32,
+        description="Kubernetes nodeSelector (label keys and values).",
+        json_schema_extra={"x-kubernetes-validations": [_keys_rule("a nodeSelector key is not a label key")]},
+    )
+    tolerations: list[Toleration] = Field(default_factory=list, max_length=32, description="Kubernetes tolerations.")
+
+    @field_validator("node_selector")
+    @classmethod
+    def _label_keys(cls, selector: dict[str, str]) -> dict[str, str]:
+        return _qualified_keys(selector, "nodeSelector key")
+
+
+class PopulateJail(Placed):
+    """How the jail volume is filled from the jail image (the Job mounts the jail: place it where it can)."""
 
     image: ImageReference | None = Field(default=None, description="Overrides `spec.images.populateJail`.")
     overwrite: bool = Field(
@@ -459,7 +477,7 @@ class StateVolume(Spec):
     storage_class_name: DnsSubdomain | None = Field(default=None, description="StorageClass to use.")
 
 
-class Controller(Spec):
+class Controller(Placed):
     """slurmctld: one, or a primary and backups that share their state (docs/operations.md, "Backup
     controllers")."""
 
@@ -608,7 +626,7 @@ class LoginUserLimits(Spec):
         return cpu
 
 
-class Login(Spec):
+class Login(Placed):
     """Login nodes: sshd chrooted into the jail, public keys only."""
 
     replicas: int = Field(default=1, ge=0, le=32, description="Number of login nodes.")
@@ -732,7 +750,7 @@ class LocalMount(Spec):
         return path
 
 
-class WorkerGroup(Spec):
+class WorkerGroup(Placed):
     """A set of identical Slurm worker nodes (one WorkerSet, whose pods the operator manages)."""
 
     name: DnsLabel = Field(description="Group name; node names are `<cluster>-worker-<name>-<i>`.")
@@ -772,13 +790,6 @@ class WorkerGroup(Spec):
     features: list[Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]+$", max_length=64)]] = Field(
         default_factory=list, max_length=32, description="Extra Slurm node features."
     )
-    node_selector: dict[str, LabelValue] = Field(
-        default_factory=dict,
-        max_length=32,
-        description="Kubernetes nodeSelector (label keys and values).",
-        json_schema_extra={"x-kubernetes-validations": [_keys_rule("a nodeSelector key is not a label key")]},
-    )
-    tolerations: list[Toleration] = Field(default_factory=list, max_length=32, description="Kubernetes tolerations.")
     local_mounts: list[LocalMount] = Field(
         default_factory=lambda: [
             LocalMount(name="tmp", jail_path="/tmp", per_job=True),
@@ -806,11 +817,6 @@ class WorkerGroup(Spec):
         " The kernel counts all of that user's processes on the machine, other jobs of theirs included. 0: no"
         " limit. root's steps are not limited.",
     )
-
-    @field_validator("node_selector")
-    @classmethod
-    def _label_keys(cls, selector: dict[str, str]) -> dict[str, str]:
-        return _qualified_keys(selector, "nodeSelector key")
 
     @model_validator(mode="after")
     def _slurm_sized(self) -> WorkerGroup:

@@ -19,6 +19,7 @@ from warden.render.pods import (
     jail_volume,
     meta,
     mount,
+    placed,
     resources,
     secret_volume,
     service,
@@ -174,6 +175,7 @@ def controller_statefulset(cluster: Cluster) -> Manifest:
     if backups:
         volumes.append({"name": "state", "persistentVolumeClaim": {"claimName": names.controller_state}})
         pod_spec["affinity"] = _spread(cluster)
+    placed(pod_spec, spec.controller)
     return statefulset(
         cluster,
         names.controller,

@@ -12,6 +12,7 @@ from warden.render.pods import (
     jail_volume,
     meta,
     mount,
+    placed,
     runtime_files_outside_jail,
 )
 
@@ -70,12 +71,15 @@ def populate_job(cluster: Cluster) -> Manifest:
             "template": {
                 "metadata": {"labels": labels},
                 "spec": runtime_files_outside_jail(
-                    {
-                        **POD_DEFAULTS,
-                        "restartPolicy": "OnFailure",
-                        "containers": [container],
-                        "volumes": [jail_volume(cluster)],
-                    }
+                    placed(
+                        {
+                            **POD_DEFAULTS,
+                            "restartPolicy": "OnFailure",
+                            "containers": [container],
+                            "volumes": [jail_volume(cluster)],
+                        },
+                        spec.jail.populate,
+                    )
                 ),
             },
         },

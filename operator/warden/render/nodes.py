@@ -21,6 +21,7 @@ from warden.render.pods import (
     listening_probe,
     meta,
     mount,
+    placed,
     resources,
     runtime_files_outside_jail,
     secret_volume,
@@ -29,7 +30,6 @@ from warden.render.pods import (
     slurm_mounts,
     slurm_volumes,
     statefulset,
-    tolerations,
     wait_for_jail_init,
 )
 
@@ -202,10 +202,7 @@ def worker_set(cluster: Cluster, group: WorkerGroup) -> Manifest:
             *identity_volumes(cluster),
         ],
     }
-    if group.node_selector:
-        pod_spec["nodeSelector"] = dict(group.node_selector)
-    if group.tolerations:
-        pod_spec["tolerations"] = tolerations(group.tolerations)
+    placed(pod_spec, group)
     set_spec: Manifest = {
         "replicas": group.replicas,
         "selector": {"matchLabels": names.worker_selector(group.name)},
@@ -275,19 +272,22 @@ def login_statefulset(cluster: Cluster) -> Manifest:
         service_name=names.nodes_service,
         replicas=spec.login.replicas,
         parallel=True,
-        pod_spec={
-            "dnsConfig": dns_config(cluster),
-            "initContainers": [wait_for_jail_init(cluster, cluster.image("login"))],
-            "containers": [container],
-            "volumes": [
-                *slurm_volumes(cluster),
-                jail_volume(cluster),
-                config_map_volume("sshd-config", names.sshd_config),
-                secret_volume("ssh-host-keys", names.ssh_host_keys, mode=0o400),
-                empty_dir("run-slurm"),
-                *identity_volumes(cluster),
-            ],
-        },
+        pod_spec=placed(
+            {
+                "dnsConfig": dns_config(cluster),
+                "initContainers": [wait_for_jail_init(cluster, cluster.image("login"))],
+                "containers": [container],
+                "volumes": [
+                    *slurm_volumes(cluster),
+                    jail_volume(cluster),
+                    config_map_volume("sshd-config", names.sshd_config),
+                    secret_volume("ssh-host-keys", names.ssh_host_keys, mode=0o400),
+                    empty_dir("run-slurm"),
+                    *identity_volumes(cluster),
+                ],
+            },
+            spec.login,
+        ),
     )
 
 

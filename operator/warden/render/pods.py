@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from warden import naming
-from warden.model import ResourceRequirements, Toleration
+from warden.model import Placed, ResourceRequirements, Toleration
 from warden.render.context import Cluster
 
 Manifest = dict[str, Any]
@@ -38,6 +38,15 @@ def resources(req: ResourceRequirements, extra_limits: dict[str, str] | None = N
 
 def tolerations(items: list[Toleration]) -> list[Manifest]:
     return [t.model_dump(by_alias=True, exclude_none=True) for t in items]
+
+
+def placed(pod_spec: Manifest, where: Placed) -> Manifest:
+    """``pod_spec`` with the component's nodeSelector and tolerations (none: as it was)."""
+    if where.node_selector:
+        pod_spec["nodeSelector"] = dict(where.node_selector)
+    if where.tolerations:
+        pod_spec["tolerations"] = tolerations(where.tolerations)
+    return pod_spec
 
 
 # --- volumes ---------------------------------------------------------------------------------

@@ -1,0 +1,81 @@
+"""warden_dev.vmjoin's pure parts: what a VM node of the local cluster is told (pod subnet, taint, registry
+mirror, CNI, kubelet) and the host rules it needs."""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+from pathlib import Path
+
+from warden_dev import localcluster, vmjoin
+from warden_dev.vmnode import BRIDGE, VM_SUBNET, Share, VmFiles, kernel_cmdline, node_layout, qemu_argv
+
+
+def test_each_node_has_its_own_pod_subnet_inside_the_clusters_and_apart_from_the_host_nodes() -> None:
+    subnets = [ipaddress.ip_network(vmjoin.pod_subnet(i)) for i in range(1, 9)]
+    host = ipaddress.ip_network(localcluster.POD_SUBNET)
+    cluster = ipaddress.ip_network(localcluster.CLUSTER_CIDR)
+    assert vmjoin.CLUSTER_CIDR == localcluster.CLUSTER_CIDR
+    for i, net in enumerate(subnets):
+        assert net.subnet_of(cluster)
+        assert not net.overlaps(host)
+        assert not any(net.overlaps(other) for other in subnets[i + 1 :])
+
+
+def test_the_names_repeated_from_the_local_cluster_are_its_own() -> None:
+    assert vmjoin.REGISTRY_ADDRESS == localcluster.REGISTRY_ADDRESS
+    assert vmjoin.DNS_IP == localcluster.DNS_IP
+    assert vmjoin.PAUSE_IMAGE == localcluster.PAUSE_IMAGE
+    assert vmjoin.SECCOMP_PROFILE == localcluster.SECCOMP_PROFILE
+
+
+def test_the_kubelet_registers_tainted_on_cgroup_v2_with_the_nodes_address_and_subnet() -> None:
+    layout = node_layout(2)
+    cfg = vmjoin.kubelet_config(layout)
+    assert cfg["registerWithTaints"] == [{"key": vmjoin.VM_NODE_KEY, "value": "true", "effect": "NoSchedule"}]
+    assert cfg["address"] == layout.address.split("/")[0]
+    assert cfg["podCIDR"] == vmjoin.pod_subnet(2)
+    assert cfg["cgroupDriver"] == "cgroupfs" and "failCgroupV1" not in cfg  # v2: the kubelet's default holds
+    assert cfg["authentication"]["anonymous"]["enabled"] is False
+
+
+def test_pods_reach_other_nodes_pods_by_their_own_address() -> None:
+    conf = json.loads(vmjoin.cni_conflist(3))
+    bridge = conf["plugins"][0]
+    assert bridge["ipMasq"] is False
+    assert bridge["ipam"]["ranges"] == [[{"subnet": vmjoin.pod_subnet(3)}]]
+    # and the host does not masquerade its own pods' traffic to them
+    nat = [r for r in vmjoin.HOST_RULES if r[0] == "nat"]
+    assert nat and all(r[2:4] == ("-s", vmjoin.CLUSTER_CIDR) and "RETURN" in r for r in nat)
+
+
+def test_images_the_charts_name_are_pulled_through_the_mirror_on_the_bridge() -> None:
+    mirror = vmjoin.mirror_address()
+    assert ipaddress.ip_address(mirror.split(":")[0]) in ipaddress.ip_network(VM_SUBNET)
+    hosts = vmjoin.registry_hosts_toml(mirror)
+    assert f'server = "http://{vmjoin.REGISTRY_ADDRESS}"' in hosts
+    assert f'[host."http://{mirror}"]' in hosts and '"pull", "resolve"' in hosts
+    cfg = vmjoin.mirror_config(localcluster.registry_dir(), mirror)
+    assert "readonly:\n      enabled: true" in cfg and f"addr: {mirror}" in cfg
+
+
+def test_the_host_forwards_only_what_crosses_the_vm_bridge() -> None:
+    forward = [r for r in vmjoin.HOST_RULES if r[1] == "FORWARD"]
+    assert {("-i", BRIDGE), ("-o", BRIDGE)} == {tuple(r[2:4]) for r in forward}
+
+
+def test_a_joining_node_mounts_its_share_and_the_init_runs_node_start() -> None:
+    layout = node_layout(1)
+    files = VmFiles(kernel=Path("/k"), initrd=Path("/i"),
+                    disk=Path("/d"))  # fmt: skip
+    shares = [Share(vmjoin.SHARE_TAG, Path("/s")),
+              Share(vmjoin.LOGS_TAG, Path("/l"), readonly=False)]  # fmt: skip
+    argv = qemu_argv(files, layout, "tcg", "10.238.0.1:1", Path("/n"), shares=shares)
+    fsdevs = [argv[i + 1] for i, a in enumerate(argv) if a == "-fsdev"]
+    assert fsdevs == ["local,id=warden,path=/s,security_model=none,readonly=on",
+                      "local,id=wardenlogs,path=/l,security_model=none"]  # fmt: skip
+    assert "warden.share=1" in argv[argv.index("-append") + 1]
+    assert "warden.share=1" not in kernel_cmdline(layout, "x:1")
+    for name in ("kubelet.yaml", "kubelet.kubeconfig", "kube-proxy.yaml", "containerd.toml", "images/pause.tar",
+                 "seccomp/worker.json", "node-ip", "node-labels"):  # fmt: skip
+        assert name in vmjoin.NODE_START, name
