@@ -12,9 +12,9 @@ from warden_dev.vmnode import BRIDGE, VM_SUBNET, Share, VmFiles, kernel_cmdline,
 
 
 def test_each_node_has_its_own_pod_subnet_inside_the_clusters_and_apart_from_the_host_nodes() -> None:
-    subnets = [ipaddress.ip_network(vmjoin.pod_subnet(i)) for i in range(1, 9)]
-    host = ipaddress.ip_network(localcluster.POD_SUBNET)
-    cluster = ipaddress.ip_network(localcluster.CLUSTER_CIDR)
+    subnets = [ipaddress.IPv4Network(vmjoin.pod_subnet(i)) for i in range(1, 9)]
+    host = ipaddress.IPv4Network(localcluster.POD_SUBNET)
+    cluster = ipaddress.IPv4Network(localcluster.CLUSTER_CIDR)
     assert vmjoin.CLUSTER_CIDR == localcluster.CLUSTER_CIDR
     for i, net in enumerate(subnets):
         assert net.subnet_of(cluster)
