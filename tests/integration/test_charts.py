@@ -155,6 +155,8 @@ def test_operator_chart_accepted_by_apiserver(
     kinds = sorted(d["kind"] for d in docs)
     expected = ["ClusterRole", "ClusterRole", "ClusterRoleBinding", "ClusterRoleBinding", "Deployment"]
     expected += ["ServiceAccount"]
+    # leader election: the Lease's Role and RoleBinding; two replicas: a PodDisruptionBudget
+    expected += ["Role", "RoleBinding", "PodDisruptionBudget"]
     # what tenants may ask (templates/tenancy.yaml): its params, two policies and their bindings
     expected += ["ConfigMap", *["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"] * 2]
     if "crds.enabled=false" not in args:
@@ -166,9 +168,20 @@ def test_operator_chart_accepted_by_apiserver(
 
     (deploy,) = by_kind(docs, "Deployment")
     spec = deploy["spec"]
-    assert spec["replicas"] == 1 and spec["strategy"] == {"type": "Recreate"}
+    assert spec["replicas"] == 2 and spec["strategy"] == {"type": "Recreate"}
     (container,) = spec["template"]["spec"]["containers"]
     assert container["image"] == "warden/operator:0.2.0"
+    # one replica acts, the holder of the Lease the chart's Role names; the other stands by
+    assert {"--leader-elect", "--leader-election-lease=warden-slurm-operator"} <= set(container["args"])
+    assert {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in container["env"]} == {
+        "POD_NAME": "metadata.name", "POD_NAMESPACE": "metadata.namespace"}  # fmt: skip
+    (role,) = by_kind(docs, "Role")
+    assert {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "resourceNames": ["warden-slurm-operator"],
+            "verbs": ["get", "update"]} in role["rules"]  # fmt: skip
+    anti = spec["template"]["spec"]["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert anti[0]["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
+    (pdb,) = by_kind(docs, "PodDisruptionBudget")
+    assert pdb["spec"] == {"maxUnavailable": 1, "selector": spec["selector"]}
     assert "--log-format=json" in container["args"] and "--all-namespaces" in container["args"]
     for probe in ("livenessProbe", "readinessProbe"):
         assert container[probe]["httpGet"] == {"path": "/healthz", "port": "http"}
@@ -188,7 +201,7 @@ def test_operator_chart_namespaced_rbac_accepted(
         OPERATOR_CHART, "--set", f"watchNamespaces={{{admission_namespace}}}", "--set", "crds.enabled=false",
         release="warden", namespace=admission_namespace,
     )  # fmt: skip
-    (role,) = by_kind(docs, "Role")
+    (role,) = [r for r in by_kind(docs, "Role") if not r["metadata"]["name"].endswith("-leader-election")]
     assert role["metadata"]["namespace"] == admission_namespace
     (manager,) = [r for r in by_kind(docs, "ClusterRole") if r["metadata"]["name"].endswith("-discovery")]
     assert {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["list", "watch"]} in manager["rules"]
@@ -265,7 +278,7 @@ def test_rbac_has_no_wildcards_and_same_rules_in_both_modes(helm: Helm) -> None:
         if doc["kind"] in ("RoleBinding", "ClusterRoleBinding"):
             assert doc["roleRef"]["name"] not in ("cluster-admin", "admin", "edit"), doc
     (cluster_role,) = [r for r in by_kind(wide, "ClusterRole") if not r["metadata"]["name"].endswith("-discovery")]
-    roles = by_kind(narrow, "Role")
+    roles = [r for r in by_kind(narrow, "Role") if not r["metadata"]["name"].endswith("-leader-election")]
     assert sorted(r["metadata"]["namespace"] for r in roles) == ["a", "b"]
     for role in roles:
         assert role["rules"] == cluster_role["rules"]
@@ -301,7 +314,8 @@ WRONG_CLUSTER_VALUES = [
 ]
 
 WRONG_OPERATOR_VALUES = [
-    (["--set", "replicaCount=2"], ["/replicaCount", "maximum"]),
+    (["--set", "replicaCount=6"], ["/replicaCount", "maximum"]),
+    (["--set", "leaderElection.leaseDurationSeconds=1"], ["/leaderElection/leaseDurationSeconds", "minimum"]),
     (["--set", "rbac.create=yes"], ["/rbac/create", "want boolean"]),
     (["--set", "image.pullPolicy=Sometimes"], ["/image/pullPolicy"]),
     (["--set", "logFormat=xml"], ["/logFormat"]),
@@ -458,7 +472,10 @@ def test_chart_rbac_is_enough_for_the_real_operator(
             raise
     wait_for("servicemonitors served", lambda: _serves_service_monitors(api_client), 30)
     # The operator as the chart runs it (watching the namespaces of watchNamespaces), as nothing but the SA.
-    op = OperatorProcess(kubeconfig, cluster_namespace, controlplane.log_dir, extra_args=[bridge_flag])
+    # as the chart runs it, electing its leader on the chart's Lease with nothing but the chart's Role
+    election = ["--leader-elect", f"--leader-election-namespace={op_ns}",
+                f"--leader-election-lease={deploy['metadata']['name']}"]  # fmt: skip
+    op = OperatorProcess(kubeconfig, cluster_namespace, controlplane.log_dir, extra_args=[bridge_flag, *election])
     op.start()
     request.addfinalizer(op.stop)
 
