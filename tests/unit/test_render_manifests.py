@@ -38,6 +38,17 @@ def pod_spec(obj: dict[str, Any]) -> dict[str, Any]:
     return spec
 
 
+def pod_specs(cluster: Cluster) -> dict[str, dict[str, Any]]:
+    """Every pod template rendered, the CronJob's included."""
+    found = {}
+    for key, obj in objects(cluster).items():
+        if obj["kind"] == "CronJob":
+            found[key] = obj["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+        elif "template" in obj.get("spec", {}):
+            found[key] = pod_spec(obj)
+    return found
+
+
 @pytest.mark.parametrize("example", EXAMPLES)
 def test_every_object_is_labelled_namespaced_and_known_to_the_apply_layer(example: str) -> None:
     cluster = load(example)
@@ -65,16 +76,17 @@ def test_nothing_runs_privileged(example: str) -> None:
 @pytest.mark.parametrize("example", EXAMPLES)
 def test_slurm_pods_get_no_api_token_and_a_seccomp_profile(example: str) -> None:
     """Only the NCCL check (its own ServiceAccount, to write its report) holds a Kubernetes API token;
-    every other pod runs under the runtime's default seccomp profile, workers' containers under theirs."""
-    for key, obj in objects(load(example)).items():
-        if "template" not in obj.get("spec", {}):
-            continue
-        pod = pod_spec(obj)
-        assert pod.get("automountServiceAccountToken") is False, f"{key} mounts an API token"
+    every pod runs under the runtime's default seccomp profile, workers' containers under theirs."""
+    pods = pod_specs(load(example))
+    for key, pod in pods.items():
+        if not key.startswith("CronJob/"):
+            assert pod.get("automountServiceAccountToken") is False, f"{key} mounts an API token"
         assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}, key
         for c in pod["containers"]:
             profile = c.get("securityContext", {}).get("seccompProfile")
-            assert profile is None or obj["kind"] == "WorkerSet", f"{key}/{c['name']} overrides the seccomp profile"
+            assert profile is None or key.startswith("WorkerSet/"), f"{key}/{c['name']} overrides the seccomp profile"
+    if load(example).spec.health_checks.nccl.enabled:
+        assert any(k.startswith("CronJob/") for k in pods), "the NCCL check's pod is checked too"
 
 
 #: What of the pod SSH sessions and job steps see inside the jail: the plugin's recursive binds, the worker

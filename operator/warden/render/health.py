@@ -10,6 +10,7 @@ import math
 
 from warden.render.context import Cluster
 from warden.render.pods import (
+    POD_DEFAULTS,
     Manifest,
     dns_config,
     meta,
@@ -123,6 +124,8 @@ def cronjob(cluster: Cluster) -> Manifest:
                                 "serviceAccountName": names.health_check_account,
                                 "dnsConfig": dns_config(cluster),
                                 "enableServiceLinks": False,
+                                # its API token stays (it writes the report); the runtime's seccomp profile
+                                "securityContext": dict(POD_DEFAULTS["securityContext"]),
                                 "containers": [container],
                                 "volumes": slurm_volumes(cluster),
                             }
