@@ -4,11 +4,15 @@ with the bind Secret's DN and password accepted. What fails is told apart, so th
 which: the server cannot be reached, its certificate does not verify, or the bind is refused.
 
 Only a bind is spoken (RFC 4511: BindRequest and the StartTLS ExtendedRequest, BER-encoded here); the
-encoding and decoding are pure functions, `check` does the I/O.
+encoding and decoding are pure functions, `check` does the I/O. The check connects only to the hosts of
+the spec's URIs, never to a link-local, multicast or unspecified address (a node's metadata service lives
+at one: a URI naming it must not make the operator a door to it), and speaks TLS before the bind unless the
+spec says `insecurePlaintext`.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import socket
 import ssl
 from dataclasses import dataclass
@@ -141,12 +145,44 @@ def _exchange(sock: socket.socket, request: bytes) -> LdapResult:
     return parse_result(data[:size])
 
 
-def _one(ldap: Ldap, uri: str, dn: str, password: str, context: ssl.SSLContext, timeout: float) -> DirectoryCheck:
-    host, port, secure = ldap_address(uri)
+def forbidden_address(address: str) -> bool:
+    """Whether the check must not connect to ``address``: link-local (169.254.0.0/16 and fe80::/10, where
+    clouds serve a node's metadata and credentials), multicast, unspecified or reserved."""
+    ip = ipaddress.ip_address(address.split("%", 1)[0])
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return ip.is_link_local or ip.is_multicast or ip.is_unspecified or ip.is_reserved
+
+
+def _connect(uri: str, host: str, port: int, timeout: float) -> socket.socket | DirectoryCheck:
+    """A connection to one of ``host``'s addresses (resolved once: the address checked is the one
+    connected to), or why there is none."""
     try:
-        raw = socket.create_connection((host, port), timeout=timeout)
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except OSError as e:
         return DirectoryCheck(False, UNREACHABLE, f"{uri}: cannot connect: {e.strerror or e}")
+    for *_, sockaddr in infos:
+        if forbidden_address(str(sockaddr[0])):
+            return DirectoryCheck(False, UNREACHABLE, f"{uri}: {host} is {sockaddr[0]}, a link-local, multicast or"
+                                  " unspecified address, which the operator does not connect to")  # fmt: skip
+    error: OSError | None = None
+    for family, kind, proto, _, sockaddr in infos:
+        sock = socket.socket(family, kind, proto)
+        sock.settimeout(timeout)
+        try:
+            sock.connect(sockaddr)
+            return sock
+        except OSError as e:
+            sock.close()
+            error = e
+    return DirectoryCheck(False, UNREACHABLE, f"{uri}: cannot connect: {error and (error.strerror or error)}")
+
+
+def _one(ldap: Ldap, uri: str, dn: str, password: str, context: ssl.SSLContext, timeout: float) -> DirectoryCheck:
+    host, port, secure = ldap_address(uri)
+    raw = _connect(uri, host, port, timeout)
+    if isinstance(raw, DirectoryCheck):
+        return raw
     sock: socket.socket = raw
     try:
         if secure or (ldap.start_tls and not ldap.insecure_plaintext):

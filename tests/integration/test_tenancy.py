@@ -173,6 +173,9 @@ FIELDS = [
     Field("toleration-all", with_group(tolerations=[{"operator": "Exists"}]),
           ("spec.workerGroups[name=cpu].tolerations", "every taint", "tenancy.allowedTolerationKeys"),
           "tenancy.allowedTolerationKeys[0]=*"),
+    Field("directory", with_spec(identity={"ldap": {"uris": ["ldaps://169.254.169.254:80"], "searchBase": "dc=x"}}),
+          ("spec.identity.ldap.uris", "ldaps://169.254.169.254:80", "tenancy.allowedDirectoryHosts: ldap.example.com"),
+          "tenancy.allowedDirectoryHosts[0]=169.254.169.254"),
     Field("node-selector", with_group(nodeSelector={"node-role.kubernetes.io/control-plane": ""}),
           ("spec.workerGroups[name=cpu].nodeSelector", "node-role.kubernetes.io/control-plane",
            "tenancy.deniedNodeSelectorKeys"),
@@ -180,11 +183,15 @@ FIELDS = [
 ]  # fmt: skip
 
 
+#: the chart's defaults, but one: the directory a platform's tenants share
+STRICT = "tenancy.allowedDirectoryHosts[0]=ldap.example.com"
+
+
 @pytest.mark.parametrize("field", FIELDS, ids=[f.id for f in FIELDS])
 def test_a_field_that_reaches_the_node_is_refused_until_the_chart_allows_it(
     install: Callable[..., Release], field: Field
 ) -> None:
-    strict = install()
+    strict = install(STRICT)
     message = strict.refused(cluster("mine", field.spec))
     for word in field.words:
         assert word in message, message
@@ -212,6 +219,17 @@ def test_the_defaults_let_a_tenant_make_an_ordinary_cluster(install: Callable[..
     spec = with_spec(images={"worker": "warden/worker:9.9.9"}, containers={"enabled": True},
                      workerGroups=[{"name": "cpu", "replicas": 1}, gpu])  # fmt: skip
     release.accepted(cluster("mine", spec))
+
+
+def test_directory_hosts_are_names_or_a_domains_hosts(install: Callable[..., Release]) -> None:
+    release = install(
+        "tenancy.allowedDirectoryHosts[0]=ldap.example.com", "tenancy.allowedDirectoryHosts[1]=*.corp.example"
+    )
+    for uri in ("ldaps://ldap.example.com", "ldap://dc1.corp.example:389"):
+        release.accepted(cluster("mine", with_spec(identity={"ldap": {"uris": [uri], "searchBase": "dc=x"}})))
+    for uri in ("ldaps://ldap.example.com.evil.io", "ldaps://corp.example", "ldaps://[fe80::1]:636"):
+        spec = with_spec(identity={"ldap": {"uris": ["ldaps://ldap.example.com", uri], "searchBase": "dc=x"}})
+        assert f"spec.identity.ldap.uris: {uri} is not" in release.refused(cluster("mine", spec))
 
 
 def test_a_registry_is_matched_as_a_whole_path_prefix(install: Callable[..., Release]) -> None:

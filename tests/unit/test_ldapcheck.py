@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import socket
 import ssl
+import threading
 
 import pytest
 
@@ -73,3 +74,46 @@ def test_certificates_are_verified_as_sssd_verifies_them() -> None:
     context = ldapcheck.tls_context(None)
     assert context.verify_mode == ssl.CERT_REQUIRED and context.check_hostname
     assert not context.verify_flags & ssl.VERIFY_X509_STRICT
+
+
+@pytest.mark.parametrize("address", ["169.254.169.254", "fe80::1", "0.0.0.0", "::ffff:169.254.169.254", "224.0.0.1"])
+def test_the_check_never_connects_to_a_metadata_or_unspecified_address(address: str) -> None:
+    """A URI naming a node's metadata service (link-local) makes the operator connect nowhere."""
+    host = f"[{address}]" if ":" in address else address
+    ldap = Ldap.model_validate({"uris": [f"ldap://{host}:80"], "searchBase": "dc=x", "insecurePlaintext": True})
+    result = ldapcheck.check(ldap, "cn=reader,dc=x", "secret", None, timeout=2)
+    assert not result.ok and result.reason == ldapcheck.UNREACHABLE
+    assert "which the operator does not connect to" in result.message, result.message
+
+
+def _first_bytes(uri_for: str, **ldap: object) -> bytes:
+    """What a server on loopback receives first from the check of ``uri_for`` (``{port}`` filled in)."""
+    received: list[bytes] = []
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(1)
+        port = server.getsockname()[1]
+
+        def serve() -> None:
+            conn, _ = server.accept()
+            with conn:
+                received.append(conn.recv(4096))
+
+        thread = threading.Thread(target=serve)
+        thread.start()
+        spec = Ldap.model_validate({"uris": [uri_for.format(port=port)], "searchBase": "dc=x", **ldap})
+        result = ldapcheck.check(spec, "cn=reader,dc=x", "the-password", None, timeout=2)
+        thread.join(5)
+    assert not result.ok
+    return received[0]
+
+
+def test_the_password_goes_only_over_tls_unless_the_spec_says_plaintext() -> None:
+    """ldap:// starts with StartTLS, ldaps:// with a TLS handshake: the bind (and its password) never
+    crosses the network in clear; only `insecurePlaintext: true` sends it as it is."""
+    starttls = _first_bytes("ldap://127.0.0.1:{port}")
+    assert starttls == ldapcheck.starttls_request(1) and b"the-password" not in starttls
+    handshake = _first_bytes("ldaps://127.0.0.1:{port}")
+    assert handshake[0] == 0x16 and b"the-password" not in handshake  # a TLS record: handshake
+    plain = _first_bytes("ldap://127.0.0.1:{port}", insecurePlaintext=True)
+    assert b"the-password" in plain
