@@ -153,7 +153,8 @@ def test_operator_chart_accepted_by_apiserver(
 ) -> None:
     docs = helm.template(OPERATOR_CHART, *args, release="warden", namespace=admission_namespace)
     kinds = sorted(d["kind"] for d in docs)
-    expected = ["ClusterRole", "ClusterRole", "ClusterRoleBinding", "ClusterRoleBinding", "Deployment"]
+    # the cluster-wide reads (discovery); the operator's rules in its own namespace alone (no watchNamespaces)
+    expected = ["ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "Deployment"]
     expected += ["ServiceAccount"]
     # leader election: the Lease's Role and RoleBinding; two replicas: a PodDisruptionBudget
     expected += ["Role", "RoleBinding", "PodDisruptionBudget"]
@@ -175,14 +176,17 @@ def test_operator_chart_accepted_by_apiserver(
     assert {"--leader-elect", "--leader-election-lease=warden-slurm-operator"} <= set(container["args"])
     assert {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in container["env"]} == {
         "POD_NAME": "metadata.name", "POD_NAMESPACE": "metadata.namespace"}  # fmt: skip
-    (role,) = by_kind(docs, "Role")
+    (role,) = [r for r in by_kind(docs, "Role") if r["metadata"]["name"].endswith("-leader-election")]
     assert {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "resourceNames": ["warden-slurm-operator"],
             "verbs": ["get", "update"]} in role["rules"]  # fmt: skip
     anti = spec["template"]["spec"]["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
     assert anti[0]["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
     (pdb,) = by_kind(docs, "PodDisruptionBudget")
     assert pdb["spec"] == {"maxUnavailable": 1, "selector": spec["selector"]}
-    assert "--log-format=json" in container["args"] and "--all-namespaces" in container["args"]
+    assert "--log-format=json" in container["args"] and f"--namespace={admission_namespace}" in container["args"]
+    assert "--all-namespaces" not in container["args"]
+    (manager,) = [r for r in by_kind(docs, "Role") if r["metadata"]["name"] == "warden-slurm-operator"]
+    assert manager["metadata"]["namespace"] == admission_namespace
     for probe in ("livenessProbe", "readinessProbe"):
         assert container[probe]["httpGet"] == {"path": "/healthz", "port": "http"}
     assert {"name": "http", "containerPort": 8080, "protocol": "TCP"} in container["ports"]
@@ -269,7 +273,7 @@ def test_one_registry_value_moves_the_operators_image_and_the_clusters_default_i
 
 
 def test_rbac_has_no_wildcards_and_same_rules_in_both_modes(helm: Helm) -> None:
-    wide = helm.template(OPERATOR_CHART, release="warden")
+    wide = helm.template(OPERATOR_CHART, "--set", "watchAllNamespaces=true", release="warden")
     narrow = helm.template(OPERATOR_CHART, "--set", "watchNamespaces={a,b}", release="warden")
     for doc in wide + narrow:
         for rule in doc.get("rules", []):

@@ -44,6 +44,16 @@ app.kubernetes.io/part-of: warden
 {{- end -}}
 {{- end -}}
 
+{{/* The namespaces the operator manages, as a JSON list (`include ... | fromJsonArray`): watchNamespaces, or
+the release's own when it is empty; [] with watchAllNamespaces (every namespace, cluster-wide rules). */}}
+{{- define "slurm-operator.namespaces" -}}
+{{- if .Values.watchAllNamespaces -}}
+[]
+{{- else -}}
+{{- .Values.watchNamespaces | default (list .Release.Namespace) | uniq | toJson -}}
+{{- end -}}
+{{- end -}}
+
 {{/* The bridge's objects (bridge.enabled): <fullname>-bridge. Its pods' selector labels differ from the
 operator's (name), so neither Deployment ever counts the other's pods. */}}
 {{- define "slurm-operator.bridgeName" -}}
