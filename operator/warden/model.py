@@ -456,8 +456,9 @@ class Jail(Spec):
         default=True,
         description="Keep the jail (homes, the user database, installed software) when the SlurmCluster, its chart "
         "or its namespace is deleted: the claim has no owner reference and its volume's reclaim policy is set to "
-        "Retain; a SlurmCluster of the same name made later binds it again. `false` deletes it with the "
-        "SlurmCluster. A change applies to the existing claim.",
+        "Retain; this SlurmCluster gets it back if its claim goes, and one made later in a namespace of the same "
+        "name once an admin hands the volume over (annotation `slurm.warden.dev/jail-hand-over-to: <ns>/<name>`, "
+        "docs/security.md). `false` deletes it with the SlurmCluster. A change applies to the existing claim.",
     )
     populate: PopulateJail = Field(default_factory=PopulateJail, description="Populate Job settings.")
 

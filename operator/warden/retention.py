@@ -5,8 +5,13 @@ With `spec.jail.retainOnDelete` (the default):
 - the claim has no owner reference, so deleting the SlurmCluster (or `helm uninstall`) leaves it;
 - its PersistentVolume's reclaim policy is Retain (the policy it had is kept in an annotation), so
   deleting the claim, or the whole namespace, leaves the volume and its data (phase Released);
-- the volume is labelled with the claim it belongs to; a claim of that name made later (a reinstall
-  after the namespace was deleted) is bound to it again instead of to a fresh, empty volume.
+- the volume is labelled with the claim it belongs to and annotated with the UID of the SlurmCluster it
+  belongs to; a claim of that name made later by that same SlurmCluster (its claim was deleted) is bound
+  to it again instead of to a fresh, empty volume. A new SlurmCluster of the same namespace and name (a
+  reinstall after the namespace was deleted, or anyone who makes one there) gets it only when an admin
+  hands it over (the volume's annotation `slurm.warden.dev/jail-hand-over-to: <namespace>/<name>`):
+  names can be copied, a UID cannot, and PersistentVolumes are no tenant's to annotate. Until then the
+  new cluster waits, saying so, rather than starting on an empty jail the kept one could never replace.
 Without it the claim is owned by the SlurmCluster and the volume gets back the reclaim policy it had:
 deleting the SlurmCluster deletes both. Either way the change applies to the claim that exists.
 """
@@ -24,6 +29,10 @@ RECLAIM_WAS_ANNOTATION = f"{LABEL_PREFIX}/reclaim-policy-was"
 #: on the volume: which claim it holds the jail of (`<namespace>.<claim>` does not fit a label value)
 JAIL_NAMESPACE_LABEL = f"{LABEL_PREFIX}/jail-namespace"
 JAIL_CLAIM_LABEL = f"{LABEL_PREFIX}/jail-claim"
+#: on the volume: the UID of the SlurmCluster whose jail it holds (only that one gets it back by itself)
+JAIL_CLUSTER_UID_ANNOTATION = f"{LABEL_PREFIX}/jail-cluster-uid"
+#: on the volume, set by an admin: `<namespace>/<name>` of the SlurmCluster the kept jail goes to next
+HAND_OVER_ANNOTATION = f"{LABEL_PREFIX}/jail-hand-over-to"
 
 
 def _is_slurm_cluster_ref(ref: Manifest) -> bool:
@@ -42,18 +51,25 @@ def owner_references(claim: Manifest, owner_ref: Manifest, retain: bool) -> list
     return None if same else want
 
 
-def volume_patch(volume: Manifest, namespace: str, claim: str, retain: bool) -> Manifest | None:
-    """A merge patch that makes the jail's volume kept (Retain, labelled for re-binding) or given back
-    its own policy; None when nothing is to change."""
+def volume_patch(volume: Manifest, namespace: str, claim: str, retain: bool, cluster_uid: str) -> Manifest | None:
+    """A merge patch that makes the jail's volume kept (Retain, labelled for re-binding, annotated with
+    its SlurmCluster's UID) or given back its own policy; None when nothing is to change."""
     meta = volume["metadata"]
     policy = volume["spec"].get("persistentVolumeReclaimPolicy", "Delete")
     annotations = meta.get("annotations") or {}
     labels = meta.get("labels") or {}
     if retain:
         patch: Manifest = {}
+        want_annotations: dict[str, str | None] = {}
         if policy != "Retain":
             patch["spec"] = {"persistentVolumeReclaimPolicy": "Retain"}
-            patch["metadata"] = {"annotations": {RECLAIM_WAS_ANNOTATION: policy}}
+            want_annotations[RECLAIM_WAS_ANNOTATION] = policy
+        if annotations.get(JAIL_CLUSTER_UID_ANNOTATION) != cluster_uid:
+            want_annotations[JAIL_CLUSTER_UID_ANNOTATION] = cluster_uid
+        if HAND_OVER_ANNOTATION in annotations:  # handed over: it is this cluster's now
+            want_annotations[HAND_OVER_ANNOTATION] = None
+        if want_annotations:
+            patch["metadata"] = {"annotations": want_annotations}
         want_labels = {JAIL_NAMESPACE_LABEL: namespace, JAIL_CLAIM_LABEL: claim}
         if any(labels.get(k) != v for k, v in want_labels.items()):
             patch.setdefault("metadata", {})["labels"] = want_labels
@@ -64,7 +80,7 @@ def volume_patch(volume: Manifest, namespace: str, claim: str, retain: bool) -> 
     return {
         "spec": {"persistentVolumeReclaimPolicy": was},
         "metadata": {
-            "annotations": {RECLAIM_WAS_ANNOTATION: None},
+            "annotations": {RECLAIM_WAS_ANNOTATION: None, JAIL_CLUSTER_UID_ANNOTATION: None},
             "labels": {JAIL_NAMESPACE_LABEL: None, JAIL_CLAIM_LABEL: None},
         },
     }
@@ -83,6 +99,27 @@ def retained_volume(volumes: list[Manifest], namespace: str, claim: str) -> Mani
     ]
     candidates.sort(key=lambda v: v["metadata"].get("creationTimestamp", ""))
     return candidates[-1] if candidates else None
+
+
+def belongs_to(volume: Manifest, namespace: str, name: str, cluster_uid: str) -> bool:
+    """Whether a kept jail goes to the SlurmCluster ``namespace/name`` of UID ``cluster_uid``: the one it
+    was kept for, or the one an admin handed it over to."""
+    annotations = volume["metadata"].get("annotations") or {}
+    return annotations.get(JAIL_CLUSTER_UID_ANNOTATION) == cluster_uid or (
+        annotations.get(HAND_OVER_ANNOTATION) == f"{namespace}/{name}"
+    )
+
+
+def kept_for_another(volume: Manifest, namespace: str, name: str) -> str:
+    """Why a new SlurmCluster waits for a kept jail that is not its own, and what an admin does about it."""
+    pv = volume["metadata"]["name"]
+    owner = (volume["metadata"].get("annotations") or {}).get(JAIL_CLUSTER_UID_ANNOTATION, "unrecorded")
+    return (
+        f"the kept jail of an earlier SlurmCluster {namespace}/{name} (PersistentVolume {pv}, its UID {owner}) is"
+        f" not handed to this one: an admin hands it over (kubectl annotate pv {pv}"
+        f" {HAND_OVER_ANNOTATION}={namespace}/{name}) or lets this cluster start on an empty jail"
+        f" (kubectl label pv {pv} {JAIL_CLAIM_LABEL}-)"
+    )
 
 
 def rebind(claim: Manifest, volume: Manifest) -> tuple[Manifest, Manifest]:

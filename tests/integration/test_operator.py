@@ -206,9 +206,11 @@ def test_jail_outlives_its_namespace_comes_back_to_a_cluster_of_that_name_and_go
     api_client: Any, controlplane: Any, cluster_namespace: str, operator: OperatorProcess
 ) -> None:
     """Default values: the jail's claim has no owner and its volume's reclaim policy becomes Retain once
-    bound, so deleting the whole namespace leaves the volume (Released). The same SlurmCluster made
-    again in a namespace of the same name gets that volume back, not a fresh one. `retainOnDelete:
-    false` then applies to the existing claim and volume: deleting the SlurmCluster deletes the claim."""
+    bound, so deleting the whole namespace leaves the volume (Released), annotated with the SlurmCluster's
+    UID. The same SlurmCluster made again in a namespace of the same name (which anyone could make) does
+    not get it by its name: it waits, saying how an admin hands the jail over; handed over (the volume's
+    annotation), it gets that volume back, not a fresh one. `retainOnDelete: false` then applies to the
+    existing claim and volume: deleting the SlurmCluster deletes the claim."""
     ns = cluster_namespace
     core = client.CoreV1Api(api_client)
     custom = client.CustomObjectsApi(api_client)
@@ -251,6 +253,21 @@ def test_jail_outlives_its_namespace_comes_back_to_a_cluster_of_that_name_and_go
         controlplane.create_namespace(ns)
         apply_cluster(api_client, copy.deepcopy(body))
 
+        def waits_for_an_admin() -> bool:
+            ready = [c for c in (get_cluster(api_client, ns, "cpu").get("status") or {}).get("conditions", [])
+                     if c["type"] == "Ready"]  # fmt: skip
+            return (
+                bool(ready)
+                and f"kubectl annotate pv {volume} slurm.warden.dev/jail-hand-over-to={ns}/cpu" in (ready[0]["message"])
+            )
+
+        wait_for("the new cluster waiting for the kept jail's hand-over", waits_for_an_admin, 60,
+                 on_fail=operator.log_tail)  # fmt: skip
+        assert "cpu-jail" not in [c.metadata.name for c in core.list_namespaced_persistent_volume_claim(ns).items]
+        assert core.read_persistent_volume(volume).status.phase == "Released", "not reserved for the new cluster"
+        core.patch_persistent_volume(volume, {"metadata": {"annotations": {
+            "slurm.warden.dev/jail-hand-over-to": f"{ns}/cpu"}}})  # fmt: skip
+
         def bound_again() -> bool:
             claim = core.read_namespaced_persistent_volume_claim("cpu-jail", ns)
             return claim.status.phase == "Bound" and claim.spec.volume_name == volume
@@ -259,6 +276,15 @@ def test_jail_outlives_its_namespace_comes_back_to_a_cluster_of_that_name_and_go
         second = core.read_namespaced_persistent_volume_claim("cpu-jail", ns)
         assert second.metadata.uid != first.metadata.uid
         assert core.read_persistent_volume(volume).spec.claim_ref.uid == second.metadata.uid
+        new_uid = get_cluster(api_client, ns, "cpu")["metadata"]["uid"]
+
+        def recorded() -> bool:
+            annotations = core.read_persistent_volume(volume).metadata.annotations or {}
+            return annotations.get("slurm.warden.dev/jail-cluster-uid") == new_uid and (
+                "slurm.warden.dev/jail-hand-over-to" not in annotations
+            )
+
+        wait_for("the jail recorded as the new cluster's, the hand-over spent", recorded, 60, on_fail=operator.log_tail)
 
         body["spec"]["jail"]["retainOnDelete"] = False
         uid = apply_cluster(api_client, copy.deepcopy(body))["metadata"]["uid"]

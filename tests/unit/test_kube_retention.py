@@ -13,12 +13,13 @@ from kubernetes.client.exceptions import ApiException
 from warden.kube.apply import Applier, ApplyResult, Owner, run_steps
 from warden.kube.client import Kube
 from warden.kube.retention import apply_jail_claim
-from warden.retention import JAIL_CLAIM_LABEL, JAIL_NAMESPACE_LABEL
+from warden.retention import HAND_OVER_ANNOTATION, JAIL_CLAIM_LABEL, JAIL_CLUSTER_UID_ANNOTATION, JAIL_NAMESPACE_LABEL
 
 OLD_REF: dict[str, Any] = {"kind": "PersistentVolumeClaim", "namespace": "hpc", "name": "demo-jail", "uid": "old-uid",
            "resourceVersion": "41"}  # fmt: skip
 VOLUME: dict[str, Any] = {
-    "metadata": {"name": "pv-jail", "labels": {JAIL_NAMESPACE_LABEL: "hpc", JAIL_CLAIM_LABEL: "demo-jail"}},
+    "metadata": {"name": "pv-jail", "labels": {JAIL_NAMESPACE_LABEL: "hpc", JAIL_CLAIM_LABEL: "demo-jail"},
+                 "annotations": {JAIL_CLUSTER_UID_ANNOTATION: "cluster-uid"}},
     "spec": {"capacity": {"storage": "10Gi"}, "storageClassName": "nfs", "persistentVolumeReclaimPolicy": "Retain",
              "claimRef": OLD_REF},
     "status": {"phase": "Released"},
@@ -32,8 +33,10 @@ CLAIM: dict[str, Any] = {
 class TerminatingNamespace:
     """No claim yet, the kept volume, and a namespace that refuses new objects."""
 
-    def __init__(self, refuse: bool) -> None:
+    def __init__(self, refuse: bool, annotations: dict[str, str] | None = None) -> None:
         self.volume: dict[str, Any] = copy.deepcopy(VOLUME)
+        if annotations is not None:
+            self.volume["metadata"]["annotations"] = annotations
         self.refuse = refuse
         self.created: list[str] = []
 
@@ -92,3 +95,20 @@ def test_only_a_namespace_being_deleted_counts_as_going(status: int) -> None:
 
     run_steps([("ConfigMap/x", refused)], result)
     assert not result.complete and not result.namespace_going
+
+
+def test_a_kept_jail_of_another_cluster_of_that_name_waits_for_an_admin() -> None:
+    """A SlurmCluster made again in a namespace of the same name (by anyone) has another UID: the kept jail
+    is neither reserved nor bound, and the cluster waits, saying how an admin hands it over."""
+    kube = TerminatingNamespace(refuse=False, annotations={JAIL_CLUSTER_UID_ANNOTATION: "an-earlier-uid"})
+    result = _apply(kube)
+    assert kube.created == [] and kube.volume["spec"]["claimRef"] == OLD_REF
+    (waiting,) = result.waiting
+    assert f"{HAND_OVER_ANNOTATION}=hpc/demo" in waiting and "an-earlier-uid" in waiting
+
+
+def test_a_kept_jail_handed_over_by_an_admin_is_bound() -> None:
+    kube = TerminatingNamespace(refuse=False, annotations={JAIL_CLUSTER_UID_ANNOTATION: "an-earlier-uid",
+                                                           HAND_OVER_ANNOTATION: "hpc/demo"})  # fmt: skip
+    result = _apply(kube)
+    assert result.complete and kube.created == ["demo-jail"]

@@ -5,9 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 from warden.retention import (
+    HAND_OVER_ANNOTATION,
     JAIL_CLAIM_LABEL,
+    JAIL_CLUSTER_UID_ANNOTATION,
     JAIL_NAMESPACE_LABEL,
     RECLAIM_WAS_ANNOTATION,
+    belongs_to,
+    kept_for_another,
     owner_references,
     rebind,
     retained_volume,
@@ -43,28 +47,51 @@ def test_deletion_asked_for_makes_this_slurmcluster_the_only_slurmcluster_owner(
 
 
 def test_a_kept_volume_gets_retain_remembers_its_policy_and_names_its_claim() -> None:
-    patch = volume_patch(_volume("Delete"), "ns", "demo-jail", retain=True)
+    patch = volume_patch(_volume("Delete"), "ns", "demo-jail", retain=True, cluster_uid="new")
     assert patch == {
         "spec": {"persistentVolumeReclaimPolicy": "Retain"},
         "metadata": {
-            "annotations": {RECLAIM_WAS_ANNOTATION: "Delete"},
+            "annotations": {RECLAIM_WAS_ANNOTATION: "Delete", JAIL_CLUSTER_UID_ANNOTATION: "new"},
             "labels": {JAIL_NAMESPACE_LABEL: "ns", JAIL_CLAIM_LABEL: "demo-jail"},
         },
     }
-    labelled = _volume("Retain", labels={JAIL_NAMESPACE_LABEL: "ns", JAIL_CLAIM_LABEL: "demo-jail"})
-    assert volume_patch(labelled, "ns", "demo-jail", retain=True) is None
-    # Retain already (the class's choice): only labelled, nothing to give back later
-    assert volume_patch(_volume("Retain"), "ns", "demo-jail", retain=True) == {
-        "metadata": {"labels": {JAIL_NAMESPACE_LABEL: "ns", JAIL_CLAIM_LABEL: "demo-jail"}}
+    labelled = _volume("Retain", labels={JAIL_NAMESPACE_LABEL: "ns", JAIL_CLAIM_LABEL: "demo-jail"},
+                       annotations={JAIL_CLUSTER_UID_ANNOTATION: "new"})  # fmt: skip
+    assert volume_patch(labelled, "ns", "demo-jail", retain=True, cluster_uid="new") is None
+    # Retain already (the class's choice): only labelled and annotated, nothing to give back later
+    assert volume_patch(_volume("Retain"), "ns", "demo-jail", retain=True, cluster_uid="new") == {
+        "metadata": {
+            "annotations": {JAIL_CLUSTER_UID_ANNOTATION: "new"},
+            "labels": {JAIL_NAMESPACE_LABEL: "ns", JAIL_CLAIM_LABEL: "demo-jail"},
+        }
     }
+
+
+def test_a_kept_jail_goes_back_to_its_own_cluster_or_where_an_admin_hands_it() -> None:
+    """Matched by the SlurmCluster's UID, which a new cluster of the same namespace and name does not have;
+    an admin's annotation on the volume hands it to a named cluster, and is gone once that cluster holds it."""
+    kept = _volume("Retain", "Released", annotations={JAIL_CLUSTER_UID_ANNOTATION: "old"})
+    assert belongs_to(kept, "ns", "demo", "old")
+    assert not belongs_to(kept, "ns", "demo", "new")
+    assert "kubectl annotate pv pvc-1 slurm.warden.dev/jail-hand-over-to=ns/demo" in kept_for_another(
+        kept, "ns", "demo"
+    )
+    assert not belongs_to(_volume("Retain", "Released"), "ns", "demo", "new"), "kept by an older operator: asked for"
+    handed = _volume(
+        "Retain", "Released", annotations={JAIL_CLUSTER_UID_ANNOTATION: "old", HAND_OVER_ANNOTATION: "ns/demo"}
+    )
+    assert belongs_to(handed, "ns", "demo", "new") and not belongs_to(handed, "ns", "other", "new")
+    patch = volume_patch(handed, "ns", "demo-jail", retain=True, cluster_uid="new")
+    assert patch is not None
+    assert patch["metadata"]["annotations"] == {JAIL_CLUSTER_UID_ANNOTATION: "new", HAND_OVER_ANNOTATION: None}
 
 
 def test_turning_retention_off_gives_the_volume_its_own_policy_back() -> None:
     kept = _volume("Retain", annotations={RECLAIM_WAS_ANNOTATION: "Delete"})
-    patch = volume_patch(kept, "ns", "demo-jail", retain=False)
+    patch = volume_patch(kept, "ns", "demo-jail", retain=False, cluster_uid="new")
     assert patch is not None and patch["spec"] == {"persistentVolumeReclaimPolicy": "Delete"}
-    assert patch["metadata"]["annotations"] == {RECLAIM_WAS_ANNOTATION: None}
-    assert volume_patch(_volume("Retain"), "ns", "demo-jail", retain=False) is None  # never ours to change
+    assert patch["metadata"]["annotations"] == {RECLAIM_WAS_ANNOTATION: None, JAIL_CLUSTER_UID_ANNOTATION: None}
+    assert volume_patch(_volume("Retain"), "ns", "demo-jail", retain=False, cluster_uid="new") is None  # never ours
 
 
 def test_the_newest_released_volume_of_this_claim_is_bound_again() -> None:

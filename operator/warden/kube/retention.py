@@ -10,7 +10,7 @@ import logging
 from kubernetes.client.exceptions import ApiException
 
 from warden import retention
-from warden.kube.apply import Applier, ApplyResult, Owner, not_terminating, with_owner
+from warden.kube.apply import Applier, ApplyResult, Owner, RetryLater, not_terminating, with_owner
 from warden.kube.client import Kube
 from warden.render.pods import Manifest
 
@@ -29,6 +29,8 @@ def apply_jail_claim(applier: Applier, obj: Manifest, owner: Owner, retain: bool
             selector = {retention.JAIL_NAMESPACE_LABEL: namespace, retention.JAIL_CLAIM_LABEL: name}
             kept = retention.retained_volume(kube.list("v1", "PersistentVolume", "", selector), namespace, name)
             if kept is not None:
+                if not retention.belongs_to(kept, namespace, owner.name, owner.uid):
+                    raise RetryLater(retention.kept_for_another(kept, namespace, owner.name))
                 _rebind(applier, kept, obj, result)
                 return
         applier.create_if_absent(with_owner(obj, None if retain else owner), result)
@@ -65,6 +67,6 @@ def set_jail_retention(kube: Kube, claim: Manifest, owner: Owner, retain: bool) 
     if not volume_name:
         return  # not bound yet: the claim's event handler comes back once it is
     volume = kube.get("v1", "PersistentVolume", "", volume_name)
-    patch = retention.volume_patch(volume, meta["namespace"], meta["name"], retain) if volume else None
+    patch = retention.volume_patch(volume, meta["namespace"], meta["name"], retain, owner.uid) if volume else None
     if patch is not None:
         kube.merge_patch("v1", "PersistentVolume", "", volume_name, patch)
