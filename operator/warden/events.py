@@ -173,6 +173,38 @@ class Event:
                 self.reason, related, self.note)  # fmt: skip
 
 
+@dataclass(frozen=True)
+class Posted:
+    """An Event of the operator's as read back from the API: another replica's before a handover, or this
+    one's before a restart. A repeat of it counts up its series instead of making another object."""
+
+    key: tuple[Any, ...]
+    name: str
+    count: int
+    age: float  # seconds since its first occurrence
+
+
+def posted(manifest: Mapping[str, Any], now: datetime.datetime) -> Posted | None:
+    """``manifest`` (an `events.k8s.io/v1` Event) as ``Posted``; None when it is not the operator's or its
+    first occurrence is older than ``SERIES_WINDOW_SECONDS``."""
+    if manifest.get("reportingController") != CONTROLLER:
+        return None
+    try:
+        first = datetime.datetime.strptime(str(manifest.get("eventTime")), "%Y-%m-%dT%H:%M:%S.%fZ")
+    except ValueError:
+        return None
+    age = (now - first.replace(tzinfo=datetime.UTC)).total_seconds()
+    if not 0 <= age <= SERIES_WINDOW_SECONDS:
+        return None
+    regarding = manifest.get("regarding") or {}
+    related = manifest.get("related")
+    key = (regarding.get("namespace"), regarding.get("kind"), regarding.get("name"), regarding.get("uid"),
+           manifest.get("reason"), (related.get("kind"), related.get("name")) if related else None,
+           manifest.get("note"))  # fmt: skip
+    count = int((manifest.get("series") or {}).get("count") or 1)
+    return Posted(key, str((manifest.get("metadata") or {}).get("name")), count, age)
+
+
 def clip_note(note: str) -> str:
     """``note`` within the API's byte limit, cut on a character boundary, marked when cut."""
     raw = note.encode()

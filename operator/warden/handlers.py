@@ -155,6 +155,8 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     storedversions.migrate_all(STATE.kube, STATE.namespaces)
     STATE.applier = Applier(STATE.kube)
     STATE.events = EventRecorder(STATE.kube)
+    # the Events another replica posted before this one led: their repeats count them up, none says it twice
+    STATE.events.adopt_posted(STATE.namespaces)
     actions = SlurmActions(STATE.events)
     timeout = STATE.sync_settings.register_timeout
     STATE.worker_sets = WorkerSets(STATE.kube, actions, STATE.slurm_required, timeout)

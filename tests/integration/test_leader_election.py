@@ -15,6 +15,7 @@ from kubernetes import client
 
 from tests.integration.test_metrics import scrape, total
 from tests.support.operator import OperatorProcess, apply_cluster, get_cluster, load_example, wait_ready
+from warden.events import CONTROLLER
 from warden.leader import fence
 from warden.leader.decide import Timing
 from warden.leader.elector import Elector
@@ -77,6 +78,13 @@ def _pods(api_client: Any, ns: str) -> dict[str, str]:
     return {str(p.metadata.name): str(p.metadata.uid) for p in pods.items}
 
 
+def _said(api_client: Any, ns: str) -> list[tuple[str, str, str | None]]:
+    """(reason, note, related) of each Event object of the operator's in ``ns``."""
+    listed = client.CustomObjectsApi(api_client).list_namespaced_custom_object("events.k8s.io", "v1", ns, "events")
+    return [(str(e.get("reason")), str(e.get("note")), (e.get("related") or {}).get("name"))
+            for e in listed["items"] if e.get("reportingController") == CONTROLLER]  # fmt: skip
+
+
 def test_of_two_operators_only_the_leader_acts_a_frozen_one_is_replaced_and_exits_when_resumed(
     api_client: Any, cluster_namespace: str, operator_factory: Any
 ) -> None:
@@ -91,7 +99,7 @@ def test_of_two_operators_only_the_leader_acts_a_frozen_one_is_replaced_and_exit
         with urllib.request.urlopen(op.liveness_url, timeout=5) as answer:
             return str(answer.read().decode())
 
-    assert wait_for("op-b's health answering", lambda: health(b), 30).startswith("standby op-b; leader: op-a")
+    wait_for("op-b's health naming op-a", lambda: health(b) == "standby op-b; leader: op-a\n", 30)
 
     body = load_example("cpu-only", ns)
     apply_cluster(api_client, body)
@@ -101,6 +109,16 @@ def test_of_two_operators_only_the_leader_acts_a_frozen_one_is_replaced_and_exit
     assert total(standby, "warden_operator_leading", identity="op-b") == 0
     assert total(standby, "warden_api_writes_total") == 0, "the standby wrote to the API server"
     before = wait_for("two worker pods", lambda: (lambda p: p if len(p) == 2 else None)(_pods(api_client, ns)), 60)
+    # a change op-a reconciles to Ready: the Event op-b says again when it takes over (its resume reconcile)
+    body["spec"]["login"]["sshAuthorizedKeys"].append(
+        "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIJ0T3ikGxaWcqlsYzQJ1vAPvpmFn3aCVdHtpHqUxZHdc bob@example"
+    )
+    apply_cluster(api_client, body)
+
+    def reconciled_ready() -> bool:
+        return any(r == "Reconciled" and note.endswith("phase Ready") for r, note, _ in _said(api_client, ns))
+
+    wait_for("op-a's Reconciled ... phase Ready", reconciled_ready, 60, on_fail=a.log_tail)
 
     assert a.proc is not None
     os.kill(a.proc.pid, signal.SIGSTOP)
@@ -109,13 +127,14 @@ def test_of_two_operators_only_the_leader_acts_a_frozen_one_is_replaced_and_exit
         wait_for("op-b holding the Lease", lambda: _lease(api_client, ns).holder_identity == "op-b",
                  duration + 10, on_fail=b.log_tail)  # fmt: skip
         took = time.monotonic() - frozen
+        wait_for("op-b's resume reconcile", b.resumed, 60, on_fail=b.log_tail)
+        acting = time.monotonic() - frozen
         # the new leader acts: a scale-up made while the old one is frozen lands, once
         body["spec"]["workerGroups"][0]["replicas"] = 3
         apply_cluster(api_client, body)
         ws = client.CustomObjectsApi(api_client)
         wait_for("three worker pods", lambda: len(_pods(api_client, ns)) == 3, 60, on_fail=b.log_tail)
-        acting = time.monotonic() - frozen
-        print(f"\nleader frozen: standby held the Lease after {took:.1f}s, had scaled up after {acting:.1f}s"
+        print(f"\nleader frozen: standby held the Lease after {took:.1f}s, had reconciled after {acting:.1f}s"
               f" (lease {duration:g}s)", file=sys.stderr)  # fmt: skip
         assert took <= duration + 3
         wait_ready(api_client, ns, "cpu", b)
@@ -130,3 +149,7 @@ def test_of_two_operators_only_the_leader_acts_a_frozen_one_is_replaced_and_exit
     assert [s["spec"]["replicas"] for s in sets] == [3]
     assert get_cluster(api_client, ns, "cpu")["status"]["phase"] == "Ready"
     assert total(scrape(b.metrics_url), "warden_operator_leading", identity="op-b") == 1
+    # no Event said twice: op-b's repeats of op-a's Events (Reconciled, phase Ready) counted theirs up
+    said = _said(api_client, ns)
+    assert any(reason == "Reconciled" for reason, _, _ in said), said
+    assert sorted(k for k in set(said) if said.count(k) > 1) == [], said

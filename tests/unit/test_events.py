@@ -10,7 +10,18 @@ from typing import Any
 
 import pytest
 
-from warden.events import CONTROLLER, NOTE_LIMIT, REASONS, Event, Ref, clip_note, manifest, series_patch
+from warden.events import (
+    CONTROLLER,
+    NOTE_LIMIT,
+    REASONS,
+    SERIES_WINDOW_SECONDS,
+    Event,
+    Ref,
+    clip_note,
+    manifest,
+    posted,
+    series_patch,
+)
 from warden.nodesync import UNUSABLE
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -94,6 +105,20 @@ def test_the_same_event_again_is_the_same_series_and_another_is_not() -> None:
     recreated = {**CLUSTER, "metadata": {**CLUSTER["metadata"], "uid": "other"}}  # deleted and made again
     assert first.key() != Event(Ref.of(recreated), "ApplyFailed", "ServiceMonitor/demo-exporter: 404", pod).key()
     assert series_patch(3, NOW) == {"series": {"count": 3, "lastObservedTime": "2026-11-24T09:30:05.123456Z"}}
+
+
+def test_an_event_read_back_from_the_api_is_the_same_series_when_it_is_the_operators_and_recent() -> None:
+    """What a replica taking over finds: the Events the one before it posted, known by the same key."""
+    pod = Ref.pod("team-a", "w-1")
+    for event in (Event(Ref.of(CLUSTER), "Reconciled", "31 objects applied; phase Ready"),
+                  Event(Ref.of(CLUSTER), "NodeDrained", "warden: nccl busbw 20 < 100", pod)):  # fmt: skip
+        stored = {**manifest(event, "op-a", NOW), "series": {"count": 4}}
+        found = posted(stored, NOW + datetime.timedelta(seconds=90))
+        assert found is not None
+        assert (found.key, found.name, found.count, found.age) == (event.key(), stored["metadata"]["name"], 4, 90)
+    event = Event(Ref.of(CLUSTER), "Reconciled", "31 objects applied; phase Ready")
+    assert posted({**manifest(event, "op-a", NOW), "reportingController": "kubelet"}, NOW) is None
+    assert posted(manifest(event, "op-a", NOW), NOW + datetime.timedelta(seconds=SERIES_WINDOW_SECONDS + 1)) is None
 
 
 def _reasons_in_source() -> set[str]:

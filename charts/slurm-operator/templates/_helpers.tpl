@@ -190,10 +190,11 @@ authorized as "create", of one that exists as "patch": both are needed for appli
   resources: ["servicemonitors"]
   verbs: ["get", "list", "watch", "create", "patch", "delete"]
 # The operator's Events (Reconciled, ApplyFailed, NodeDrained...: docs/operations.md#events), as
-# events.k8s.io/v1; a repeat counts up the first one's series (patch).
+# events.k8s.io/v1; a repeat counts up the first one's series (patch), also one posted before a handover
+# (listed once when a replica starts to lead).
 - apiGroups: ["events.k8s.io"]
   resources: ["events"]
-  verbs: ["create", "patch"]
+  verbs: ["create", "patch", "list"]
 {{- end -}}
 
 {{/*

@@ -11,12 +11,14 @@ import logging
 import socket
 import threading
 import time
+from collections.abc import Iterable
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
 from warden import events
 from warden.kube.client import Kube
+from warden.render.pods import Manifest
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +58,29 @@ class EventRecorder:
         with self._lock:
             self._events.pop(key, None)  # to the end: the dict stays in order of first posting
             self._events[key] = (made["metadata"]["name"], 1, time.monotonic())
+
+    def adopt(self, manifests: Iterable[Manifest]) -> int:
+        """Remember the operator's Events already in the API (``events.posted``: a replica taking over, or
+        restarting): their repeats count up their series, never a second Event saying the same. How many."""
+        now = datetime.datetime.now(datetime.UTC)
+        found = [p for p in (events.posted(m, now) for m in manifests) if p is not None]
+        clock = time.monotonic()
+        with self._lock:
+            for p in sorted(found, key=lambda p: -p.age):  # oldest first: the dict keeps posting order
+                if p.key not in self._events:
+                    self._events[p.key] = (p.name, p.count, clock - p.age)
+        return len(found)
+
+    def adopt_posted(self, namespaces: list[str]) -> None:
+        """``adopt`` the operator's Events in ``namespaces`` (none: every namespace), as read from the API."""
+        paths = [Kube.path("events.k8s.io/v1", "Event", ns) for ns in namespaces or [""]]
+        try:
+            found = self.adopt(item for path in paths for item in self.kube.pages(path, 500))
+        except ApiException as e:
+            log.warning("the operator's earlier Events not read (a repeat may say the same again): %s", e.reason)
+            return
+        log.info("%d Events of the operator's from the last %.0f minutes: their repeats count them up", found,
+                 events.SERIES_WINDOW_SECONDS / 60)  # fmt: skip
 
     def _count_up(self, namespace: str, name: str, count: int, now: datetime.datetime) -> bool:
         """Record one more occurrence on Event ``name``; False when it is gone (expired, deleted)."""

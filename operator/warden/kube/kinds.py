@@ -93,8 +93,9 @@ REGISTRY: tuple[Kind, ...] = (
     Kind("rbac.authorization.k8s.io/v1", "RoleBinding", "rolebindings", _OWN, pruned=True, watch="heal"),
     Kind("monitoring.coreos.com/v1", "ServiceMonitor", "servicemonitors", _OWN, pruned=True, watch="heal",
          optional=True),
-    # the operator's Events; a repeat counts up the first one's series
-    Kind("events.k8s.io/v1", "Event", "events", ("create", "patch")),
+    # the operator's Events; a repeat counts up the first one's series; listed once as it starts to lead, so
+    # that a repeat of another replica's Event counts up that one's series
+    Kind("events.k8s.io/v1", "Event", "events", ("create", "patch", "list")),
     # cluster-scoped: which Kubernetes nodes are cordoned (one list per Slurm sync round, selected by
     # spec.unschedulable server-side); the jail's volume kept (Retain)
     Kind("v1", "Node", "nodes", ("list",), namespaced=False),
