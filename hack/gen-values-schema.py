@@ -13,7 +13,8 @@ a few chart-only keys, so the values schema is the CRD's spec schema translated 
 - optional fields without a default may be `null` (values.yaml lists them as `null`, the chart drops
   nulls when it renders the SlurmCluster);
 - CEL rules "no item of this list matches a pattern" become `items: {not: {pattern}}` (`anyOf` when several: slurm.conf
-  lines setting keys the operator owns or refuses); other CEL rules and `x-kubernetes-*` extensions are dropped:
+  lines setting keys the operator owns or refuses), "every item matches" `items: {allOf: [{pattern}]}` (the keys
+  extraLines may set); other CEL rules and `x-kubernetes-*` extensions are dropped:
   cross-field rules are checked by the chart's templates (`slurm-cluster.validate` in
   templates/_helpers.tpl) and, in any case, by the API server on install.
 
@@ -41,6 +42,8 @@ DNS_LABEL_OR_EMPTY = r"^([a-z]([-a-z0-9]*[a-z0-9])?)?$"
 NAME_RULE = re.compile(r"^self\.metadata\.name\.size\(\) <= (\d+)$")
 # CEL "no item matches": `self.all(l, !l.matches(r'PATTERN'))` on a list of strings.
 NO_ITEM_MATCHES = re.compile(r"^self\.all\((\w+), !\1\.matches\(r'(.*)'\)\)$")
+# CEL "every item matches": `self.all(l, l.matches(r'PATTERN'))` (an allow-list, e.g. extraLines' keys).
+ALL_ITEMS_MATCH = re.compile(r"^self\.all\((\w+), \1\.matches\(r'(.*)'\)\)$")
 
 
 def chart_only(max_name_length: int) -> dict[str, Any]:
@@ -120,6 +123,13 @@ def translate(node: Any) -> Any:
     ]
     if refused and "items" in out:
         out["items"] = {**out["items"], "not": refused[0] if len(refused) == 1 else {"anyOf": refused}}
+    required = [
+        {"pattern": _portable_pattern(m.group(2))}
+        for rule in node.get("x-kubernetes-validations", [])
+        if (m := ALL_ITEMS_MATCH.match(rule["rule"]))
+    ]
+    if required and "items" in out:
+        out["items"] = {**out["items"], "allOf": required}
     return _order(out)
 
 

@@ -140,11 +140,43 @@ REFUSED_SLURM_KEYS = (
     "TaskProlog",
     "UnkillableStepProgram",
 )
+# The only slurm.conf keys extraLines may set: scheduling, limits, priorities, preemption, timeouts, debug
+# levels and the like. A key not listed (a new Slurm release's among them: CertmgrType, CertmgrParameters,
+# TLSType, NamespaceType...) is refused until it is read and listed here, so the refusals above need not be
+# complete. None of these runs a program, names a file, a host or a password, changes an identity or loads a
+# plugin that does (tests/unit/test_spec_validation.py holds the list to that).
+ALLOWED_SLURM_KEYS = (
+    "AccountingStorageEnforce", "AccountingStorageTRES", "AccountingStoreFlags", "AcctGatherNodeFreq",
+    "AllowSpecResourcesUsage", "BatchStartTimeout", "BcastExclude", "BcastParameters", "CommunicationParameters",
+    "CompleteWait", "CpuFreqDef", "CpuFreqGovernors", "DebugFlags", "DefCpuPerGPU", "DefMemPerCPU", "DefMemPerGPU",
+    "DefMemPerNode", "DependencyParameters", "DisableRootJobs", "EioTimeout", "EnforcePartLimits", "EpilogMsgTime",
+    "FairShareDampeningFactor", "FirstJobId", "GetEnvTimeout", "GpuFreqDef", "GroupUpdateForce", "GroupUpdateTime",
+    "InactiveLimit", "InteractiveStepOptions", "JobAcctGatherFrequency", "JobAcctGatherParams", "JobFileAppend",
+    "JobRequeue", "KeepAliveTime", "KillOnBadExit", "KillWait", "LaunchParameters", "Licenses", "LogTimeFormat",
+    "MailDomain", "MaxArraySize", "MaxBatchRequeue", "MaxDBDMsgs", "MaxJobCount", "MaxJobId", "MaxMemPerCPU",
+    "MaxMemPerNode", "MaxStepCount", "MaxTasksPerNode", "MCSParameters", "MCSPlugin", "MessageTimeout", "MinJobAge",
+    "MpiDefault", "MpiParams", "OverTimeLimit", "PreemptExemptTime", "PreemptMode", "PreemptParameters",
+    "PreemptType", "PriorityCalcPeriod", "PriorityDecayHalfLife", "PriorityFavorSmall", "PriorityFlags",
+    "PriorityMaxAge", "PriorityParameters", "PrioritySiteFactorParameters", "PriorityType",
+    "PriorityUsageResetPeriod", "PriorityWeightAge", "PriorityWeightAssoc", "PriorityWeightFairshare",
+    "PriorityWeightJobSize", "PriorityWeightPartition", "PriorityWeightQOS", "PriorityWeightTRES",
+    "PrologEpilogTimeout", "PropagatePrioProcess", "PropagateResourceLimits", "PropagateResourceLimitsExcept",
+    "ReconfigFlags", "RequeueExit", "RequeueExitHold", "ResumeRate", "ResumeTimeout", "ResvOverRun",
+    "ReturnToService", "SbcastParameters", "SchedulerParameters", "SchedulerTimeSlice", "SchedulerType",
+    "ScronParameters", "SelectTypeParameters", "SlurmctldDebug", "SlurmctldParameters", "SlurmctldSyslogDebug",
+    "SlurmctldTimeout", "SlurmdDebug", "SlurmdParameters", "SlurmdSyslogDebug", "SlurmdTimeout",
+    "SlurmSchedLogLevel", "SrunPortRange", "SuspendExcNodes", "SuspendExcParts", "SuspendExcStates", "SuspendRate",
+    "SuspendTime", "SuspendTimeout", "TaskPluginParam", "TCPTimeout", "TopologyParam", "TrackWCKey", "TreeWidth",
+    "UnkillableStepTimeout", "VSizeFactor", "WaitTime",
+)  # fmt: skip
 # A key anywhere on a line (slurm.conf reads several Key=Value pairs on one line). RE2 (CEL) and
 # Python agree on these expressions.
 OWNED_KEY_LINE = rf"(?i)(^|\s)({'|'.join(OPERATOR_OWNED_SLURM_KEYS)})\s*="
 REFUSED_KEY_LINE = rf"(?i)(^|\s)({'|'.join(REFUSED_SLURM_KEYS)})\s*="
 SLURM_CONF_LINE = r"^[A-Za-z][A-Za-z0-9]*=[\t -~]*$"  # one line of printable ASCII
+# One Key=Value a line (a value is one word or a double-quoted string), maybe a comment: the key is then
+# all there is to check (one pattern of every allowed key would cost the API server's CEL too much).
+ONE_PAIR_LINE = r"^[A-Za-z][A-Za-z0-9]*=\s*(\"[^\"]*\"|[^\s\"#]*)(\s+#.*)?\s*$"
 
 #: where Warden's own images are when nothing says otherwise: the names `make images` gives them
 DEFAULT_IMAGE_REPOSITORY = "warden"
@@ -951,6 +983,20 @@ class SlurmConfig(Spec):
                     " the jail depends on (JobContainerType, LaunchType, SwitchType); Warden refuses it",
                 },
                 {
+                    "rule": f"self.all(l, l.matches(r'{ONE_PAIR_LINE}'))",
+                    "message": "a line is not one Key=Value (a value one word or a double-quoted string, then"
+                    " maybe a # comment): write each on a line of its own",
+                },
+                {
+                    "rule": "self.all(l, l.split('=')[0].lowerAscii() in "
+                    + "["
+                    + ", ".join(f"'{k.lower()}'" for k in ALLOWED_SLURM_KEYS)
+                    + "])",
+                    "message": "a line sets a key Warden does not let extraLines set: the keys it may set are"
+                    " scheduling, limits, priorities, preemption, timeouts and debug levels (docs/security.md"
+                    " lists them)",
+                },
+                {
                     "rule": r"self.all(l, !l.endsWith('\\'))",
                     "message": "a line ends with a backslash, which makes slurm.conf read the next line as part of"
                     " it: write each Key=Value on a line of its own",
@@ -970,7 +1016,8 @@ class SlurmConfig(Spec):
     @field_validator("extra_lines")
     @classmethod
     def _no_owned_or_refused_keys(cls, lines: list[str]) -> list[str]:
-        owned, refused = re.compile(OWNED_KEY_LINE), re.compile(REFUSED_KEY_LINE)
+        owned, refused, one_pair = re.compile(OWNED_KEY_LINE), re.compile(REFUSED_KEY_LINE), re.compile(ONE_PAIR_LINE)
+        allowed = {k.lower() for k in ALLOWED_SLURM_KEYS}
         for line in lines:
             if m := owned.search(line):
                 field = SLURM_KEY_FIELDS.get(m.group(2).lower(), "the matching spec field")
@@ -979,6 +1026,16 @@ class SlurmConfig(Spec):
                 raise ValueError(
                     f"{m.group(2)} runs programs or changes identities as root outside the jail, or replaces a"
                     " plugin the jail depends on; Warden refuses it (docs/security.md)"
+                )
+            if not one_pair.match(line):
+                raise ValueError(
+                    f"{line!r} is not one Key=Value (a value one word or a double-quoted string, then maybe a #"
+                    " comment): write each on a line of its own"
+                )
+            if (key := line.split("=", 1)[0]).lower() not in allowed:
+                raise ValueError(
+                    f"{key} is not a key extraLines may set: the keys it may set are scheduling, limits, priorities,"
+                    " preemption, timeouts and debug levels (docs/security.md lists them)"
                 )
             if line.endswith("\\"):
                 raise ValueError(

@@ -116,6 +116,11 @@ CASES = [
     Case("extra-line-lowercase-key", _with(slurmConfig={"extraLines": ["rebootprogram=/x"]}), "extraLines"),
     Case("extra-line-resume-program", _with(slurmConfig={"extraLines": ["ResumeProgram=/x"]}), "extraLines"),
     Case("extra-line-plugin-dir", _with(slurmConfig={"extraLines": ["PluginDir=/home/alice"]}), "extraLines"),
+    # an allow-list: keys Warden has not listed, a newer Slurm's among them, are refused too
+    Case("extra-line-certmgr", _with(slurmConfig={"extraLines": ["CertmgrType=certmgr/script"]}), "extraLines"),
+    Case("extra-line-certmgr-params", _with(slurmConfig={"extraLines": ["CertmgrParameters=x=/y"]}), "extraLines"),
+    Case("extra-line-prolog-flags", _with(slurmConfig={"extraLines": ["PrologFlags=X11"]}), "extraLines"),
+    Case("extra-line-not-pairs", _with(slurmConfig={"extraLines": ["MaxJobCount=1 and more"]}), "extraLines"),
     Case("extra-line-auth-alt", _with(slurmConfig={"extraLines": ["AuthAltTypes=auth/jwt"]}), "extraLines"),
     Case("extra-line-task-prolog", _with(slurmConfig={"extraLines": ["TaskProlog=/home/a/t"]}), "extraLines"),
     # strings that reach slurmdbd.conf, a manifest or a command line keep to their grammar

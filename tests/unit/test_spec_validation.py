@@ -7,7 +7,13 @@ from pydantic import ValidationError
 
 from tests.cases.malformed import CASES, Case
 from warden import __version__
-from warden.model import parse_spec, parse_spec_unknown
+from warden.model import (
+    ALLOWED_SLURM_KEYS,
+    OPERATOR_OWNED_SLURM_KEYS,
+    REFUSED_SLURM_KEYS,
+    parse_spec,
+    parse_spec_unknown,
+)
 from warden.reconcile import validation_message
 
 
@@ -72,6 +78,59 @@ def test_extra_lines_may_set_keys_warden_does_not_own() -> None:
         {"workerGroups": [{"name": "a"}], "slurmConfig": {"extraLines": ["SchedulerParameters=bf_continue"]}}
     )
     assert spec.slurm_config.extra_lines == ["SchedulerParameters=bf_continue"]
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        # Slurm 25.05 on: a program that makes a node's TLS key and certificate, as root
+        "CertmgrType=certmgr/script",
+        "CertmgrParameters=certificate_key_script=/home/alice/x",
+        "CertgenType=certgen/script",
+        "TLSType=tls/s2n",
+        # X11 forwarding, contained steps, a prolog run at allocation, and Warden's own PrologFlags=Alloc
+        "PrologFlags=X11",
+        "NamespaceType=namespace/linux",
+        "HashPlugin=hash/k12",
+        "NoSuchKey=1",
+    ],
+)
+def test_extra_lines_may_set_only_the_keys_warden_lists(line: str) -> None:
+    """An allow-list: a key Warden has not read and listed (a new Slurm release's included) is refused, named."""
+    key = line.split("=")[0]
+    with pytest.raises(ValidationError, match=f"{key} is not a key extraLines may set"):
+        parse_spec({"workerGroups": [{"name": "a"}], "slurmConfig": {"extraLines": [line]}})
+
+
+def test_the_keys_extra_lines_may_set_run_nothing_and_name_no_file_host_or_identity() -> None:
+    """What a listed key's name says it is about: none names a program, a file, a directory, a host, a password
+    or a user; a key naming a plugin chooses among Slurm's own (PluginDir is Warden's) for what runs nothing."""
+    words = ("Prog", "Prolog", "Epilog", "File", "Dir", "Loc", "Host", "Addr", "Pass", "User", "Type", "Plugin",
+             "Cert", "TLS", "Script", "Command", "Path", "Namespace", "Container", "Auth", "Cred", "Key")  # fmt: skip
+    reviewed = {
+        # timeouts of prologs and epilogs Warden runs (the keys naming them stay refused)
+        "PrologEpilogTimeout", "EpilogMsgTime",
+        # plugin choices among Slurm's own that run no program: scheduling, priorities, preemption, labels
+        "SchedulerType", "PriorityType", "PreemptType", "MCSPlugin",
+        # parameters of plugins Warden chose (cons_tres's CR_* flags, the task plugin's binding), wckeys
+        "SelectTypeParameters", "TaskPluginParam", "TrackWCKey",
+        # whether a job's output files are appended to or truncated (the user's files, as the user)
+        "JobFileAppend",
+    }  # fmt: skip
+    flagged = {k for k in ALLOWED_SLURM_KEYS if any(w.lower() in k.lower() for w in words)}
+    assert flagged == reviewed, f"review these keys, then list them here: {sorted(flagged ^ reviewed)}"
+    assert not {k.lower() for k in ALLOWED_SLURM_KEYS} & {k.lower() for k in OPERATOR_OWNED_SLURM_KEYS}
+    assert not {k.lower() for k in ALLOWED_SLURM_KEYS} & {k.lower() for k in REFUSED_SLURM_KEYS}
+
+
+def test_extra_lines_are_one_key_value_each_with_a_comment_at_most() -> None:
+    """One Key=Value a line: a second pair (slurm.conf would read one) would be a key no rule looked at."""
+    ok = ["MaxJobCount=10 # ten thousand was too many", 'SchedulerParameters="bf_continue,bf_interval=30"',
+          "maxjobcount=3", "PreemptMode=CANCEL"]  # fmt: skip
+    assert parse_spec({"workerGroups": [{"name": "a"}], "slurmConfig": {"extraLines": ok}}).slurm_config.extra_lines
+    for line in ("MaxJobCount=1 and more", "MaxJobCount=5 CertmgrType=certmgr/script"):
+        with pytest.raises(ValidationError, match="is not one Key=Value"):
+            parse_spec({"workerGroups": [{"name": "a"}], "slurmConfig": {"extraLines": [line]}})
 
 
 def test_privacy_is_set_one_way_and_may_be_turned_off() -> None:
