@@ -96,6 +96,11 @@ e2e: venv ## e2e tier: helm install on a real single-node Kubernetes (local clus
 	@$(MAKE) --no-print-directory e2e-builds
 	@$(STAGE) e2e hack/pytest-tier.sh e2e -q --durations=15
 
+nodes: venv ## nodes tier: two VM nodes (Debian's kernel: cgroup v2, AppArmor, NFS) join the local cluster; a SlurmCluster on them shares one NFS jail, then a node dies
+	@$(STAGE) nodes-deps hack/install-deps.sh nodes
+	@$(STAGE) vm-image $(PY) -m warden_dev vm-node image
+	@$(STAGE) nodes hack/pytest-tier.sh nodes -q -s --durations=10
+
 e2e-builds: venv ## what only the e2e tier needs: the previous release's images, CoreDNS and kube-router, the stand-in GPU plugin
 	@$(STAGE) previous-release hack/previous-release.sh build
 	@$(STAGE) k8s-bins-cluster hack/build-k8s-bins.sh cluster

@@ -82,7 +82,8 @@ from warden_dev.hostrecord import (
     remove_cgroup_tree,
     undo_plan,
 )
-from warden_dev.localvolumes import storage_class_manifest
+from warden_dev.localvolumes import nfs_storage_class_manifest, storage_class_manifest
+from warden_dev.vmnode import gateway_cidr, vm_dir
 
 NODE_NAME = "warden-node"
 NODE_IP = "10.239.0.1"  # on lo: a stable address for the node, the API server's endpoint and NodePorts
@@ -209,6 +210,15 @@ class NodeControlPlane(ControlPlane):
 
 # ---------------------------------------------------------------------------------------------------
 # configuration files
+
+
+def vmjoin_nfs_export() -> Path:
+    """The directory the VM nodes' NFS server exports (warden_dev.vmjoin.nfs_dir)."""
+    return vm_dir() / "nfs" / "export"
+
+
+def vmnode_gateway() -> str:
+    return gateway_cidr().split("/")[0]
 
 
 def containerd_config(state: Path) -> str:
@@ -828,7 +838,8 @@ class LocalCluster:
             cp.start()
             log(f"control plane up in {cp.startup_seconds:.1f}s")
             self._certs(cp)
-            self.apply([*dns_manifests(), *kube_router_rbac(), *provisioner_rbac(), storage_class_manifest()])
+            self.apply([*dns_manifests(), *kube_router_rbac(), *provisioner_rbac(), storage_class_manifest(),
+                        nfs_storage_class_manifest()])  # fmt: skip
 
             log(f"registry on {REGISTRY_ADDRESS} (storage {registry_dir()})")
             cp.spawn("registry", [str(REGISTRY_BIN), "serve", str(self.registry_config)])
@@ -867,6 +878,10 @@ class LocalCluster:
                 sys.executable, "-m", "warden_dev.localvolumes",
                 f"--kubeconfig={self.state / 'local-volumes.kubeconfig'}",
                 f"--root={DATA_DIR / 'volumes'}",
+                f"--node={NODE_NAME}",
+                # warden-nfs volumes: directories of the VM nodes' NFS export (vmjoin), once nodes join
+                f"--nfs-root={vmjoin_nfs_export()}",
+                f"--nfs-server={vmnode_gateway()}",
             ])  # fmt: skip
             gpus = fake_gpu_count()
             if gpus:

@@ -1,10 +1,14 @@
-"""A tiny dynamic volume provisioner for the local single-node cluster: hostPath directories.
+"""A tiny dynamic volume provisioner for the local cluster: hostPath directories on the host node, and NFS
+directories for every node (VM nodes included).
 
 Every PersistentVolumeClaim of a StorageClass whose provisioner is ``PROVISIONER`` gets a PersistentVolume
 ``pvc-<claim uid>`` backed by the host directory ``<root>/<namespace>-<claim>-<uid>`` (created 0755,
-root-owned), with the claim's access modes and size. On one node a host directory is genuinely shared,
-so ReadWriteMany (the jail) is honoured. When such a volume is Released and its reclaim policy is Delete,
-the directory and the PV are removed; with Retain both stay.
+root-owned), with the claim's access modes and size, usable on the host node only (the PV's node affinity
+says so, so the scheduler never puts its pods on a VM node). On one node a host directory is genuinely
+shared, so ReadWriteMany (the jail) is honoured. Claims of ``NFS_STORAGE_CLASS`` (``NFS_PROVISIONER``) get a
+directory of the VM nodes' NFS export (``--nfs-root``, served by nfs-ganesha on ``--nfs-server``,
+``warden_dev.vmjoin``) as an NFS volume: ReadWriteMany across nodes. When such a volume is Released and its
+reclaim policy is Delete, the directory and the PV are removed; with Retain both stay.
 
 It polls every ``--interval`` seconds (a handful of objects: cheaper and simpler than watches), and is
 started and stopped by warden_dev.localcluster (``python -m warden_dev up|down``).
@@ -22,6 +26,10 @@ from typing import Any
 
 PROVISIONER = "warden.dev/local-hostpath"
 STORAGE_CLASS = "warden-local"
+NFS_PROVISIONER = "warden.dev/vm-nfs"
+NFS_STORAGE_CLASS = "warden-nfs"
+#: the path the NFS server exports ``--nfs-root`` as (vmjoin.NFS_PSEUDO)
+NFS_PSEUDO = "/exports"
 ANNOTATION_PROVISIONED_BY = "pv.kubernetes.io/provisioned-by"
 LOG = logging.getLogger("warden-local-volumes")
 
@@ -40,21 +48,49 @@ def storage_class_manifest(default: bool = True) -> dict[str, Any]:
     }
 
 
+def nfs_storage_class_manifest() -> dict[str, Any]:
+    """The StorageClass of NFS volumes every node mounts (VM nodes: the host node has no NFS client)."""
+    return {
+        "apiVersion": "storage.k8s.io/v1",
+        "kind": "StorageClass",
+        "metadata": {"name": NFS_STORAGE_CLASS},
+        "provisioner": NFS_PROVISIONER,
+        "reclaimPolicy": "Delete",
+        "volumeBindingMode": "Immediate",
+        "allowVolumeExpansion": False,
+        "mountOptions": ["nfsvers=4.1", "hard", "timeo=100"],
+    }
+
+
 def volume_dir(root: Path, namespace: str, claim: str, uid: str) -> Path:
     return root / f"{namespace}-{claim}-{uid}"
 
 
-def pv_manifest(pvc: Any, storage_class: Any, root: Path) -> dict[str, Any]:
-    """The PersistentVolume that satisfies ``pvc`` (a kubernetes client V1PersistentVolumeClaim)."""
+def pv_manifest(pvc: Any, storage_class: Any, root: Path, node: str | None = None,
+                nfs_server: str | None = None) -> dict[str, Any]:  # fmt: skip
+    """The PersistentVolume that satisfies ``pvc`` (a kubernetes client V1PersistentVolumeClaim): a hostPath
+    on ``node`` under ``root``, or with ``nfs_server`` a directory of its export (``root`` is the exported
+    directory)."""
     meta = pvc.metadata
     path = volume_dir(root, meta.namespace, meta.name, meta.uid)
     request = (pvc.spec.resources.requests or {}).get("storage", "1Gi")
+    if nfs_server:
+        source: dict[str, Any] = {"nfs": {"server": nfs_server, "path": f"{NFS_PSEUDO}/{path.name}"},
+                                  "mountOptions": list(storage_class.mount_options or [])}  # fmt: skip
+    else:
+        source = {"hostPath": {"path": str(path), "type": "Directory"}}
+        if node:
+            source["nodeAffinity"] = {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                {"key": "kubernetes.io/hostname", "operator": "In", "values": [node]}]}]}}  # fmt: skip
     return {
         "apiVersion": "v1",
         "kind": "PersistentVolume",
         "metadata": {
             "name": f"pvc-{meta.uid}",
-            "annotations": {ANNOTATION_PROVISIONED_BY: PROVISIONER, "warden.dev/host-path": str(path)},
+            "annotations": {
+                ANNOTATION_PROVISIONED_BY: NFS_PROVISIONER if nfs_server else PROVISIONER,
+                "warden.dev/host-path": str(path),
+            },
         },
         "spec": {
             "capacity": {"storage": request},
@@ -62,7 +98,7 @@ def pv_manifest(pvc: Any, storage_class: Any, root: Path) -> dict[str, Any]:
             "persistentVolumeReclaimPolicy": storage_class.reclaim_policy or "Delete",
             "storageClassName": storage_class.metadata.name,
             "volumeMode": "Filesystem",
-            "hostPath": {"path": str(path), "type": "Directory"},
+            **source,
             "claimRef": {
                 "apiVersion": "v1",
                 "kind": "PersistentVolumeClaim",
@@ -75,18 +111,29 @@ def pv_manifest(pvc: Any, storage_class: Any, root: Path) -> dict[str, Any]:
 
 
 class Provisioner:
-    def __init__(self, api_client: Any, root: Path) -> None:
+    def __init__(self, api_client: Any, root: Path, node: str | None = None, nfs_root: Path | None = None,
+                 nfs_server: str | None = None) -> None:  # fmt: skip
         from kubernetes import client
 
         self.core: Any = client.CoreV1Api(api_client)
         self.storage: Any = client.StorageV1Api(api_client)
         self.root = root
+        self.node = node
+        self.nfs_root = nfs_root
+        self.nfs_server = nfs_server
+
+    def _where(self, sc: Any) -> tuple[Path, str | None]:
+        """The directory a class's volumes live in, and the NFS server (None: hostPath)."""
+        if sc.provisioner == NFS_PROVISIONER and self.nfs_root is not None:
+            return self.nfs_root, self.nfs_server
+        return self.root, None
 
     def once(self) -> None:
         """One pass: provision pending claims, delete released volumes."""
         from kubernetes.client.exceptions import ApiException
 
-        ours = {sc.metadata.name: sc for sc in self.storage.list_storage_class().items if sc.provisioner == PROVISIONER}
+        served = (PROVISIONER, NFS_PROVISIONER) if self.nfs_root is not None else (PROVISIONER,)
+        ours = {sc.metadata.name: sc for sc in self.storage.list_storage_class().items if sc.provisioner in served}
         pvs = self.core.list_persistent_volume().items
         claimed = {pv.spec.claim_ref.uid for pv in pvs if pv.spec.claim_ref is not None}
         for pvc in self.core.list_persistent_volume_claim_for_all_namespaces().items:
@@ -95,7 +142,8 @@ class Provisioner:
                 continue
             if pvc.metadata.deletion_timestamp is not None:
                 continue
-            body = pv_manifest(pvc, sc, self.root)
+            root, server = self._where(sc)
+            body = pv_manifest(pvc, sc, root, node=self.node, nfs_server=server)
             path = Path(body["metadata"]["annotations"]["warden.dev/host-path"])
             path.mkdir(mode=0o755, parents=True, exist_ok=True)
             try:
@@ -107,11 +155,11 @@ class Provisioner:
                      pvc.metadata.name, path)  # fmt: skip
         for pv in pvs:
             ann = pv.metadata.annotations or {}
-            if ann.get(ANNOTATION_PROVISIONED_BY) != PROVISIONER:
+            if ann.get(ANNOTATION_PROVISIONED_BY) not in served:
                 continue
             if pv.status.phase == "Released" and pv.spec.persistent_volume_reclaim_policy == "Delete":
                 path = Path(ann.get("warden.dev/host-path", ""))
-                if path.is_absolute() and path.parent == self.root:
+                if path.is_absolute() and path.parent in (self.root, self.nfs_root):
                     shutil.rmtree(path, ignore_errors=True)
                 try:
                     self.core.delete_persistent_volume(pv.metadata.name)
@@ -133,6 +181,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--kubeconfig", required=True)
     parser.add_argument("--root", type=Path, required=True, help="host directory holding the volumes")
+    parser.add_argument("--node", help="the host node's name: hostPath volumes are bound to it")
+    parser.add_argument("--nfs-root", type=Path, help="the directory the VM nodes' NFS server exports")
+    parser.add_argument("--nfs-server", help="that NFS server's address")
     parser.add_argument("--interval", type=float, default=1.0)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
@@ -140,7 +191,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     api = config.new_client_from_config(config_file=args.kubeconfig)  # type: ignore[no-untyped-call]
     args.root.mkdir(parents=True, exist_ok=True)
-    Provisioner(api, args.root).run(args.interval)
+    Provisioner(api, args.root, node=args.node, nfs_root=args.nfs_root, nfs_server=args.nfs_server).run(args.interval)
     return 0
 
 

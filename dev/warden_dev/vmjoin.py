@@ -33,7 +33,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from warden_dev import vmnode
+from warden_dev import localvolumes, vmnode
 from warden_dev.controlplane import REPO_ROOT, Pki, wait_for
 from warden_dev.vmnode import BRIDGE, VM_SUBNET, NodeLayout, NodeState, Share, VmNodeError, log, node_layout, run
 
@@ -49,6 +49,9 @@ LOGS_TAG = "wardenlogs"
 LOGS_MOUNT = "/var/log/warden"
 #: the read-only registry mirror on the bridge's address (the local registry listens on loopback only)
 MIRROR_PORT = 5000
+#: Warden's AppArmor profiles (spec.security.appArmorProfile: Warden), loaded on every VM node as an admin
+#: loads them on theirs (docs/security.md, "AppArmor")
+APPARMOR_PROFILES = REPO_ROOT / "charts" / "slurm-cluster" / "files" / "apparmor"
 #: the local cluster's own names, repeated here so this module imports nothing of localcluster's
 #: (localcluster imports this one for `make up NODES=N`)
 REGISTRY_ADDRESS = "127.0.0.1:5000"
@@ -246,6 +249,9 @@ sysctl -qw net.ipv4.ip_forward=1 net.bridge.bridge-nf-call-iptables=1 2>>"$L/nod
 # the node's cgroup v2 controllers, delegated to the kubelet's tree
 for c in $(cat /sys/fs/cgroup/cgroup.controllers); do echo "+$c" >/sys/fs/cgroup/cgroup.subtree_control; done
 mkdir -p /var/lib/kubelet/seccomp/warden /etc/kubernetes
+# Warden's AppArmor profiles, loaded the way an admin loads them on a node (the init loaded Debian's)
+apparmor_parser --replace "$S"/apparmor/warden-* >>"$L/node-start.log" 2>&1 ||
+    echo "warden AppArmor profiles: not loaded" >>"$L/node-start.log"
 cp "$S/seccomp/worker.json" /var/lib/kubelet/seccomp/warden/worker.json
 install -m 0755 "$S/bin/kubelet" "$S/bin/kube-proxy" /usr/local/bin/
 containerd --config "$S/containerd.toml" >>"$L/containerd.log" 2>&1 &
@@ -275,7 +281,7 @@ def write_share(layout: NodeLayout, node_dir: Path, pki: Pki, server: str, bins:
     share = node_dir / "share"
     if share.exists():
         shutil.rmtree(share)
-    for d in ("pki", "bin", "cni", "seccomp", "images", f"certs.d/{REGISTRY_ADDRESS}"):
+    for d in ("pki", "bin", "cni", "seccomp", "apparmor", "images", f"certs.d/{REGISTRY_ADDRESS}"):
         (share / d).mkdir(parents=True, exist_ok=True)
     (node_dir / "logs").mkdir(exist_ok=True)
     for user, subj in ((f"kubelet-{layout.name}", f"/O=system:nodes/CN=system:node:{layout.name}"),
@@ -293,6 +299,8 @@ def write_share(layout: NodeLayout, node_dir: Path, pki: Pki, server: str, bins:
     (share / "certs.d" / REGISTRY_ADDRESS / "hosts.toml").write_text(registry_hosts_toml(mirror_address()))
     (share / "cni" / "10-warden.conflist").write_text(cni_conflist(layout.index))
     shutil.copyfile(REPO_ROOT / "images" / "worker" / "seccomp.json", share / "seccomp" / "worker.json")
+    for profile in APPARMOR_PROFILES.glob("warden-*"):
+        shutil.copyfile(profile, share / "apparmor" / profile.name)
     (share / "node-ip").write_text(node_ip(layout) + "\n")
     (share / "node-labels").write_text(f"{VM_NODE_KEY}=true\n")
     for b in ("kubelet", "kube-proxy"):
@@ -357,9 +365,74 @@ def mirror_answers(address: str) -> bool:
         return False
 
 
+#: the NFS export every VM node reaches (nfs-ganesha, NFS v4.1+ only, on the bridge's address): where
+#: ReadWriteMany volumes come from, a jail shared by nodes among them (``nfs_volume``)
+NFS_PORT = 2049
+NFS_PSEUDO = localvolumes.NFS_PSEUDO
+
+
+def nfs_dir() -> Path:
+    return vmnode.vm_dir() / "nfs"
+
+
+def ganesha_config(export: Path, address: str) -> str:
+    """nfs-ganesha: NFSv4 only (no rpcbind, no lock manager), no grace period at start, one export of
+    ``export`` read-write with root kept root (the jail's files are root's), AUTH_SYS (users' uids as sent)."""
+    return f"""NFS_CORE_PARAM {{
+    Protocols = 4;
+    Bind_addr = {address};
+    NFS_Port = {NFS_PORT};
+    Enable_NLM = false;
+    Enable_RQUOTA = false;
+    Enable_UDP = false;
+}}
+NFSV4 {{
+    Graceless = true;
+    RecoveryBackend = fs;
+    Minor_Versions = 1, 2;
+}}
+NFS_KRB5 {{ Active_krb5 = false; }}
+EXPORT {{
+    Export_Id = 1;
+    Path = {export};
+    Pseudo = {NFS_PSEUDO};
+    Access_Type = RW;
+    Squash = No_Root_Squash;
+    SecType = sys;
+    Protocols = 4;
+    Transports = TCP;
+    FSAL {{ Name = VFS; }}
+}}
+LOG {{ Default_Log_Level = WARN; }}
+"""
+
+
+def nfs_answers(address: str) -> bool:
+    import socket
+
+    try:
+        with socket.create_connection((address, NFS_PORT), timeout=2):
+            return True
+    except OSError:
+        return False
+
+
+def start_nfs(node_dir: Path, address: str) -> int:
+    """nfs-ganesha serving ``nfs_dir()/export`` on ``address``; its pid."""
+    if shutil.which("ganesha.nfsd") is None:
+        raise VmNodeError("ganesha.nfsd is missing: apt-get install nfs-ganesha nfs-ganesha-vfs")
+    (nfs_dir() / "export").mkdir(parents=True, exist_ok=True)
+    cfg = node_dir / "ganesha.conf"
+    cfg.write_text(ganesha_config(nfs_dir() / "export", address))
+    proc = subprocess.Popen(["ganesha.nfsd", "-F", "-f", str(cfg), "-L", str(node_dir / "ganesha.log"),
+                             "-p", str(node_dir / "ganesha.pid"), "-N", "NIV_WARN"], stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+    return proc.pid
+
+
 def host_side(state: NodeState, layout: NodeLayout, storage: Path) -> None:
-    """What the host adds for a joined node, each recorded before it is made: the mirror and the firewall
-    rules (once for all nodes), the route to the node's pod subnet."""
+    """What the host adds for a joined node, each recorded before it is made: the mirror, the NFS export and
+    the firewall rules (once for all nodes), the route to the node's pod subnet."""
     made = state.data.setdefault("made", [])
 
     def record(item: dict[str, Any]) -> None:
@@ -372,6 +445,12 @@ def host_side(state: NodeState, layout: NodeLayout, storage: Path) -> None:
         made[-1]["pid"] = start_mirror(state.path.parent, storage, address)
         state.save()
         wait_for(f"the registry mirror on {address}", lambda: mirror_answers(address), 30)
+    gateway = address.split(":")[0]
+    if not nfs_answers(gateway):
+        record({"kind": "nfs", "name": f"{gateway}:{NFS_PORT}", "pid": 0})
+        made[-1]["pid"] = start_nfs(state.path.parent, gateway)
+        state.save()
+        wait_for(f"nfs-ganesha on {gateway}:{NFS_PORT}", lambda: nfs_answers(gateway), 30)
     for rule in HOST_RULES:
         if not rule_present(rule):
             record({"kind": "iptables", "name": " ".join(rule), "rule": list(rule)})
@@ -470,3 +549,18 @@ def leave(index: int) -> None:
 
 __all__ = ["VM_NODE_KEY", "VM_TAINT", "cni_conflist", "containerd_config", "join", "kubelet_config", "leave",
            "node_layout", "pod_subnet", "write_share"]  # fmt: skip
+
+
+def joined(index: int) -> bool:
+    """VM node ``index`` runs (its qemu is alive) and its Node is Ready."""
+    layout = node_layout(index)
+    state = NodeState(layout)
+    pid = state.data.get("pid")
+    if not pid or not vmnode.process_alive(int(pid), layout.name) or not localcluster_state().is_file():
+        return False
+    proc = subprocess.run([*kubectl_argv(), "get", "node", layout.name, "-o", "json"], capture_output=True,
+                          text=True, timeout=60)  # fmt: skip
+    if proc.returncode != 0:
+        return False
+    conds = {c["type"]: c["status"] for c in json.loads(proc.stdout).get("status", {}).get("conditions", [])}
+    return conds.get("Ready") == "True"

@@ -646,12 +646,12 @@ def down(index: int = 1) -> None:
 
 
 #: what the nodes share (made by the first, removed by the last): the bridge and what vmjoin adds for all
-SHARED_KINDS = ("bridge", "mirror", "iptables")
+SHARED_KINDS = ("bridge", "mirror", "nfs", "iptables")
 
 
 def undo_item(item: dict[str, Any]) -> None:
     """Remove one thing a node's state says was made (idempotent): the bridge, a route, an iptables rule,
-    the registry mirror's process."""
+    the registry mirror's or the NFS server's process."""
     kind, name = item["kind"], item["name"]
     if kind == "bridge" and link_exists(name):
         run(["ip", "link", "del", name], check=False)
@@ -661,13 +661,13 @@ def undo_item(item: dict[str, Any]) -> None:
         table, chain, *spec = item["rule"]
         while run(["iptables", "-w", "-t", table, "-C", chain, *spec], check=False).returncode == 0:
             run(["iptables", "-w", "-t", table, "-D", chain, *spec], check=False)
-    elif kind == "mirror" and item.get("pid"):
-        pid = int(item["pid"])
-        if process_alive(pid, "docker-registry"):
+    elif kind in ("mirror", "nfs") and item.get("pid"):
+        pid, program = int(item["pid"]), {"mirror": "docker-registry", "nfs": "ganesha.nfsd"}[kind]
+        if process_alive(pid, program):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGTERM)
             deadline = time.monotonic() + 10
-            while process_alive(pid, "docker-registry") and time.monotonic() < deadline:
+            while process_alive(pid, program) and time.monotonic() < deadline:
                 with contextlib.suppress(ChildProcessError):
                     os.waitpid(pid, os.WNOHANG)
                 time.sleep(0.1)

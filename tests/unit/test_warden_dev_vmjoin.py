@@ -77,5 +77,14 @@ def test_a_joining_node_mounts_its_share_and_the_init_runs_node_start() -> None:
     assert "warden.share=1" in argv[argv.index("-append") + 1]
     assert "warden.share=1" not in kernel_cmdline(layout, "x:1")
     for name in ("kubelet.yaml", "kubelet.kubeconfig", "kube-proxy.yaml", "containerd.toml", "images/pause.tar",
-                 "seccomp/worker.json", "node-ip", "node-labels"):  # fmt: skip
+                 "seccomp/worker.json", "node-ip", "node-labels", "apparmor/warden-*"):  # fmt: skip
         assert name in vmjoin.NODE_START, name
+
+
+def test_the_nodes_load_the_apparmor_profiles_the_chart_ships() -> None:
+    names = sorted(p.name for p in vmjoin.APPARMOR_PROFILES.glob("warden-*"))
+    assert names == ["warden-login", "warden-worker"]
+    for name in names:
+        text = (vmjoin.APPARMOR_PROFILES / name).read_text()
+        assert f"profile {name} flags=" in text  # the name spec.security.appArmorProfile: Warden asks for
+        assert "pivot_root," in text and "mount," in text

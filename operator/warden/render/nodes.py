@@ -55,9 +55,21 @@ def _worker_security(cluster: Cluster) -> Manifest:
         "capabilities": {"add": ["SYS_ADMIN", "SYS_NICE"]},
         "seccompProfile": seccomp,
     }
-    if sec.worker_app_armor_unconfined:
-        out["appArmorProfile"] = {"type": "Unconfined"}
+    armor = app_armor(cluster, "worker")
+    if armor is not None:
+        out["appArmorProfile"] = armor
     return out
+
+
+def app_armor(cluster: Cluster, component: str) -> Manifest | None:
+    """The AppArmor profile of login or worker pods (spec.security.appArmorProfile): Warden's own
+    (``warden-<component>``, loaded on the nodes), none, or for workers the older switch's choice."""
+    sec = cluster.spec.security
+    if sec.app_armor_profile == "Warden":
+        return {"type": "Localhost", "localhostProfile": f"warden-{component}"}
+    if sec.app_armor_profile == "Unconfined" or component == "login" or sec.worker_app_armor_unconfined:
+        return {"type": "Unconfined"}
+    return None
 
 
 def _process_env(cluster: Cluster) -> list[Manifest]:
@@ -255,7 +267,7 @@ def login_statefulset(cluster: Cluster) -> Manifest:
         ],
         # Sessions are chrooted into the jail; the entrypoint binds Slurm's client config (without
         # the key), the auth socket of sackd and the pod's DNS files into it, in this pod only.
-        "securityContext": {"capabilities": {"add": ["SYS_ADMIN"]}},
+        "securityContext": {"capabilities": {"add": ["SYS_ADMIN"]}, "appArmorProfile": app_armor(cluster, "login")},
         **daemon_probes(naming.SSH_PORT, liveness_delay=30),
         "resources": resources(spec.login.resources),
     }

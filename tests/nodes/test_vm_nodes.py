@@ -1,0 +1,317 @@
+"""The nodes tier: Warden on the nodes platform teams run, with one jail shared by two of them.
+
+Two VM nodes (``warden_dev.vmjoin``: Debian's own kernel under qemu, cgroup v2 only, AppArmor on as Debian
+ships it, NFS client) join the local cluster beside its host node. A SlurmCluster runs on them alone: its
+jail a ReadWriteMany volume served over NFS from the host (nfs-ganesha), the controller, the login node
+and one worker on the first VM node, a second worker and the populate Job on the second. The operator
+stays on the host node. Users do what they do: log in, write files, run steps across both nodes, ask for
+memory and cores; then a node is powered off under a running job.
+
+The tests share one installation and run in file order. What ran where (node, kernel, cgroup version,
+AppArmor mode) is printed at the start.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.eventually import eventually
+from warden_dev import vmjoin, vmnode
+from warden_dev.localcluster import Kube, install_charts, new_ssh_key, uninstall_charts, wait_slurmcluster_ready
+from warden_dev.localvolumes import NFS_STORAGE_CLASS as NFS
+
+NAME = "vmn"
+#: WARDEN_NODES_KEEP=1: the VM nodes and the installation stay after the run, and the next run uses them
+#: (the quick loop while writing a test here)
+KEEP = os.environ.get("WARDEN_NODES_KEEP") == "1"
+KEEP_LABEL = "warden.dev/nodes-tier"
+NODES = (1, 2)
+VM_CPUS = 2
+VM_MEMORY_MIB = 3072
+TOLERATE = [{"key": vmjoin.VM_NODE_KEY, "operator": "Exists", "effect": "NoSchedule"}]
+WORKER_RESOURCES = {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"cpu": "2", "memory": "1Gi"}}
+
+
+def on(index: int) -> dict[str, Any]:
+    """Placement onto VM node ``index``."""
+    return {"nodeSelector": {"kubernetes.io/hostname": vmnode.node_layout(index).name}, "tolerations": TOLERATE}
+
+
+@dataclass
+class VmCluster:
+    kube: Kube
+    namespace: str
+    key: Path
+    tmp: Path
+    nodes: dict[str, dict[str, Any]]
+
+    def login_address(self) -> tuple[str, int]:
+        svc = self.kube.json("-n", self.namespace, "get", "service", f"{NAME}-login")
+        port = next(p["nodePort"] for p in svc["spec"]["ports"] if p["name"] == "ssh")
+        return "10.239.0.1", int(port)  # the host node's address: kube-proxy there forwards to the VM node
+
+    def ssh(self, command: str, timeout: float = 120, key: Path | None = None,
+            user: str = "root") -> subprocess.CompletedProcess[str]:  # fmt: skip
+        ip, port = self.login_address()
+        return subprocess.run(
+            ["ssh", "-i", str(key or self.key), "-o", "IdentitiesOnly=yes", "-o", "BatchMode=yes",
+             "-o", "ConnectTimeout=20", "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
+             "-o", "LogLevel=ERROR", "-p", str(port), f"{user}@{ip}", command],
+            capture_output=True, text=True, timeout=timeout,
+        )  # fmt: skip
+
+    def as_user(self, user: str, key: Path, command: str, timeout: float = 180) -> str:
+        out = self.ssh(command, key=key, user=user, timeout=timeout)
+        assert out.returncode == 0, f"{command!r} as {user}: {out.stdout}{out.stderr}"
+        return out.stdout
+
+    def make_user(self, name: str) -> Path:
+        key = new_ssh_key(self.tmp / f"id_{name}", name)
+        out = self.ssh(f"warden-useradd --key '{key.with_suffix('.pub').read_text().strip()}' {name}")
+        assert out.returncode == 0, out.stderr
+        return key
+
+    def pod_node(self, pod: str) -> str:
+        return str(self.kube.json("-n", self.namespace, "get", "pod", pod)["spec"].get("nodeName", ""))
+
+
+def node_facts(kube: Kube, name: str) -> dict[str, str]:
+    """What a node runs, read on the node itself (a pod there): kernel, cgroup filesystem, AppArmor."""
+    node = kube.json("get", "node", name)
+    info = node["status"]["nodeInfo"]
+    return {"node": name, "kernel": info["kernelVersion"], "os": info["osImage"],
+            "runtime": info["containerRuntimeVersion"]}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def vm_nodes(kube: Kube) -> Iterator[dict[str, dict[str, Any]]]:
+    """Both VM nodes joined (booted here unless already joined), left again at the end. They boot side by
+    side: the second once the first has made what they share (the bridge, the mirror, the NFS server)."""
+    started: list[int] = []
+    joined: dict[str, dict[str, Any]] = {}
+    futures = {}
+    with ThreadPoolExecutor(len(NODES)) as pool:
+        try:
+            for index in NODES:
+                name = vmnode.node_layout(index).name
+                if vmjoin.joined(index):
+                    joined[name] = {"reused": True}
+                    continue
+                started.append(index)
+                futures[name] = pool.submit(vmjoin.join, index, cpus=VM_CPUS, memory_mib=VM_MEMORY_MIB)
+                # the next node boots once this one's qemu runs (or its join ended: its error is raised below)
+                state = vmnode.state_file(vmnode.node_layout(index))
+                while not futures[name].done() and '"pid"' not in (state.read_text() if state.is_file() else ""):
+                    time.sleep(1)
+            for name, future in futures.items():
+                joined[name] = future.result()
+            yield joined
+        finally:
+            for future in futures.values():
+                future.cancel()
+            for index in reversed(started) if not KEEP else ():
+                vmjoin.leave(index)
+
+
+@pytest.fixture(scope="module")
+def cluster(kube: Kube, vm_nodes: dict[str, dict[str, Any]],
+            tmp_path_factory: pytest.TempPathFactory) -> Iterator[VmCluster]:  # fmt: skip
+    tmp = tmp_path_factory.mktemp("nodes")
+    kept = kube.kubectl("get", "namespace", "-l", KEEP_LABEL, "-o", "name", check=False).split()
+    if KEEP and kept:
+        namespace = kept[0].removeprefix("namespace/")
+        key = vmnode.vm_dir() / "nodes-tier-key"
+        yield VmCluster(kube, namespace, key, tmp, vm_nodes)
+        return
+    key = new_ssh_key(tmp / "id_ed25519", "warden-nodes")
+    if KEEP:
+        key = new_ssh_key(vmnode.vm_dir() / "nodes-tier-key", "warden-nodes")
+    suffix = uuid.uuid4().hex[:6]
+    namespace = f"warden-nodes-{suffix}"
+    operator = f"op-{suffix}"
+    values: dict[str, Any] = {
+        "nameOverride": NAME,
+        # the jail and slurmctld's state on NFS (every node mounts them; the host node has no NFS client)
+        "jail": {"storageClassName": NFS, "size": "4Gi", "retainOnDelete": False, "populate": on(2)},
+        "controller": {"stateVolume": {"storageClassName": NFS}, **on(1)},
+        "login": {"sshAuthorizedKeys": [key.with_suffix(".pub").read_text().strip()],
+                  "service": {"type": "NodePort"}, **on(1)},
+        "accounting": {"mode": "Disabled"},
+        # a powered-off node is DOWN after 30 s, not Slurm's default 300 (the node-death test waits for it)
+        "slurmConfig": {"extraLines": ["SlurmdTimeout=30"]},
+        "workerGroups": [{"name": "a", "replicas": 1, "resources": WORKER_RESOURCES, **on(1)},
+                         {"name": "b", "replicas": 1, "resources": WORKER_RESOURCES, **on(2)}],
+    }  # fmt: skip
+    t0 = time.monotonic()
+    kube.apply([{"apiVersion": "v1", "kind": "Namespace",
+                 "metadata": {"name": namespace, "labels": {KEEP_LABEL: "true"} if KEEP else {}}}])  # fmt: skip
+    try:
+        install_charts(kube, namespace, namespace, values, tmp / "values.json", operator_release=operator,
+                       crds="chart")  # fmt: skip
+        wait_slurmcluster_ready(kube, namespace, NAME, timeout=1200)
+        print(f"\nSlurmCluster {namespace}/{NAME} on VM nodes Ready {time.monotonic() - t0:.0f}s after helm install")
+        yield VmCluster(kube, namespace, key, tmp, vm_nodes)
+    finally:
+        if not KEEP:
+            uninstall_charts(kube, namespace, NAME, operator, "slurm-operator-crds")
+            kube.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
+
+
+def test_what_ran_where(cluster: VmCluster) -> None:
+    """The list of nodes this tier ran on, read from each node: kernel, cgroup version, AppArmor mode."""
+    rows = []
+    for pod in (f"{NAME}-controller-0", f"{NAME}-login-0"):
+        node = cluster.pod_node(pod)
+        assert node == vmnode.node_layout(1).name, f"{pod} runs on {node}"
+    for name in [vmnode.node_layout(i).name for i in NODES]:
+        facts = node_facts(cluster.kube, name)
+        rows.append(facts)
+    print("\n" + json.dumps({"nodes": rows, "joins": cluster.nodes}, indent=1, default=str))
+
+
+WORKER_A, WORKER_B = f"{NAME}-worker-a-0", f"{NAME}-worker-b-0"
+
+
+@pytest.fixture(scope="module")
+def ada(cluster: VmCluster) -> Path:
+    """A user made on the login node (first VM node)."""
+    return cluster.make_user("ada")
+
+
+def test_one_jail_two_nodes_a_users_file_and_a_job_across_both(cluster: VmCluster, ada: Path) -> None:
+    """The jail is one NFS volume: what a user writes on the login node (VM node 1) is there, with its
+    owner and mode, for her step on the other VM node; a 2-node step runs on both at once."""
+    assert cluster.pod_node(WORKER_A) == vmnode.node_layout(1).name
+    assert cluster.pod_node(WORKER_B) == vmnode.node_layout(2).name
+    cluster.as_user("ada", ada, "umask 027; echo written-on-login > ~/note; mkdir -p ~/d && chmod 700 ~/d")
+    out = cluster.as_user("ada", ada, f"srun -N1 -w {WORKER_B} stat -c '%U %G %a %n' ~/note ~/d; "
+                                      f"srun -N1 -w {WORKER_B} cat ~/note")  # fmt: skip
+    assert "ada ada 640" in out and "ada ada 700" in out and "written-on-login" in out, out
+    # and back: written by the step on node 2, read on the login node
+    cluster.as_user("ada", ada, f"srun -N1 -w {WORKER_B} sh -c 'hostname > ~/from-b'")
+    assert cluster.as_user("ada", ada, "cat ~/from-b").strip() == WORKER_B
+    both = cluster.as_user("ada", ada, "srun -N2 -l hostname | sort")
+    assert both.split() == ["0:", WORKER_A, "1:", WORKER_B], both
+
+
+def test_cgroup_v2_a_step_past_its_memory_is_killed_alone_and_cores_are_pinned(cluster: VmCluster, ada: Path) -> None:
+    """On a cgroup v2 node (slurmd's cgroup/v2 plugin in the worker pod): a step that goes past --mem is
+    killed by the kernel's OOM killer while the job's other step finishes; a step given one core of two
+    runs on that core only."""
+    script = f"""#!/bin/bash
+#SBATCH -N1 -w {WORKER_A} --mem=400M -o /home/ada/oom.out
+srun --overlap --mem=100M bash -c 'sleep 15; echo survivor-finished' &
+sleep 2
+srun --overlap --mem=100M python3 -c 'x = bytearray(600 * 2**20); print("hog-survived")'
+echo "hog-exit=$?"
+wait
+"""
+    cluster.as_user("ada", ada, f"cat > ~/oom.sh <<'EOF'\n{script}EOF\nsbatch --parsable ~/oom.sh")
+    out = eventually("the job's output, both steps ended",
+                     lambda: cluster.as_user("ada", ada, "cat ~/oom.out 2>/dev/null; true"),
+                     lambda o: "survivor-finished" in o and "hog-exit=" in o, timeout=240)  # fmt: skip
+    assert "hog-survived" not in out and "hog-exit=0" not in out, out
+    assert "oom" in out.lower(), out  # slurmstepd: "Detected 1 oom_kill event in StepId=..."
+    one = cluster.as_user("ada", ada, f"srun -N1 -w {WORKER_A} -c1 grep Cpus_allowed_list /proc/self/status")
+    two = cluster.as_user("ada", ada, f"srun -N1 -w {WORKER_A} -c2 grep Cpus_allowed_list /proc/self/status")
+    assert _cpus(two) in ("0-1", "0,1"), two
+    assert _cpus(one) in ("0", "1"), one
+    where = cluster.as_user("ada", ada, f"srun -N1 -w {WORKER_A} cat /proc/self/cgroup")
+    assert where.startswith("0::/") and "step_" in where, where  # one cgroup v2 hierarchy, a step's own cgroup
+
+
+def _cpus(status_line: str) -> str:
+    return status_line.split(":")[1].strip()
+
+
+def test_the_login_node_on_an_apparmor_node_has_a_working_jail(cluster: VmCluster, ada: Path) -> None:
+    """The login container runs confined by AppArmor (the node has it on) and its jail's binds hold: the
+    session sees the cluster's Slurm config and Slurm answers."""
+    out = cluster.as_user(
+        "ada", ada, "cat /proc/self/attr/current; echo; test -s /etc/slurm/slurm.conf && sinfo -h -o %D"
+    )
+    lines = out.split()
+    assert lines[-1] == "2", out
+
+
+def _slurm_node(cluster: VmCluster, ada: Path, node: str) -> str:
+    return cluster.as_user("ada", ada, f"sinfo -h -N -n {node} -o '%T|%E'").strip()
+
+
+def _fields(line: str) -> dict[str, str]:
+    return dict(f.split("=", 1) for f in line.split() if "=" in f)
+
+
+def _job(cluster: VmCluster, ada: Path, job: str) -> dict[str, str]:
+    return _fields(cluster.as_user("ada", ada, f"scontrol show job {job} -o"))
+
+
+def test_a_node_powered_off_under_a_two_node_job(cluster: VmCluster, ada: Path) -> None:
+    """VM node 2 is powered off hard while a 2-node job runs on it and on node 1. Slurm marks its node
+    DOWN with a reason, the job is requeued (never silently lost), users run on the node left at once; the
+    admin's out-of-service taint (Kubernetes' non-graceful node shutdown) frees the pod stuck there; the
+    node back, the worker comes back and the requeued job runs again."""
+    job = cluster.as_user("ada", ada, "sbatch --parsable -N2 --requeue -o /home/ada/two-%j.out "
+                                      "--wrap 'srun sleep 900'").strip()  # fmt: skip
+    eventually(f"job {job} running on both nodes", lambda: _job(cluster, ada, job).get("JobState", ""),
+               lambda s: s == "RUNNING", timeout=120)  # fmt: skip
+    layout = vmnode.node_layout(2)
+    pid = int(vmnode.NodeState(layout).data["pid"])
+    t0 = time.monotonic()
+    os.kill(pid, 9)  # the power cord: no shutdown, no goodbye to the API server or slurmctld
+    timings: dict[str, float] = {}
+
+    down = eventually(f"{WORKER_B} DOWN in Slurm with a reason", lambda: _slurm_node(cluster, ada, WORKER_B),
+                      lambda s: s.split("|")[0].startswith("down") and s.split("|")[1] not in ("", "none"),
+                      timeout=180)  # fmt: skip
+    timings["slurm_node_down_s"] = time.monotonic() - t0
+    requeued = eventually(f"job {job} requeued", lambda: cluster.as_user("ada", ada, f"scontrol show job {job} -o"),
+                          lambda j: " Restarts=1 " in j and "JobState=COMPLETED" not in j
+                          and "JobState=FAILED" not in j and "JobState=CANCELLED" not in j, timeout=180)  # fmt: skip
+    timings["job_requeued_s"] = time.monotonic() - t0
+    cluster.as_user("ada", ada, f"srun -N1 -w {WORKER_A} true", timeout=120)
+    timings["users_run_again_s"] = time.monotonic() - t0
+
+    # Kubernetes: the node goes NotReady; its pod stays (Terminating/Unknown) until the admin says the node
+    # is gone for good (docs/operations.md, "A node dies")
+    kube = cluster.kube
+    eventually(f"{layout.name} NotReady", lambda: json.dumps(kube.json("get", "node", layout.name)["status"]),
+               lambda s: '"type": "Ready", "status": "Unknown"' in s or '"status": "Unknown", "type": "Ready"' in s
+               or "NodeStatusUnknown" in s, timeout=180)  # fmt: skip
+    timings["k8s_node_not_ready_s"] = time.monotonic() - t0
+    old_uid = kube.json("-n", cluster.namespace, "get", "pod", WORKER_B)["metadata"]["uid"]
+    kube.kubectl("taint", "node", layout.name, "node.kubernetes.io/out-of-service=nodeshutdown:NoExecute")
+
+    def replaced() -> str:
+        out = kube.kubectl("-n", cluster.namespace, "get", "pod", WORKER_B, "-o", "jsonpath={.metadata.uid}",
+                           check=False)  # fmt: skip
+        return out.strip()
+
+    eventually(f"{WORKER_B}'s pod freed from the dead node", replaced, lambda u: u != old_uid, timeout=180)
+    timings["pod_freed_after_taint_s"] = time.monotonic() - t0
+
+    # the node comes back (a new VM of the same name), the worker with it, then the job
+    vmjoin.leave(2)
+    vmjoin.join(2, cpus=VM_CPUS, memory_mib=VM_MEMORY_MIB)
+    timings["node_back_s"] = time.monotonic() - t0
+    eventually(f"{WORKER_B} back in Slurm", lambda: _slurm_node(cluster, ada, WORKER_B),
+               lambda s: s.split("|")[0] in ("idle", "mixed", "allocated"), timeout=600)  # fmt: skip
+    eventually(f"job {job} running again on two nodes", lambda: _job(cluster, ada, job).get("JobState", ""),
+               lambda s: s == "RUNNING", timeout=300)  # fmt: skip
+    timings["job_running_again_s"] = time.monotonic() - t0
+    cluster.as_user("ada", ada, f"scancel {job}")
+    job_state = {k: v for k, v in _fields(requeued).items() if k in ("JobState", "Reason", "Restarts")}
+    print(
+        "\nnode death: " + json.dumps({"slurm": down, "job": job_state, **{k: round(v, 1) for k, v in timings.items()}})
+    )
