@@ -354,7 +354,12 @@ def own_files() -> dict[str, str]:
         f"GraceTime={GRACE_S} State=UP\n"
         f"PartitionName={HIGH} Nodes={workers} Default=NO PriorityTier=2 State=UP\n"
     )
-    return {"slurm.conf": conf, "job_submit.lua": job_submit_lua(cluster)}
+    # the script as a cluster whose spec.bridge names that partition renders it (its shared group sized so)
+    shared = {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"cpu": "2", "memory": "1Gi"}}
+    bridged = {**OWN_SPEC, "workerGroups": [{"name": "cpu", "replicas": 1, "resources": shared}],
+               "bridge": {"enabled": True, "workerGroups": ["cpu"], "partition": BRIDGE}}  # fmt: skip
+    lua = job_submit_lua(Cluster(name="bridge", namespace="dataplane", spec=parse_spec(bridged)))
+    return {"slurm.conf": conf, "job_submit.lua": lua}
 
 
 @pytest.fixture(scope="module")
@@ -433,6 +438,30 @@ def test_job_submit_lua_holds_the_bridges_user_to_external_jobs(own: DockerClust
     assert log.count(f"refused a job by {naming.BRIDGE_USER} (uid {naming.BRIDGE_UID})") == 2, log
     # other users are not held to it: root's batch job is taken
     assert own.exec(ctl, "sbatch -t 1 --chdir=/tmp --parsable --wrap true").out.strip().isdigit()
+
+
+def test_the_bridges_partition_takes_no_one_elses_jobs(own: DockerCluster) -> None:
+    """An ordinary user's `sbatch -p k8s -t UNLIMITED` (the partition has no time limit of its own and its
+    nodes run tenants' pods) is refused by job_submit.lua, saying why, as is moving a job there; the same
+    user's job elsewhere is taken, and so are the bridge's placeholders (the tests above)."""
+    ctl, user = own.names.controller_pod, "carol"
+    # an ordinary user slurmctld knows (as it would a jail's or a directory's): nobody's uid it rejects
+    own.exec(ctl, f"id {user} || useradd --uid 5001 --no-create-home --shell /bin/sh {user}")
+    key = own.secrets[own.names.jwt_key][naming.JWT_KEY].encode()
+    jwt = mint_token(key, user, lifetime_s=120)
+    sbatch = f"SLURM_JWT={jwt} sbatch --chdir=/tmp --parsable -t UNLIMITED -o /dev/null --wrap true"
+    refused = own.exec(ctl, f"{sbatch} -p {BRIDGE}", user=user, check=False)
+    assert not refused.ok and f"partition {BRIDGE} takes the bridge's placeholders" in refused.err, refused
+    taken = own.exec(ctl, f"{sbatch} -p cpu --hold", user=user, check=False)
+    assert taken.ok and taken.out.strip().isdigit(), taken
+    job = taken.out.strip()
+    try:
+        moved = own.exec(ctl, f"SLURM_JWT={jwt} scontrol update jobid={job} partition={BRIDGE}", user=user,
+                         check=False)  # fmt: skip
+        assert not moved.ok, moved
+    finally:
+        own.exec(ctl, f"scancel {job}", check=False)
+    assert "refused a job of uid 5001 in the bridge's partition" in own.logs(ctl, tail=200)
 
 
 def test_external_nodes_and_their_jobs_outlive_a_reconfigure(own: DockerCluster) -> None:

@@ -20,7 +20,7 @@ from warden.main import service_account
 from warden.model import BRIDGE_CEL_RULES, parse_spec
 from warden.reconcile import validation_message
 from warden.render.cluster import render
-from warden.render.config import slurm_conf
+from warden.render.config import job_submit_lua, slurm_conf
 from warden.render.context import Cluster, ServiceAccountRef
 from warden.slurm.rest import token_claims
 
@@ -161,6 +161,15 @@ def test_slurm_conf_gets_the_bridges_partition_of_its_groups_nodesets() -> None:
                               {"name": "gpu-a", "resources": SHARED_RESOURCES}])  # fmt: skip
     assert _partition_lines(_cluster(two))[-1] == "PartitionName=pods Nodes=ns_cpu,ns_gpu_a Default=NO" \
         " MaxTime=UNLIMITED State=UP"  # fmt: skip
+
+
+def test_job_submit_lua_keeps_the_bridges_partition_to_the_bridge() -> None:
+    """The partition (no time limit of its own, tenants' pods on its nodes) takes the bridge's placeholders;
+    root and SlurmUser may, nobody else (the real slurmctld runs it: tests/dataplane/test_bridge_slurm.py)."""
+    script = job_submit_lua(_cluster(_spec(bridge={"enabled": True, "workerGroups": ["cpu"], "partition": "pods"})))
+    assert 'local BRIDGE_PARTITION = "pods"\n' in script and "local SLURM_UID = 64030\n" in script
+    assert script.count("if outside_bridge(") == 2  # submissions and changes
+    assert 'local BRIDGE_PARTITION = ""\n' in job_submit_lua(_cluster(_spec(bridge={"enabled": False})))
 
 
 def test_without_an_enabled_bridge_slurm_conf_is_what_it_was() -> None:

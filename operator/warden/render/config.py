@@ -136,11 +136,14 @@ def topology_conf(cluster: Cluster) -> str:
 
 
 def job_submit_lua(cluster: Cluster) -> str:
-    """slurmctld's job_submit/lua script: the read-only users' jobs are refused (``warden.tokens``), and the
-    bridge's user submits external jobs and nothing else (``warden.bridge``)."""
+    """slurmctld's job_submit/lua script: the read-only users' jobs are refused (``warden.tokens``), the
+    bridge's user submits external jobs and nothing else, and nobody else (root aside) submits to the
+    bridge's partition (``warden.bridge``)."""
+    bridge = cluster.spec.active_bridge
     return _render(
         "job_submit.lua.j2", **_common(cluster), reader_user=naming.READER_USER, reader_uid=naming.READER_UID,
         bridge_user=naming.BRIDGE_USER, bridge_uid=naming.BRIDGE_UID, external_job_bit=naming.EXTERNAL_JOB_FLAG,
+        bridge_partition=bridge.partition if bridge is not None else "", slurm_uid=SLURM_USER_UID,
     )  # fmt: skip
 
 
@@ -294,6 +297,8 @@ SSSD_MIN_ID = 1000
 #: ids at or above SSSD_MIN_ID of the images' own system accounts: SlurmUser (`slurm`, 64030 from the Debian
 #: package, the same in every image and the jail), the bridge's and the exporter's Slurm users, nobody/nogroup
 SYSTEM_IDS = (64030, naming.BRIDGE_UID, naming.READER_UID, 65534)
+#: SlurmUser's uid (`slurm`, from the Debian package's sysusers.d entry: the same in every image and the jail)
+SLURM_USER_UID = SYSTEM_IDS[0]
 #: their names (and root's), which SSSD's NSS responder never answers for
 SYSTEM_USERS = ("root", "slurm", naming.BRIDGE_USER, naming.READER_USER, "nobody")
 SYSTEM_GROUPS = ("root", "slurm", "nogroup")
