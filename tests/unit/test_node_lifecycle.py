@@ -54,6 +54,7 @@ class FakeProcesses:
         self.signals: list[tuple[int, int]] = []
         self._ended: dict[int, int] = {}
         self._alive: set[int] = {KEEPER}
+        self.restarting = False
         self._lock = threading.Lock()
 
     def run(self, argv: Sequence[str], timeout: float) -> CommandResult:
@@ -85,6 +86,10 @@ class FakeProcesses:
             self.exit(pid, 0)
         elif sig == signal.SIGHUP and pid == SLURMD and NODE not in self.slurm.nodes:
             self.register()
+
+    def catches(self, pid: int, sig: int) -> bool:
+        """slurmd catches SIGHUP unless it is executing itself again (``restarting``, a reconfigure)."""
+        return not (pid == SLURMD and sig == signal.SIGHUP and self.restarting)
 
     def exit(self, pid: int, code: int) -> None:
         with self._lock:
@@ -418,6 +423,35 @@ def test_the_config_is_reloaded_only_when_it_changed(
     seen = len(looks)
     wait_until("ten more looks", lambda: len(looks) >= seen + 10)
     assert w.procs.sent(signal.SIGHUP) == 1, "reloaded again without a change"
+
+
+def test_a_reload_waits_for_a_restarting_slurmd_to_catch_sighup(settings: Settings, supervise: Start) -> None:
+    """slurmctld's reconfigure reached slurmd first: it executes itself again, and until it has set its handlers
+    a SIGHUP would end it (SIGHUP's default action; slurmd exits 129). The supervisor's SIGHUP waits."""
+    w = supervise(settings)
+    wait_until("slurmd to register", lambda: NODE in w.fake.nodes)
+    w.procs.restarting = True
+    conf = settings.config_dir / "slurm.conf"
+    conf.write_text(conf.read_text() + "MessageTimeout=17\n")
+    wait_until(
+        "the new files installed", lambda: "MessageTimeout=17" in (settings.slurm_etc / "slurm.conf").read_text()
+    )
+    time.sleep(0.3)
+    assert w.procs.sent(signal.SIGHUP) == 0, "SIGHUP sent to a slurmd that does not catch it"
+    w.procs.restarting = False
+    wait_until("slurmd to get SIGHUP", lambda: w.procs.sent(signal.SIGHUP) == 1)
+
+
+def test_whether_a_process_catches_a_signal_is_read_from_proc() -> None:
+    from warden.node.supervisor import Children
+
+    previous = signal.signal(signal.SIGUSR2, signal.SIG_DFL)
+    try:
+        assert not Children().catches(os.getpid(), signal.SIGUSR2)
+        signal.signal(signal.SIGUSR2, lambda *_: None)
+        assert Children().catches(os.getpid(), signal.SIGUSR2)
+    finally:
+        signal.signal(signal.SIGUSR2, previous)
 
 
 def test_a_failed_reload_is_retried(settings: Settings, supervise: Start) -> None:

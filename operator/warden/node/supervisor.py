@@ -42,6 +42,10 @@ from warden.slurm.model import Node, SlurmError
 
 Log = Callable[[str], None]
 
+#: how long a SIGHUP for slurmd waits for slurmd to catch SIGHUP again (it re-executes itself on a reconfigure)
+HUP_WAIT_S = 30.0
+HUP_POLL_S = 0.05
+
 
 def log_line(component: str = "worker") -> Log:
     """The entrypoints' ``warden_log``: ``[worker] message`` on stderr."""
@@ -60,6 +64,10 @@ class Processes(Protocol):
     def start(self, argv: Sequence[str]) -> int: ...
 
     def signal(self, pid: int, sig: int) -> None: ...
+
+    def catches(self, pid: int, sig: int) -> bool:
+        """Whether the process has a handler for ``sig`` now (a signal it does not catch may end it)."""
+        ...
 
     def reap(self) -> dict[int, int]:
         """Every child that ended since the last call, as {pid: wait status}."""
@@ -102,6 +110,18 @@ class Children:
 
     def signal(self, pid: int, sig: int) -> None:
         os.kill(pid, sig)
+
+    def catches(self, pid: int, sig: int) -> bool:
+        """SigCgt of /proc/<pid>/status (a bit mask, bit ``sig - 1``); True when it cannot be read (the
+        signal then finds no process, or the kernel shows none)."""
+        try:
+            with open(f"/proc/{pid}/status") as status:
+                for line in status:
+                    if line.startswith("SigCgt:"):
+                        return bool(int(line.split()[1], 16) >> (sig - 1) & 1)
+        except (OSError, ValueError, IndexError):
+            pass
+        return True
 
     def reap(self) -> dict[int, int]:
         ended: dict[int, int] = {}
@@ -276,7 +296,24 @@ class Supervisor:
         except (FilesError, OSError) as e:
             self.log(f"config: error: {e}")
             return False
-        return self.slurmd_pid is not None and self._signal(self.slurmd_pid, signal.SIGHUP)
+        return self.hup_slurmd()
+
+    def hup_slurmd(self) -> bool:
+        """SIGHUP to slurmd, once slurmd catches it. A reconfigure (slurmctld's own, pushed to every slurmd
+        when the controller's files changed, or this supervisor's) makes slurmd execute itself again in place;
+        until the new image has set its handlers, SIGHUP's default action ends it, and the container with
+        it (running jobs lost). The supervisor's SIGHUP, landing in that moment, did so."""
+        pid = self.slurmd_pid
+        if pid is None:
+            return False
+        deadline = self.clock() + HUP_WAIT_S
+        while not self.procs.catches(pid, signal.SIGHUP):
+            if self.clock() >= deadline:
+                self.log(f"config: slurmd has not caught SIGHUP for {HUP_WAIT_S:g}s (restarting?); trying again later")
+                return False
+            if self._stop.wait(HUP_POLL_S):
+                return False
+        return self._signal(pid, signal.SIGHUP)
 
     def drain_for_driver(self) -> None:
         """A GPU worker whose job steps cannot get the driver takes no jobs: drained, with the reason, as
@@ -315,5 +352,4 @@ class Supervisor:
                 except SlurmError as e:
                     self.log(f"gres: {e}")
                     continue
-                if self.slurmd_pid is not None:
-                    self._signal(self.slurmd_pid, signal.SIGHUP)
+                self.hup_slurmd()
