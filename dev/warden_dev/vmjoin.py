@@ -50,7 +50,7 @@ LOGS_MOUNT = "/var/log/warden"
 #: the read-only registry mirror on the bridge's address (the local registry listens on loopback only)
 MIRROR_PORT = 5000
 #: Warden's AppArmor profiles (spec.security.appArmorProfile: Warden), loaded on every VM node as an admin
-#: loads them on theirs (docs/security.md, "AppArmor")
+#: loads them on theirs (docs/nodes.md, "AppArmor")
 APPARMOR_PROFILES = REPO_ROOT / "charts" / "slurm-cluster" / "files" / "apparmor"
 #: the local cluster's own names, repeated here so this module imports nothing of localcluster's
 #: (localcluster imports this one for `make up NODES=N`)

@@ -49,10 +49,11 @@ from typing import Any
 from warden_dev.controlplane import SERVICE_CIDR, cache_dir
 
 VM_SUITE = "trixie"
-#: installed by apt inside the debootstrapped root (minbase has no kernel, init or network tools)
+#: installed by apt inside the debootstrapped root (minbase has no kernel, init or network tools); pigz:
+#: containerd unpacks gzip layers with unpigz when it is there (image pulls are the slowest part of a node under TCG)
 ROOT_PACKAGES = ("linux-image-amd64", "initramfs-tools", "zstd", "kmod", "containerd", "runc", "nfs-common",
                  "apparmor", "iproute2", "iptables", "tini", "procps", "ca-certificates",
-                 "containernetworking-plugins", "conntrack", "ethtool", "socat")  # fmt: skip
+                 "containernetworking-plugins", "conntrack", "ethtool", "socat", "pigz")  # fmt: skip
 #: the initramfs holds only what finds and mounts the root (Debian's default, MODULES=most, is 37 MB and
 #: every module udev loads from it costs seconds under TCG); zstd is initramfs-tools' own default
 INITRAMFS_CONF = "MODULES=list\nCOMPRESS=zstd\n"

@@ -65,14 +65,14 @@ warden_hide_processes
 
 # sackd (its 24.11 usage text omits -D) serves /run/slurm/sack.socket; the jail sees it through the bind below
 warden_start_sackd
-warden_jail_binds
+warden_jail_binds || warden_die "$WARDEN_BIND_DENIED"
 # SSH sessions are chrooted, not moved by the SPANK plugin: give them the pod's /proc (ps, top, htop,
 # bash's /dev/fd -> /proc/self/fd) and /dev (ptys for interactive sessions) the way the plugin gives
 # them to job steps: recursive binds, so the runtime's masked and read-only parts of /proc stay so.
 for d in /proc /dev; do
     mountpoint -q "$WARDEN_JAIL$d" && continue
     mount --rbind "$d" "$WARDEN_JAIL$d" && warden_log "jail: bound $d at $WARDEN_JAIL$d (recursive)" ||
-        warden_log "warning: cannot bind $d at $WARDEN_JAIL$d; ps and ptys will not work in sessions"
+        warden_die "cannot bind $d at $WARDEN_JAIL$d: $WARDEN_BIND_DENIED"
 done
 
 /usr/sbin/sshd -D -e "$@" &

@@ -12,7 +12,7 @@
 # WARDEN_POPULATE_OVERWRITE=once:<id> (what the operator's Job sets for `jail.populate.overwrite`)
 # overwrites once per <id>: the sentinel records it, and a run with the same <id> does nothing.
 # Keeps permissions, ownership (numeric ids), hard links, ACLs and xattrs (file capabilities):
-# rsync -aHAX --numeric-ids.
+# rsync -aHAX --numeric-ids (tar with the same into an empty volume: fewer round trips on NFS).
 # Slurm upgrades: run (without overwrite) over a jail populated with an older Slurm than the image's,
 # it copies nothing and upgrades the jail's Slurm packages in place instead (dpkg -i, chrooted into
 # the jail, of the image's /usr/share/warden/slurm-debs that the jail lacks): users' files, accounts
@@ -161,7 +161,16 @@ else
     log "populating $dst from $src ($release)${kept:+, keeping:$kept}"
 fi
 rm -f "$sentinel"
-rsync "${args[@]}" "$src/" "$dst/"
+if [ -z "$(find "$dst" -mindepth 1 -maxdepth 1 ! -name lost+found -print -quit)" ]; then
+    # A first copy into an empty volume: one tar stream, each file written once where it belongs. rsync
+    # writes each file to a temporary name and renames it: on a network volume (NFS) that is several
+    # round trips more per file, for 11,000 files. Same result: modes, numeric owners, hard links, ACLs,
+    # xattrs (file capabilities).
+    tar_args=(--numeric-owner --acls --xattrs --xattrs-include='*' --one-file-system)
+    (cd "$src" && tar "${tar_args[@]}" -cf - .) | (cd "$dst" && tar "${tar_args[@]}" -xpf -)
+else
+    rsync "${args[@]}" "$src/" "$dst/"
+fi
 # Mount points the pods bind over, made here (the one writer) rather than by each pod at start: the
 # node's driver directory on GPU workers (jail images other than Warden's lack it), and the files a
 # container image cannot carry (Docker mounts its own /etc/hosts and friends over them while building).

@@ -245,7 +245,7 @@ warden_client_config() {
 WARDEN_JAIL_BOUND=()
 
 warden_jail_binds() {
-    local client="$WARDEN_CLIENT_CONFIG" pair
+    local client="$WARDEN_CLIENT_CONFIG" pair failed=
     [ -d "$WARDEN_JAIL" ] || { warden_log "jail: $WARDEN_JAIL missing; no bind mounts"; return 0; }
     warden_jail_populated || warden_log "jail: warning: $WARDEN_JAIL is not populated yet"
     # /run/slurm belongs to whoever serves its SACK socket: sackd (SlurmUser) on login nodes; slurmd
@@ -260,9 +260,17 @@ warden_jail_binds() {
     for pair in "$client:/etc/slurm:ro" "/run/slurm:/run/slurm:rw" \
         "/etc/resolv.conf:/etc/resolv.conf:ro" "/etc/hosts:/etc/hosts:ro" "/etc/hostname:/etc/hostname:ro" \
         ${sss[@]+"${sss[@]}"} "$@"; do
-        if warden_jail_bind "$pair" bound; then WARDEN_JAIL_BOUND+=("$pair"); fi
+        if warden_jail_bind "$pair" bound; then WARDEN_JAIL_BOUND+=("$pair"); else failed=1; fi
     done
+    return "${failed:-0}"
 }
+
+# What a pod says when the jail's binds fail, and stops on (it never goes Ready without them: sessions and
+# steps would see no Slurm config, no DNS, no /proc).
+# shellcheck disable=SC2034  # used by the entrypoints that source this file
+WARDEN_BIND_DENIED="the jail's bind mounts were refused: the container needs CAP_SYS_ADMIN, and on a node with \
+AppArmor the runtime's default profile denies mount (load Warden's profiles and set \
+spec.security.appArmorProfile: Warden, or set it to Unconfined; docs/nodes.md, \"AppArmor\")"
 
 # One "src:dst:mode" bind of this pod's file or directory src at $WARDEN_JAIL/dst (this container's
 # mount namespace only); nothing to do when dst is a mount point already. $2: the verb for the log.

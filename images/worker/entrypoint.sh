@@ -128,7 +128,7 @@ if [ "$cgroup_mode" = yes ]; then
 fi
 
 # batch scripts (spool dir) and the SACK socket must be reachable from inside the jail
-WARDEN_RUN_SLURM_OWNER=root warden_jail_binds "$spool:$spool:rw"
+WARDEN_RUN_SLURM_OWNER=root warden_jail_binds "$spool:$spool:rw" || warden_die "$WARDEN_BIND_DENIED"
 
 # slurmstepd opens a step's files in the jail (the SPANK plugin moves its main thread there for it),
 # except for srun steps with an MPI plugin, which it opens in this container: show the jail's shared

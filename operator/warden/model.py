@@ -1322,7 +1322,7 @@ class Security(Spec):
         description="AppArmor of login and worker pods on nodes that have it on (Ubuntu, Debian): `Warden` confines "
         "them by Warden's own profiles `warden-login` and `warden-worker` (the runtime's default rules plus the "
         "mounts the jail is made of), which must be loaded on those nodes first (the chart's files/apparmor, "
-        'docs/security.md "AppArmor"); `Unconfined`: none. Unset: login pods unconfined, workers as '
+        'docs/nodes.md "AppArmor"); `Unconfined`: none. Unset: login pods unconfined, workers as '
         "workerAppArmorUnconfined says. The runtime's default profile denies every jail bind: never that.",
     )
     max_token_lifespan_seconds: int = Field(
