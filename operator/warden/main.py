@@ -145,6 +145,7 @@ def main(argv: list[str] | None = None) -> int:
                                args.leader_election_lease, args.leader_election_identity, args.liveness,
                                Timing.for_lease(args.leader_election_lease_duration))  # fmt: skip
         log.info("leader election: %s acts from now on", args.leader_election_identity)
+        kopf.on.startup()(standby.resign_on_sigterm(elector))
     try:
         kopf.run(
             standalone=True,  # the election is ours (warden.leader): kopf's peering is no lease

@@ -153,3 +153,11 @@ def test_of_two_operators_only_the_leader_acts_a_frozen_one_is_replaced_and_exit
     said = _said(api_client, ns)
     assert any(reason == "Reconciled" for reason, _, _ in said), said
     assert sorted(k for k in set(said) if said.count(k) > 1) == [], said
+
+    # a clean stop (SIGTERM: the pod deleted) hands the Lease back at once, for a standby's next look
+    assert b.proc is not None
+    stopping = time.monotonic()
+    os.kill(b.proc.pid, signal.SIGTERM)
+    assert b.proc.wait(timeout=15) == 0
+    assert not _lease(api_client, ns).holder_identity
+    assert time.monotonic() - stopping < 5
