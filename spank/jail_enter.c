@@ -227,6 +227,29 @@ static int bind_one(int rootfd, const char *root, const struct jail_mount *m,
 	return 0;
 }
 
+/*
+ * In the jail: to "/", then to `cwd` (the task's or the step's working
+ * directory), or stay at "/" with a note when `cwd` is not usable there.
+ */
+static int enter_cwd(const char *cwd, char *err, size_t errlen, char *note,
+		     size_t notelen)
+{
+	if (chdir("/") < 0)
+		return jail_fail(err, errlen, "chdir to '/' in the jail: %s",
+				 strerror(errno));
+	if (cwd && cwd[0] == '/' && strcmp(cwd, "/") != 0 && chdir(cwd) < 0) {
+		if (note && notelen > 0)
+			(void)snprintf(note, notelen,
+				       "working directory '%s' is not usable "
+				       "in the jail (%s); starting in '/'",
+				       cwd, strerror(errno));
+		if (chdir("/") < 0)
+			return jail_fail(err, errlen, "chdir to '/' in the "
+					 "jail: %s", strerror(errno));
+	}
+	return 0;
+}
+
 int jail_enter(const struct jail_config *cfg, const char *cwd,
 	       char *err, size_t errlen, char *note, size_t notelen)
 {
@@ -293,23 +316,8 @@ int jail_enter(const struct jail_config *cfg, const char *cwd,
 		jail_fail(err, errlen, "detach the old root: %s", strerror(errno));
 		goto out;
 	}
-	if (chdir("/") < 0) {
-		jail_fail(err, errlen, "chdir to '/' in the jail: %s",
-		     strerror(errno));
+	if (enter_cwd(cwd, err, errlen, note, notelen) < 0)
 		goto out;
-	}
-	if (cwd && cwd[0] == '/' && strcmp(cwd, "/") != 0 && chdir(cwd) < 0) {
-		if (note && notelen > 0)
-			(void)snprintf(note, notelen,
-				       "working directory '%s' is not usable "
-				       "in the jail (%s); starting in '/'",
-				       cwd, strerror(errno));
-		if (chdir("/") < 0) {
-			jail_fail(err, errlen, "chdir to '/' in the jail: %s",
-			     strerror(errno));
-			goto out;
-		}
-	}
 	rc = 0;
 out:
 	if (rootfd >= 0 && close(rootfd) < 0 && rc == 0)
@@ -354,12 +362,9 @@ int jail_view_leave(struct jail_return *back, char *err, size_t errlen)
 	return rc;
 }
 
-int jail_view_enter(const struct jail_config *cfg, const char *cwd,
-		    struct jail_return *back, char *err, size_t errlen,
-		    char *note, size_t notelen)
+/* Keep the way back (namespace and cwd) before a view is entered. */
+static int keep_way_back(struct jail_return *back, char *err, size_t errlen)
 {
-	char ignored[JAIL_ERR_MAX];
-
 	back->mntns = open("/proc/thread-self/ns/mnt", O_RDONLY | O_CLOEXEC);
 	if (back->mntns < 0)
 		return jail_fail(err, errlen, "open /proc/thread-self/ns/mnt: "
@@ -371,17 +376,81 @@ int jail_view_enter(const struct jail_config *cfg, const char *cwd,
 		forget(back);
 		return -1;
 	}
-	if (jail_enter(cfg, cwd, err, errlen, note, notelen) < 0) {
-		/* err keeps the first failure; the way back is best effort. */
-		if (jail_view_leave(back, ignored, sizeof(ignored)) < 0) {
-			size_t used = strlen(err);
+	return 0;
+}
 
-			if (used + 1 < errlen)
-				(void)snprintf(err + used, errlen - used,
-					       "; then could not return: %s",
-					       ignored);
-		}
-		return -1;
+/* A view could not be entered: err keeps why; the way back is best effort. */
+static int back_out(struct jail_return *back, char *err, size_t errlen)
+{
+	char ignored[JAIL_ERR_MAX];
+
+	if (jail_view_leave(back, ignored, sizeof(ignored)) < 0) {
+		size_t used = strlen(err);
+
+		if (used + 1 < errlen)
+			(void)snprintf(err + used, errlen - used,
+				       "; then could not return: %s", ignored);
 	}
+	return -1;
+}
+
+int jail_view_enter(const struct jail_config *cfg, const char *cwd,
+		    struct jail_return *back, char *err, size_t errlen,
+		    char *note, size_t notelen)
+{
+	if (keep_way_back(back, err, errlen) < 0)
+		return -1;
+	if (jail_enter(cfg, cwd, err, errlen, note, notelen) < 0)
+		return back_out(back, err, errlen);
+	return 0;
+}
+
+int jail_view_hold(char *err, size_t errlen)
+{
+	int fd = open("/proc/thread-self/ns/mnt", O_RDONLY | O_CLOEXEC);
+
+	if (fd < 0)
+		jail_fail(err, errlen, "hold the view: open "
+			  "/proc/thread-self/ns/mnt: %s", strerror(errno));
+	return fd;
+}
+
+/* The held view's root must be the jail root: same device and inode. */
+static int reenter_view(const struct jail_config *cfg, int view,
+			const char *cwd, char *err, size_t errlen,
+			char *note, size_t notelen)
+{
+	struct stat jail_st, root_st;
+
+	if (stat(cfg->root, &jail_st) < 0)
+		return jail_fail(err, errlen, "stat jail root '%s': %s",
+				 cfg->root, strerror(errno));
+	if (unshare(CLONE_FS) < 0)
+		return jail_fail(err, errlen, "unshare(CLONE_FS): %s",
+				 strerror(errno));
+	/* setns also sets the thread's root and cwd to the view's root. */
+	if (setns(view, CLONE_NEWNS) < 0)
+		return jail_fail(err, errlen, "enter the held view: %s",
+				 strerror(errno));
+	if (stat("/", &root_st) < 0)
+		return jail_fail(err, errlen, "stat '/' in the held view: %s",
+				 strerror(errno));
+	if (root_st.st_dev != jail_st.st_dev ||
+	    root_st.st_ino != jail_st.st_ino)
+		return jail_fail(err, errlen, "the held view's root is not "
+				 "jail root '%s'", cfg->root);
+	return enter_cwd(cwd, err, errlen, note, notelen);
+}
+
+int jail_view_reenter(const struct jail_config *cfg, int view, const char *cwd,
+		      struct jail_return *back, char *err, size_t errlen,
+		      char *note, size_t notelen)
+{
+	if (note && notelen > 0)
+		note[0] = '\0';
+	if (keep_way_back(back, err, errlen) < 0)
+		return -1;
+	if (reenter_view(cfg, view, cwd, err, errlen, note, notelen) < 0)
+		return back_out(back, err, errlen);
 	return 0;
 }

@@ -58,4 +58,29 @@ int jail_view_enter(const struct jail_config *cfg, const char *cwd,
  */
 int jail_view_leave(struct jail_return *back, char *err, size_t errlen);
 
+/*
+ * The mount namespace of the view the calling thread is in, held open: an
+ * O_CLOEXEC descriptor, or -1 with err saying why. A view's namespace goes
+ * when its last thread leaves it or ends; holding it makes the holder's
+ * close its end instead. slurmstepd's I/O thread, started in the view, would
+ * otherwise end it on its way out, while slurmstepd moves itself out of the
+ * step's cgroups: the thread is still the step's until its namespace is torn
+ * down, and Slurm polls every 100 ms until it is gone. Held, the view can
+ * also be entered again (jail_view_reenter) instead of being made anew.
+ */
+int jail_view_hold(char *err, size_t errlen);
+
+/*
+ * Enter again, as jail_view_enter does, a view of `cfg`'s jail held with
+ * jail_view_hold: the calling thread gets its own file-system attributes,
+ * joins the view's namespace (setns: root and working directory become the
+ * view's root, checked to be the jail root `cfg` names) and changes to `cwd`
+ * as jail_enter does (missing: "/", with a note). Nothing is mounted. On
+ * failure the thread is back where it was, or err says it could not return,
+ * and `back` is empty.
+ */
+int jail_view_reenter(const struct jail_config *cfg, int view, const char *cwd,
+		      struct jail_return *back, char *err, size_t errlen,
+		      char *note, size_t notelen);
+
 #endif /* WARDEN_JAIL_ENTER_H */

@@ -69,7 +69,9 @@ static struct {
 	bool workdir_set; /* PYXIS_CONTAINER_WORKDIR is ours, for pyxis only */
 	bool job_space_ready; /* the job's tmpfs is mounted, jobid is its */
 	uint32_t jobid;
-} state = { NULL, JAIL_RETURN_NONE, 0, false, false, 0 };
+	int held;          /* the first window's view, held (jail_view_hold) */
+	bool held_is_jail; /* ... and it is the jail's, to enter again */
+} state = { NULL, JAIL_RETURN_NONE, 0, false, false, 0, -1, false };
 
 /* jobtmpfs= and nproc= (job_space.h), parsed with the config. */
 static struct job_space_config job_space;
@@ -294,6 +296,35 @@ static enum step_files step_files(spank_t sp)
 }
 
 /*
+ * The first window's view, held until the end of the step (jail_enter.h,
+ * jail_view_hold): the I/O thread of an srun step starts in it and would
+ * otherwise tear it down on its way out, which holds slurmstepd's move out of
+ * the step's cgroups for Slurm's next 100 ms check. A jail view is entered
+ * again for the second window instead of being made anew. Not holding it
+ * only costs time: the step goes on.
+ */
+static void hold_view(bool jail)
+{
+	char err[JAIL_ERR_MAX];
+
+	state.held = jail_view_hold(err, sizeof(err));
+	if (state.held < 0)
+		slurm_error(LOG_PREFIX "%s", err);
+	state.held_is_jail = jail && state.held >= 0;
+}
+
+/* The end of the step: the held view goes (the I/O thread has ended). */
+static void release_view(void)
+{
+	int fd = state.held;
+
+	state.held = -1;
+	state.held_is_jail = false;
+	if (fd >= 0 && close(fd) < 0)
+		slurm_error(LOG_PREFIX "close the held view: %m");
+}
+
+/*
  * After every plugin's slurm_spank_init: slurmstepd's main thread enters the
  * jail (its other threads stay), so the step's output, error and input files
  * and its working directory resolve there. Failing here fails the step.
@@ -304,18 +335,25 @@ static int enter_view(const char *what)
 	char err[JAIL_ERR_MAX];
 	char note[JAIL_ERR_MAX];
 	const char *cwd;
+	int rc;
 
 	if (state.back.mntns >= 0)
 		return 0; /* still in the jail: nothing to do */
 	/* slurmstepd's own directory (the spool), when the jail has it too. */
 	cwd = getcwd(cwdbuf, sizeof(cwdbuf)) ? cwdbuf : NULL;
-	if (jail_view_enter(state.cfg, cwd, &state.back, err, sizeof(err),
-			    note, sizeof(note)) < 0) {
+	if (state.held_is_jail)
+		rc = jail_view_reenter(state.cfg, state.held, cwd, &state.back,
+				       err, sizeof(err), note, sizeof(note));
+	else
+		rc = jail_view_enter(state.cfg, cwd, &state.back, err,
+				     sizeof(err), note, sizeof(note));
+	if (rc < 0) {
 		slurm_error(LOG_PREFIX "cannot %s in jail '%s': %s", what,
 			    state.cfg->root, err);
 		return -1;
 	}
-	slurm_debug(LOG_PREFIX "slurmstepd: %s in the jail", what);
+	slurm_debug(LOG_PREFIX "slurmstepd: %s in the jail%s", what,
+		    state.held_is_jail ? " (held view)" : "");
 	return 0;
 }
 
@@ -373,10 +411,16 @@ int slurm_spank_init_post_opt(spank_t sp, int ac, char **av)
 	if (!spank_remote(sp) || !state.cfg || state.cfg->disabled)
 		return 0;
 	where = step_files(sp);
-	if (where == STEP_FILES_NODE)
-		return enter_node_view();
-	if (where == STEP_FILES_JAIL)
-		return enter_view("open the step's files");
+	if (where == STEP_FILES_NODE) {
+		if (enter_node_view() < 0)
+			return -1;
+		if (state.back.mntns >= 0)
+			hold_view(false);
+	} else if (where == STEP_FILES_JAIL) {
+		if (enter_view("open the step's files") < 0)
+			return -1;
+		hold_view(true);
+	}
 	return 0;
 }
 
@@ -667,6 +711,7 @@ int slurm_spank_exit(spank_t sp, int ac, char **av)
 	(void)av;
 	forks.on = 0;
 	rc = leave_view("at the end of the step");
+	release_view();
 	jail_config_free(state.cfg);
 	state.cfg = NULL;
 	return rc;

@@ -297,6 +297,64 @@ out:
 	jail_config_free(cfg);
 }
 
+/*
+ * slurmstepd's second window: the first window's view, held, is entered
+ * again (no new namespace) and left again; a held view whose root is not
+ * the configured jail root is refused and the thread stays on the node.
+ */
+static void step_view_held(void)
+{
+	char root_arg[128], other_arg[128], cwd[512];
+	char *argv[1] = { root_arg };
+	char *other_argv[1] = { other_arg };
+	char err[JAIL_ERR_MAX], note[JAIL_ERR_MAX];
+	struct jail_return back = JAIL_RETURN_NONE;
+	struct jail_config *cfg, *other;
+	int held, rc;
+
+	snprintf(root_arg, sizeof(root_arg), "root=%s", jail);
+	snprintf(other_arg, sizeof(other_arg), "root=%s", src);
+	cfg = config(1, argv);
+	other = config(1, other_argv);
+	if (chdir(src) < 0)
+		die("chdir");
+	rc = jail_view_enter(cfg, NULL, &back, err, sizeof(err), note,
+			     sizeof(note));
+	ok(rc == 0, "jail_view_enter (%s)", rc ? err : "no error");
+	held = jail_view_hold(err, sizeof(err));
+	ok(held >= 0, "the view is held (%s)", held < 0 ? err : "no error");
+	ok(jail_view_leave(&back, err, sizeof(err)) == 0 &&
+	   exists(host_marker), "leaving it returns to the node");
+
+	rc = jail_view_reenter(cfg, held, "/home/alice", &back, err,
+			       sizeof(err), note, sizeof(note));
+	ok(rc == 0, "the held view is entered again (%s)", rc ? err : "");
+	ok(exists("/jail-marker") && !exists(host_marker),
+	   "the thread sees the jail again");
+	ok(getcwd(cwd, sizeof(cwd)) && strcmp(cwd, "/home/alice") == 0,
+	   "in /home/alice (got %s)", cwd);
+	ok(jail_view_leave(&back, err, sizeof(err)) == 0 &&
+	   exists(host_marker) && getcwd(cwd, sizeof(cwd)) &&
+	   strcmp(cwd, src) == 0, "and leaves it for %s (got %s)", src, cwd);
+
+	rc = jail_view_reenter(cfg, held, "/home/nobody-here", &back, err,
+			       sizeof(err), note, sizeof(note));
+	ok(rc == 0 && strstr(note, "'/home/nobody-here' is not usable"),
+	   "a missing working directory starts in '/': %s", note);
+	ok(jail_view_leave(&back, err, sizeof(err)) == 0, "left again");
+
+	rc = jail_view_reenter(other, held, NULL, &back, err, sizeof(err),
+			       note, sizeof(note));
+	ok(rc < 0 && strstr(err, "is not jail root"),
+	   "a held view of another root is refused: %s", err);
+	ok(back.mntns < 0 && exists(host_marker) &&
+	   getcwd(cwd, sizeof(cwd)) && strcmp(cwd, src) == 0,
+	   "and the thread is back on the node, in %s", src);
+	ok(close(held) == 0, "the held view is let go");
+	jail_config_free(cfg);
+	jail_config_free(other);
+}
+
 static void step_view_missing_root(void)
 {
 	char *argv[1] = { "root=/nonexistent/warden-jail" };
@@ -413,6 +471,7 @@ int main(void)
 	scenario("missing bind source", enter_missing_source);
 	scenario("step view of one thread", step_view);
 	scenario("step view that cannot be made", step_view_missing_root);
+	scenario("step view held and entered again", step_view_held);
 
 	snprintf(path, sizeof(path), "%s/proc", jail);
 	{
