@@ -14,7 +14,7 @@ import pytest
 
 from tests.support import registry as reg
 from tests.support.jailuser import JailUser
-from warden_dev.dockercluster import DockerCluster
+from warden_dev.dockercluster import DockerCluster, wait_for
 
 IMAGE_OS = 'PRETTY_NAME="Warden test image 1.0"'
 
@@ -108,6 +108,27 @@ def test_a_named_container_is_reused_by_the_jobs_next_step(registry: reg.Registr
     )
     out = bob.ssh(f"salloc -p cpu -N1 bash -c {shlex.quote(steps)}", timeout=300)
     assert "step-one" in out and IMAGE_OS in out, out
+
+
+def test_a_jobs_containers_leave_the_nodes_store_with_the_job(cluster: DockerCluster, registry: reg.Registry) -> None:
+    """pyxis' job epilog lists the user's containers on each node of the job (`enroot list`, as the user,
+    in the worker container) and removes the job's. Where the user has none, the worker's enroot answers
+    the list at once (images/worker/enroot-list); where the job made one, enroot's own list finds it and
+    it goes. Either way the node takes the next job."""
+    erin = JailUser.added_by_root(cluster, "erin")
+    node = cluster.worker_pods("cpu")[0]
+    ctl = cluster.names.controller_pod
+    data = "/var/lib/warden/containers/$(id -u erin)/data"
+    _srun(erin, f"-p cpu -N1 -w {node}", "true")  # no container of erin's on the node yet
+    steps = f"srun -N1 --container-name=keep --container-image={registry.reference()} true && srun -N1 ls {data}"
+    during = erin.ssh(f"salloc -p cpu -N1 -w {node} bash -c {shlex.quote(steps)}", timeout=300)
+    assert re.search(r"^pyxis_\d+_keep$", during, re.M), during
+    wait_for(
+        f"the job's container gone from erin's store on {node}",
+        lambda: cluster.exec(node, f"ls -A {data}").out.strip() == "",
+        timeout=60,
+    )
+    wait_for(f"{node} idle", lambda: cluster.exec(ctl, f"sinfo -h -n {node} -o %t").out.strip() == "idle", 60)
 
 
 def test_remap_root_is_root_in_the_container_and_bob_in_the_jail(registry: reg.Registry, bob: JailUser) -> None:
