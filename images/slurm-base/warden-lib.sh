@@ -11,6 +11,10 @@ SLURM_ETC="${SLURM_ETC:-/etc/slurm}"
 
 warden_log() { printf '[%s] %s\n' "${WARDEN_COMPONENT:-warden}" "$*" >&2; }
 warden_die() { warden_log "error: $*"; exit 1; }
+# Why a mount fails in a login or worker container, and what fixes it (said by whatever stops on it)
+WARDEN_MOUNT_REFUSED="mount needs CAP_SYS_ADMIN in the container and, on a node with AppArmor, a profile that \
+allows it: the runtime's default one does not (load Warden's profiles and set spec.security.appArmorProfile: \
+Warden, or set it to Unconfined; docs/nodes.md, \"AppArmor\")"
 
 # Copy every regular file of a ConfigMap/Secret volume (they are symlinks into ..data) to $2.
 # Hidden entries (..data, ..2024_...) are skipped.
@@ -179,7 +183,7 @@ warden_hide_processes() {
     if mount -o remount,hidepid=invisible /proc 2>/dev/null || mount -o remount,hidepid=2 /proc 2>/dev/null; then
         warden_log "proc: users see only their own processes (hidepid=invisible)"
     else
-        warden_die "cannot remount /proc with hidepid=invisible (needs CAP_SYS_ADMIN), so users would see each" \
+        warden_die "cannot remount /proc with hidepid=invisible ($WARDEN_MOUNT_REFUSED), so users would see each" \
             "other's processes; set spec.security.hideOtherUsersProcesses: false to run without"
     fi
 }
@@ -268,9 +272,7 @@ warden_jail_binds() {
 # What a pod says when the jail's binds fail, and stops on (it never goes Ready without them: sessions and
 # steps would see no Slurm config, no DNS, no /proc).
 # shellcheck disable=SC2034  # used by the entrypoints that source this file
-WARDEN_BIND_DENIED="the jail's bind mounts were refused: the container needs CAP_SYS_ADMIN, and on a node with \
-AppArmor the runtime's default profile denies mount (load Warden's profiles and set \
-spec.security.appArmorProfile: Warden, or set it to Unconfined; docs/nodes.md, \"AppArmor\")"
+WARDEN_BIND_DENIED="the jail's bind mounts were refused: $WARDEN_MOUNT_REFUSED"
 
 # One "src:dst:mode" bind of this pod's file or directory src at $WARDEN_JAIL/dst (this container's
 # mount namespace only); nothing to do when dst is a mount point already. $2: the verb for the log.

@@ -121,7 +121,7 @@ cgroup_mode="${WARDEN_CGROUP_RW:-auto}"
 [ "$cgroup_mode" = auto ] && { uses_cgroups && cgroup_mode=yes || cgroup_mode=no; }
 if [ "$cgroup_mode" = yes ]; then
     cgroup_rw || warden_die "cannot remount /sys/fs/cgroup read-write, which slurm.conf's cgroup plugins" \
-        "(ProctrackType/TaskPlugin) need: the worker container needs CAP_SYS_ADMIN"
+        "(ProctrackType/TaskPlugin) need: $WARDEN_MOUNT_REFUSED"
     cgroup_v2_delegate
     cgroup_v1_gpu_mknod
     warden_log "cgroup: /sys/fs/cgroup is read-write for slurmd's cgroup plugins"
