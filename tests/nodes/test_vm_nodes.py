@@ -143,6 +143,8 @@ def cluster(kube: Kube, vm_nodes: dict[str, dict[str, Any]],
         return
     key = new_ssh_key(tmp / "id_ed25519", "warden-nodes")
     if KEEP:
+        for old in vmnode.vm_dir().glob("nodes-tier-key*"):
+            old.unlink()
         key = new_ssh_key(vmnode.vm_dir() / "nodes-tier-key", "warden-nodes")
     suffix = uuid.uuid4().hex[:6]
     namespace = f"warden-nodes-{suffix}"
