@@ -61,7 +61,7 @@ define DATAPLANE_BUILDS
 @$(STAGE) images-test hack/images.sh test
 endef
 
-.PHONY: unit integration dataplane gpu-jail conformance e2e e2e-builds tier-builds test
+.PHONY: unit integration dataplane gpu-jail conformance e2e e2e-builds nodes nodes-builds tier-builds test
 unit: venv ## unit tier: lint, renderers, parsers, plugin helpers, the plugin's C tests (< 1 min)
 	@$(STAGE) lint $(MAKE) --no-print-directory lint
 	@$(STAGE) unit hack/pytest-tier.sh unit -q
@@ -96,10 +96,16 @@ e2e: venv ## e2e tier: helm install on a real single-node Kubernetes (local clus
 	@$(MAKE) --no-print-directory e2e-builds
 	@$(STAGE) e2e hack/pytest-tier.sh e2e -q --durations=15
 
-nodes: venv ## nodes tier: two VM nodes (Debian's kernel: cgroup v2, AppArmor, NFS) join the local cluster; a SlurmCluster on them shares one NFS jail, then a node dies
+nodes: venv nodes-builds ## nodes tier: two VM nodes (Debian's kernel: cgroup v2, AppArmor, NFS) join the local cluster; a SlurmCluster on them shares one NFS jail, then a node dies
+	@$(STAGE) docker hack/docker.sh ensure
+	@$(STAGE) base-image hack/base-image.sh
+	@$(STAGE) images hack/images.sh
+	@$(STAGE) nodes hack/pytest-tier.sh nodes -q -s --durations=10
+
+nodes-builds: venv ## what only the nodes tier needs: qemu, nfs-ganesha, the VM nodes' root and image (cached), the cluster binaries
 	@$(STAGE) nodes-deps hack/install-deps.sh nodes
 	@$(STAGE) vm-image $(PY) -m warden_dev vm-node image
-	@$(STAGE) nodes hack/pytest-tier.sh nodes -q -s --durations=10
+	@$(STAGE) k8s-bins-cluster hack/build-k8s-bins.sh cluster
 
 e2e-builds: venv ## what only the e2e tier needs: the previous release's images, CoreDNS and kube-router, the stand-in GPU plugin
 	@$(STAGE) previous-release hack/previous-release.sh build
@@ -114,11 +120,12 @@ tier-builds: venv ## what the integration, dataplane and conformance tiers need 
 # Docker again), and what only e2e needs is built after them in that lane, while the dataplane (the longer
 # lane) still runs: they share nothing but the two cores, and the tiers mostly wait on daemons. Their output
 # is prefixed with the lane's first tier.
-test: ## every tier, each installing what it needs: unit; dataplane beside integration, conformance and e2e's builds; e2e
+test: ## every tier, each installing what it needs: unit; dataplane beside integration, conformance, e2e's and the nodes' builds; e2e; nodes
 	@$(STAGE) unit-tier $(MAKE) --no-print-directory unit
 	@$(STAGE) tier-builds $(MAKE) --no-print-directory tier-builds
-	@$(STAGE) lanes hack/lanes.sh dataplane "integration conformance e2e-builds"
+	@$(STAGE) lanes hack/lanes.sh dataplane "integration conformance e2e-builds nodes-builds"
 	@$(STAGE) e2e-tier $(MAKE) --no-print-directory e2e
+	@$(STAGE) nodes-tier $(MAKE) --no-print-directory nodes
 
 # --- images ------------------------------------------------------------------------------------
 .PHONY: docker base-image images images-24.11 images-gpu images-test
