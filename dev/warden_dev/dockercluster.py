@@ -207,8 +207,8 @@ class Exec:
 class DockerCluster:
     """A SlurmCluster (spec dict, as in a manifest's `spec:`) brought up in Docker from its renderers.
 
-    `config_overrides` adds or replaces files of the `<cluster>-slurm-config` ConfigMap (the bench
-    uses it for a worker group without the SPANK plugin); tests use the rendered files unchanged.
+    `config_overrides` adds or replaces files of the `<cluster>-slurm-config` ConfigMap (the bridge's
+    dataplane test gives its cluster files of its own); other tests use the rendered files unchanged.
     """
 
     spec: Mapping[str, Any]
