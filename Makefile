@@ -156,8 +156,8 @@ push: ## push images + charts: REGISTRY=<host[:port]/path> [VERSION=<version>] [
 
 # --- local cluster -----------------------------------------------------------------------------
 .PHONY: up down
-up: venv ## local Kubernetes + its registry, images and charts pushed there, a SlurmCluster you can SSH into (docs/local-cluster.md)
-	$(PY) -m warden_dev up
+up: venv ## local Kubernetes + its registry, images and charts pushed there, a SlurmCluster you can SSH into; NODES=N adds N VM nodes (docs/local-cluster.md)
+	WARDEN_VM_NODES=$(NODES) $(PY) -m warden_dev up
 
 down: venv ## tear down what `make up` (or `make controlplane-up`) started, and only that (idempotent)
 	$(PY) -m warden_dev down

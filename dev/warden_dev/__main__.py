@@ -11,7 +11,9 @@
     python -m warden_dev demo      # up's second half: images and charts pushed (hack/push.sh), installed, Ready
     python -m warden_dev deps | pause-image | fake-gpu-plugin
     python -m warden_dev controlplane up|down|env [--nodes N] [--gpu-nodes N]   # a control plane with kwok nodes
-    python -m warden_dev vm-node boot|down|image [--index N] [--once]   # a qemu VM node from Debian's kernel
+    python -m warden_dev vm-node join|leave [--index N]   # a VM node (Debian's kernel) joins the local cluster
+    python -m warden_dev vm-node boot|down|image [--index N] [--once]   # boot one alone (no kubelet)
+    WARDEN_VM_NODES=N python -m warden_dev up   # `make up NODES=N`: up, then N VM nodes join (down leaves them)
 
 The local cluster needs root; its state (certs, etcd, logs, kubeconfig, the host record) lives in
 ${WARDEN_LOCALCLUSTER_DIR:-~/.cache/warden/localcluster}, the control plane's in
@@ -106,10 +108,20 @@ def main(argv: Sequence[str] | None = None) -> int:
             cluster_up(cluster)
             timed("images", lambda: script(["make", "--no-print-directory", "images"]))
             timed("demo", lambda: demo(cluster))
+            nodes = int(os.environ.get("WARDEN_VM_NODES") or 0)
+            if nodes:
+                from warden_dev import vmjoin
+
+                script(["bash", str(REPO_ROOT / "hack" / "install-deps.sh"), "nodes"])  # qemu, nfs-ganesha
+                timed(f"{nodes} VM node(s)", lambda: vmjoin.join_all(range(1, nodes + 1), cpus=2))
             log(f"make up: {time.monotonic() - t0:.0f}s in all")
         elif ns.command == "cluster":
             cluster_up(cluster)
         elif ns.command == "down":
+            from warden_dev import vmjoin
+
+            for index in reversed(vmjoin.node_indexes()):  # VM nodes first: they use the cluster's CA and API
+                vmjoin.leave(index)
             cluster.down()
             controlplane.main(["down"])
         elif ns.command == "env":

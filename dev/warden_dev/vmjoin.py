@@ -564,3 +564,38 @@ def joined(index: int) -> bool:
         return False
     conds = {c["type"]: c["status"] for c in json.loads(proc.stdout).get("status", {}).get("conditions", [])}
     return conds.get("Ready") == "True"
+
+
+def join_all(indexes: Sequence[int], cpus: int = 1, memory_mib: int = 3072) -> dict[str, dict[str, Any]]:
+    """Join VM nodes ``indexes`` side by side (those already joined are left as they are): each boots once
+    the one before runs its qemu, so the first makes what they share (the bridge, the mirror, the NFS
+    server) alone. What each join returned, by node name ({"reused": True} for one already joined)."""
+    from concurrent.futures import Future, ThreadPoolExecutor
+
+    out: dict[str, dict[str, Any]] = {}
+    futures: dict[str, Future[dict[str, Any]]] = {}
+    with ThreadPoolExecutor(max(1, len(indexes))) as pool:
+        for index in indexes:
+            layout = node_layout(index)
+            if joined(index):
+                out[layout.name] = {"reused": True}
+                continue
+            t0 = time.monotonic()
+            futures[layout.name] = pool.submit(join, index, cpus=cpus, memory_mib=memory_mib)
+            state = vmnode.state_file(layout)
+            while not futures[layout.name].done() and '"pid"' not in (state.read_text() if state.is_file() else ""):
+                time.sleep(1)
+            log(f"{layout.name}: booting ({time.monotonic() - t0:.0f}s); the next one starts")
+        for name, future in futures.items():
+            out[name] = future.result()
+    return out
+
+
+def node_indexes() -> list[int]:
+    """The VM nodes that have a state here (running or left over)."""
+    found = []
+    for state in (vmnode.vm_dir() / "nodes").glob(f"warden-vm-*/{vmnode.state_file(node_layout(1)).name}"):
+        suffix = state.parent.name.removeprefix("warden-vm-")
+        if suffix.isdigit():
+            found.append(int(suffix))
+    return sorted(found)

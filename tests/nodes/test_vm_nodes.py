@@ -19,7 +19,6 @@ import subprocess
 import time
 import uuid
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -103,32 +102,13 @@ def node_facts(kube: Kube, name: str) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def vm_nodes(kube: Kube) -> Iterator[dict[str, dict[str, Any]]]:
-    """Both VM nodes joined (booted here unless already joined), left again at the end. They boot side by
-    side: the second once the first has made what they share (the bridge, the mirror, the NFS server)."""
-    started: list[int] = []
-    joined: dict[str, dict[str, Any]] = {}
-    futures = {}
-    with ThreadPoolExecutor(len(NODES)) as pool:
-        try:
-            for index in NODES:
-                name = vmnode.node_layout(index).name
-                if vmjoin.joined(index):
-                    joined[name] = {"reused": True}
-                    continue
-                started.append(index)
-                futures[name] = pool.submit(vmjoin.join, index, cpus=VM_CPUS, memory_mib=VM_MEMORY_MIB)
-                # the next node boots once this one's qemu runs (or its join ended: its error is raised below)
-                state = vmnode.state_file(vmnode.node_layout(index))
-                while not futures[name].done() and '"pid"' not in (state.read_text() if state.is_file() else ""):
-                    time.sleep(1)
-            for name, future in futures.items():
-                joined[name] = future.result()
-            yield joined
-        finally:
-            for future in futures.values():
-                future.cancel()
-            for index in reversed(started) if not KEEP else ():
-                vmjoin.leave(index)
+    """Both VM nodes joined side by side (booted here unless already joined), left again at the end."""
+    started = [i for i in NODES if not vmjoin.joined(i)]
+    try:
+        yield vmjoin.join_all(NODES, cpus=VM_CPUS, memory_mib=VM_MEMORY_MIB)
+    finally:
+        for index in reversed(started) if not KEEP else ():
+            vmjoin.leave(index)
 
 
 @pytest.fixture(scope="module")
