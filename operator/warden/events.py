@@ -104,6 +104,10 @@ _DIRECTORY = {
         True, "Observe", "spec.identity.ldap's directory cannot be used (the note: unreachable, TLS, or bind refused)"
     ),
     "DirectoryReachable": Reason(False, "Observe", "the directory answers and accepts the bind (again)"),
+    "SlurmConfigNotTaken": Reason(
+        True, "Observe", "workers' slurmd still run another configuration than the ConfigMap's: a reconfigure failed"
+    ),
+    "SlurmConfigTaken": Reason(False, "Observe", "every worker's slurmd runs the ConfigMap's configuration again"),
 }
 #: the bridge's, about the pods it schedules (``warden.bridge``); the first two are kube-scheduler's words
 _BRIDGE = {

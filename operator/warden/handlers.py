@@ -60,7 +60,7 @@ from warden.reconcile import Outcome, observed_blocks, pin_images, previous_stat
 from warden.render.context import Cluster, ServiceAccountRef
 from warden.slurmactions import SlurmActions
 from warden.slurmsync import Settings, SlurmSync
-from warden.status import Slurmctld
+from warden.status import CONFIG_RUNNING, Slurmctld
 from warden.workers.controller import WorkerSets
 
 log = logging.getLogger(__name__)
@@ -343,6 +343,7 @@ def _refresh_locked(
         slurmctld=slurmctld,
         directory=directory,
     )
+    _post_config_running(body, previous, status)
     upgrading = status.slurm is not None and status.slurm.phase == "Upgrading"
     # A Slurm upgrade moves on when what it waits for is observed: reconcile, which releases the next
     # step once the current one runs the new series (``warden.slurmupgrade``). Workers' nodes in a block
@@ -358,6 +359,24 @@ def _refresh_locked(
                 _post_events(fresh, outcome.result)
             if _checking(outcome):
                 _recheck_later(namespace, name)
+
+
+def _post_config_running(body: Mapping[str, Any], previous: Any, status: Any) -> None:
+    """Workers whose slurmd runs another configuration than the ConfigMap's past the grace (a reconfigure that
+    failed anyway): a Warning Event when SlurmConfigRunning turns to it, a Normal one when all run it again."""
+
+    def reason(s: Any) -> str | None:
+        c = next((c for c in (s.conditions if s is not None else []) if c.type == CONFIG_RUNNING), None)
+        return None if c is None else str(c.reason)
+
+    before, now = reason(previous), reason(status)
+    if now == before:
+        return
+    condition = next(c for c in status.conditions if c.type == CONFIG_RUNNING) if now is not None else None
+    if condition is not None and now == "SlurmdOnOtherConfig":
+        _say(body, "SlurmConfigNotTaken", condition.message)
+    elif condition is not None and now == "AllRunRendered" and before == "SlurmdOnOtherConfig":
+        _say(body, "SlurmConfigTaken", condition.message)
 
 
 def _checking(outcome: Outcome) -> bool:

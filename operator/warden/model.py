@@ -1978,6 +1978,12 @@ class SlurmNodesStatus(BaseModel):
     slurmd_versions: dict[str, int] = Field(
         default_factory=dict, description="Registered worker nodes by the slurmd version they report."
     )
+    slurm_configs: dict[str, int] = Field(
+        default_factory=dict,
+        description="Registered worker nodes by the Slurm configuration their slurmd runs: the stamp of slurm.conf's"
+        " first line (`# warden-config-hash:`), as each worker records it in its node's Extra once slurmd started"
+        " with the files; nodes that record none are not counted.",
+    )
     topology: TopologyStatus | None = Field(
         default=None, description="With spec.topology or spec.nodeLabelFeatures: what the nodes were given."
     )

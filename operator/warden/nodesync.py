@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from warden.model import DrainedNode, SlurmNodesStatus
-from warden.slurm import reasons
+from warden.slurm import confighash, reasons
 from warden.slurm.model import Node
 
 #: the pod condition type that carries the Slurm node state
@@ -112,6 +112,7 @@ def plan(
     live = {p.name: p for p in pods}
     registered = usable = 0
     versions: dict[str, int] = {}
+    configs: dict[str, int] = {}
     drained: list[DrainedNode] = []
     down: list[DrainedNode] = []
 
@@ -139,6 +140,9 @@ def plan(
         usable += cond.status == "True"
         if node.version:
             versions[node.version] = versions.get(node.version, 0) + 1
+        stamp = confighash.from_extra(node.extra)
+        if stamp:
+            configs[stamp] = configs.get(stamp, 0) + 1
         if node.drained:
             drained.append(DrainedNode(node=node.name, reason=node.reason))
         elif node.down:
@@ -152,6 +156,11 @@ def plan(
             out.resumes.append(node.name)
 
     out.summary = SlurmNodesStatus(
-        registered=registered, usable=usable, drained=drained, down=down, slurmd_versions=dict(sorted(versions.items()))
+        registered=registered,
+        usable=usable,
+        drained=drained,
+        down=down,
+        slurmd_versions=dict(sorted(versions.items())),
+        slurm_configs=dict(sorted(configs.items())),
     )
     return out

@@ -12,6 +12,7 @@ from warden.naming import SLURM_SERIES_ENV
 from warden.render.context import Cluster
 from warden.render.health import REPORT_KEY
 from warden.render.pods import Manifest
+from warden.slurm import confighash
 from warden.status import ImagePull, Observed, Workload
 
 #: the pods whose Slurm series an upgrade follows, by their component label
@@ -167,6 +168,7 @@ def observe(kube: Kube, cluster: Cluster, slurmd_versions: dict[str, int] | None
         "login": login.desired,
     }
     pods = kube.list("v1", "Pod", ns, names.instance_selector())
+    slurm_config = kube.get("v1", "ConfigMap", ns, names.slurm_config)
     return Observed(
         controller=controller,
         restapi=restapi,
@@ -178,4 +180,5 @@ def observe(kube: Kube, cluster: Cluster, slurmd_versions: dict[str, int] | None
         health_report=report,
         parts=slurm_parts(pods, job, desired, slurmd_versions),
         image_pulls=tuple(f for pod in pods for f in image_pull_failures(pod)),
+        config_stamp=confighash.of_text(((slurm_config or {}).get("data") or {}).get(confighash.SLURM_CONF, "")),
     )

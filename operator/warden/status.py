@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import datetime
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -85,6 +86,8 @@ class Observed:
     #: what Slurm's check said of the rendered configuration (``warden.configcheck``); None: not asked this
     #: time (the last word stands)
     config_check: Verdict | None = None
+    #: the stamp of the Slurm files the cluster's ConfigMap holds (``warden.slurm.confighash``); "" when none
+    config_stamp: str = ""
 
 
 def _condition(
@@ -312,6 +315,7 @@ def fold(
             )
 
     images = images_condition(observed.image_pulls, cond)
+    running = config_running_condition(observed.config_stamp, slurm, prev, now, cond)
     config = config_condition(observed.config_check, cond, prev)
     config_held = config is not None and config.reason in ("SlurmRefusedConfig", "SlurmConfigCheckFailed")
     if config_held and config is not None and config.reason == "SlurmConfigCheckFailed" and waiting:
@@ -359,6 +363,7 @@ def fold(
             version,
             *([directory] if directory is not None else []),
             *([config] if config is not None else []),
+            *([running] if running is not None else []),
         ],
         workers=f"{ready_total}/{desired_total}",
         login=f"{min(lg.ready, spec.login.replicas)}/{spec.login.replicas}",
@@ -370,6 +375,55 @@ def fold(
         slurmctld_in_charge=in_charge,
         images_version=spec.images.version,
     )
+
+
+#: SlurmConfigRunning: how long workers may run another configuration than the ConfigMap's before it is a
+#: problem (the kubelet shows a changed ConfigMap within about a minute; each worker then reloads)
+CONFIG_GRACE_SECONDS = 180.0
+CONFIG_RUNNING = "SlurmConfigRunning"
+
+
+def config_running_condition(
+    stamp: str,
+    slurm: SlurmNodesStatus | None,
+    prev: dict[str, Condition],
+    now: str,
+    cond: Callable[[str, bool, str, str], Condition],
+) -> Condition | None:
+    """SlurmConfigRunning: whether every worker's slurmd runs the Slurm files the ConfigMap holds, as each
+    records it in its node's Extra (``warden.slurm.confighash``; workers that record none are not counted).
+    A difference is ``Reloading`` for ``CONFIG_GRACE_SECONDS``, then ``SlurmdOnOtherConfig``: a reconfigure
+    that failed anyway, said in status (and a Warning Event) instead of silently. None: nothing to say
+    (no stamp yet, or Slurm not read)."""
+    if not stamp or slurm is None or not slurm.slurm_configs:
+        return prev.get(CONFIG_RUNNING) if stamp and slurm is None else None
+    other = {s: n for s, n in slurm.slurm_configs.items() if s != stamp}
+    if not other:
+        count = slurm.slurm_configs.get(stamp, 0)
+        return cond(CONFIG_RUNNING, True, "AllRunRendered", f"every worker's slurmd runs {stamp} ({count} nodes)")
+    behind = sum(other.values())
+    what = ", ".join(f"{s} on {n}" for s, n in sorted(other.items()))
+    before = prev.get(CONFIG_RUNNING)
+    since = before.last_transition_time if before is not None and before.status == "False" else now
+    if _seconds_between(since, now) < CONFIG_GRACE_SECONDS:
+        return cond(CONFIG_RUNNING, False, "Reloading", f"{behind} worker nodes' slurmd run {what}, not yet {stamp}")
+    return cond(
+        CONFIG_RUNNING,
+        False,
+        "SlurmdOnOtherConfig",
+        f"{behind} worker nodes' slurmd still run another configuration than the ConfigMap's {stamp}: {what}"
+        f" (for {CONFIG_GRACE_SECONDS:.0f}s and more); `scontrol show node` shows each node's Extra, the worker"
+        " pod's log why its reload failed; deleting the pod once it is idle starts it on the new files",
+    )
+
+
+def _seconds_between(earlier: str, later: str) -> float:
+    try:
+        a = datetime.datetime.strptime(earlier, "%Y-%m-%dT%H:%M:%SZ")
+        b = datetime.datetime.strptime(later, "%Y-%m-%dT%H:%M:%SZ")
+    except ValueError:
+        return 0.0
+    return (b - a).total_seconds()
 
 
 #: ImagesPulled's reason while a pod cannot pull its image

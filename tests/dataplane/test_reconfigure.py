@@ -9,6 +9,7 @@ import re
 import time
 
 from tests.support.jailuser import JailUser
+from warden.slurm import confighash
 from warden_dev.dockercluster import DockerCluster, wait_for
 
 
@@ -33,8 +34,10 @@ def test_a_config_change_is_taken_live_by_every_daemon(cluster: DockerCluster, a
     job = alice.ssh(f"cd && sbatch -p cpu -w {worker} --mem=50M --parsable --wrap 'sleep 20; echo survived'").strip()
 
     files = dict(cluster.manifest("ConfigMap", cluster.names.slurm_config)["data"])
+    before = files["slurm.conf"]
     assert "MessageTimeout=" not in files["slurm.conf"]
     files["slurm.conf"] += "MessageTimeout=17\n"
+    files = confighash.stamped(files)  # as the operator renders it
     changed_at = time.monotonic()
     assert controller in cluster.update_configmap(cluster.names.slurm_config, files)
 
@@ -57,6 +60,16 @@ def test_a_config_change_is_taken_live_by_every_daemon(cluster: DockerCluster, a
     assert {p: cluster.inspect(cluster.container(p))["State"]["StartedAt"] for p in cluster.pods} == started
     assert _daemon_pid(cluster, controller, "slurmctld") == ctld_pid
     assert _daemon_pid(cluster, worker, "slurmd") == slurmd_pid
+    # what each slurmd runs: the stamp of the new files, recorded once slurmd started again with them
+    stamp = confighash.of_text(cluster.exec(worker, "cat /etc/slurm/slurm.conf").out)
+    assert stamp and stamp != confighash.of_text(before)
+
+    def recorded(pod: str) -> bool:
+        return f"Extra=warden-config={stamp}" in cluster.exec(controller, f"scontrol show node {pod}").out
+
+    for pod in cluster.worker_pods("cpu"):
+        wait_for(f"{pod}'s Extra naming {stamp}", lambda pod=pod: recorded(pod), 90, interval=1)  # type: ignore[misc]
+
     # the job that ran across the change finishes
     wait_for(f"job {job} to end",
              lambda: "survived" in alice.ssh(f"cat ~/slurm-{job}.out 2>/dev/null || true"), 90, interval=2)  # fmt: skip

@@ -39,11 +39,14 @@ class FakeNode:
     gres: str = "gpu:h100:8(S:0-1)"
     reservation: str | None = None
     partitions: list[str] = field(default_factory=lambda: ["main"])  # the capture's
+    extra: str = ""
+    slurmd_start: int = 0
 
     def to_json(self) -> dict[str, Any]:
         raw = copy.deepcopy(_NODE_TEMPLATE)
         raw.update(name=self.name, hostname=self.name, state=list(self.state), reason=self.reason, gres=self.gres,
-                   partitions=list(self.partitions))  # fmt: skip
+                   partitions=list(self.partitions), extra=self.extra,
+                   slurmd_start_time={"set": True, "infinite": False, "number": self.slurmd_start})  # fmt: skip
         return raw
 
 
@@ -118,10 +121,12 @@ class FakeSlurm:
             node = self.nodes.get(kv["NodeName"])
             if node is None:
                 return 1, "", "slurm_update error: Invalid node name specified\n"
-            if kv["State"] == "DRAIN":
+            if "Extra" in kv:
+                node.extra = kv["Extra"]
+            if kv.get("State") == "DRAIN":
                 node.state = [s for s in node.state if s != "DRAIN"] + ["DRAIN"]
                 node.reason = kv["Reason"]
-            elif kv["State"] == "RESUME":
+            elif kv.get("State") == "RESUME":
                 if "DRAIN" not in node.state and "DOWN" not in node.state:
                     return 1, "", "slurm_update error: Invalid node state specified\n"
                 node.state = [s for s in node.state if s != "DRAIN"]  # Slurm keeps the old reason text

@@ -27,13 +27,13 @@ import pytest
 from tests.support.examples import EXAMPLES, load
 from tests.unit.health_fakes import FakeNode, FakeSlurm
 from warden.model import WORKER_SET_KIND
-from warden.node import lifecycle
+from warden.node import lifecycle, supervisor
 from warden.node.files import FilesError, NodeFiles
 from warden.node.lifecycle import GresStep, Settings, SettingsError
 from warden.node.main import install_signal_handlers
 from warden.node.supervisor import Supervisor
 from warden.render.cluster import render
-from warden.slurm import reasons
+from warden.slurm import confighash, reasons
 from warden.slurm.cli import CommandResult, Slurm
 
 NODE = "demo-worker-gpu-0"
@@ -55,6 +55,8 @@ class FakeProcesses:
         self._ended: dict[int, int] = {}
         self._alive: set[int] = {KEEPER}
         self.restarting = False
+        #: whether a SIGHUP'd slurmd starts again with the new files (False: the reconfigure fails, it runs on)
+        self.takes_reconfigure = True
         self._lock = threading.Lock()
 
     def run(self, argv: Sequence[str], timeout: float) -> CommandResult:
@@ -74,7 +76,7 @@ class FakeProcesses:
         types = lifecycle.gres_names(self.slurm.config.get("GresTypes", ""))
         gres = self.gres if set(lifecycle.gres_names(self.gres)) <= set(types) else ""
         with self.slurm._lock:
-            self.slurm.nodes[NODE] = FakeNode(NODE, gres=gres)
+            self.slurm.nodes[NODE] = FakeNode(NODE, gres=gres, slurmd_start=int(time.time()))
 
     def signal(self, pid: int, sig: int) -> None:
         with self._lock:
@@ -86,6 +88,8 @@ class FakeProcesses:
             self.exit(pid, 0)
         elif sig == signal.SIGHUP and pid == SLURMD and NODE not in self.slurm.nodes:
             self.register()
+        elif sig == signal.SIGHUP and pid == SLURMD and self.takes_reconfigure:
+            self.slurm.nodes[NODE].slurmd_start += 1  # slurmd executes itself anew (a second later at least)
 
     def catches(self, pid: int, sig: int) -> bool:
         """slurmd catches SIGHUP unless it is executing itself again (``restarting``, a reconfigure)."""
@@ -452,6 +456,44 @@ def test_whether_a_process_catches_a_signal_is_read_from_proc() -> None:
         assert Children().catches(os.getpid(), signal.SIGUSR2)
     finally:
         signal.signal(signal.SIGUSR2, previous)
+
+
+def _stamp(settings: Settings, extra_line: str = "") -> str:
+    """A slurm.conf as the operator renders it (its first line the hash of the files), and that hash."""
+    conf = settings.config_dir / "slurm.conf"
+    body = confighash.unstamped(conf.read_text()) + extra_line
+    files = {"slurm.conf": body, "gres.conf": (settings.config_dir / "gres.conf").read_text()}
+    stamped = confighash.stamped(files)["slurm.conf"]
+    conf.write_text(stamped)
+    return confighash.of_text(stamped)
+
+
+def test_the_config_slurmd_runs_is_recorded_in_its_node_once_it_started_again(
+    settings: Settings, supervise: Start
+) -> None:
+    first = _stamp(settings)
+    w = supervise(replace(settings, config_confirm_s=2))
+    wait_until("the files slurmd started with recorded", lambda: w.fake.nodes[NODE].extra == f"warden-config={first}")
+    second = _stamp(settings, "MessageTimeout=17\n")
+    wait_until("the new files recorded", lambda: w.fake.nodes[NODE].extra == f"warden-config={second}")
+    assert first != second and w.procs.sent(signal.SIGHUP) == 1
+    assert f"config: slurmd runs {second} (recorded in {NODE}'s Extra)" in w.logs
+
+
+def test_a_slurmd_that_does_not_take_new_files_gets_sighup_again_and_keeps_the_old_stamp(
+    settings: Settings, supervise: Start
+) -> None:
+    """The reconfigure fails anyway (slurmd's new image does not start and the old one runs on): slurmd does not
+    start again. Two more SIGHUPs, then the node's Extra still names the old files, for the operator to report."""
+    first = _stamp(settings)
+    w = supervise(replace(settings, config_confirm_s=0.2))
+    wait_until("the files slurmd started with recorded", lambda: w.fake.nodes[NODE].extra == f"warden-config={first}")
+    w.procs.takes_reconfigure = False
+    second = _stamp(settings, "MessageTimeout=17\n")
+    wait_until("the supervisor to give up", lambda: any("still runs another configuration" in m for m in w.logs))
+    assert w.procs.sent(signal.SIGHUP) == supervisor.CONFIRM_TRIES
+    assert w.fake.nodes[NODE].extra == f"warden-config={first}"
+    assert f"config: slurmd still runs another configuration than {second}" in w.logs.text()
 
 
 def test_a_failed_reload_is_retried(settings: Settings, supervise: Start) -> None:

@@ -64,6 +64,8 @@ class Settings:
     gpus: int = 0
     # how often the watchers look (seconds); the entrypoint's values, shorter in tests
     registered_poll_s: float = 1.0
+    #: how long a SIGHUP'd slurmd has to start again with the new files before it gets another
+    config_confirm_s: float = 60.0
     gres_poll_s: float = 5.0
     jobs_poll_s: float = 1.0
     reap_poll_s: float = 0.5

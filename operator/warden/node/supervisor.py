@@ -14,8 +14,10 @@ images/worker/entrypoint.sh prepares mounts, cgroups and devices, then ``exec``s
 - a GPU worker whose job steps cannot get the NVIDIA driver (WARDEN_DRIVER_PROBLEM, found by the
   entrypoint) is drained with ``warden.slurm.reasons.WORKER`` as soon as it has registered;
 - every WARDEN_CONFIG_POLL seconds the mounted ConfigMap is hashed; when the operator changed it, the
-  files are installed again (``warden.node.files``) and slurmd reloads them in place (SIGHUP), running
-  jobs going on;
+  files are installed again (``warden.node.files``) and slurmd reloads them in place (SIGHUP, sent only
+  while slurmd catches it), running jobs going on; once slurmd started again after the files were
+  installed, the stamp of the files it runs (``warden.slurm.confighash``) goes to the node's Extra, where
+  the operator compares it with the rendered one;
 - as PID 1 it reaps every process that ends in the container (slurmstepd and the like are re-parented
   to it), but never one a command of its own still waits for.
 
@@ -37,11 +39,14 @@ from typing import Protocol
 from warden.node import lifecycle
 from warden.node.files import FilesError, NodeFiles
 from warden.node.lifecycle import GresStep, Settings
+from warden.slurm import confighash
 from warden.slurm.cli import CommandResult, CommandRunner, Slurm, run_command
 from warden.slurm.model import Node, SlurmError
 
 Log = Callable[[str], None]
 
+#: SIGHUPs a slurmd gets for new files before the supervisor leaves it on its old ones (and says so)
+CONFIRM_TRIES = 3
 #: how long a SIGHUP for slurmd waits for slurmd to catch SIGHUP again (it re-executes itself on a reconfigure)
 HUP_WAIT_S = 30.0
 HUP_POLL_S = 0.05
@@ -277,17 +282,71 @@ class Supervisor:
 
     def follow_config(self) -> None:
         """A changed ConfigMap (new partition, gres, extraLines): new files here and in the jail, then
-        SIGHUP, on which slurmd re-reads them in place (as ``scontrol reconfigure`` makes it)."""
+        SIGHUP, on which slurmd re-reads them in place (as ``scontrol reconfigure`` makes it). Which of
+        them slurmd runs goes to the node's Extra (``record_config``, ``confirm_config``)."""
         last = self.config_hash
+        self.record_config()
         while not self._stop.wait(self.s.config_poll_s):
             now = lifecycle.dirs_hash([self.s.config_dir])
             if now == last:
                 continue
             self.log(f"config: {self.s.config_dir} changed; reloading")
+            node = self.registered()
+            started = node.slurmd_started if node is not None else 0
             if self.reload():
                 last = now
+                self.confirm_config(started)
             else:
                 self.log("config: reload failed; retrying")
+
+    def _stamp(self) -> str:
+        try:
+            return confighash.of_text((self.s.config_dir / confighash.SLURM_CONF).read_text())
+        except OSError:
+            return ""
+
+    def _record(self, stamp: str) -> bool:
+        try:
+            self.slurm.set_extra(self.s.node, confighash.extra(stamp))
+        except SlurmError as e:
+            self.log(f"config: could not record {stamp} in {self.s.node}'s Extra: {e}")
+            return False
+        self.log(f"config: slurmd runs {stamp} (recorded in {self.s.node}'s Extra)")
+        return True
+
+    def record_config(self) -> None:
+        """Once slurmd registered: the stamp of the files it started with, in its node's Extra."""
+        stamp = self._stamp()
+        while stamp and not self._stop.is_set():
+            if self.registered() is not None and self._record(stamp):
+                return
+            self._stop.wait(self.s.registered_poll_s)
+
+    def confirm_config(self, started: int) -> bool:
+        """Whether slurmd runs the files just installed: it started again (a reconfigure makes slurmd execute
+        itself anew) since ``started``, its ``SlurmdStartTime`` before they were installed. Then their stamp goes
+        to the node's Extra. A slurmd that does not start again within ``config_confirm_s`` gets SIGHUP again,
+        up to ``CONFIRM_TRIES`` times (one that started again within the same second as before counts as not
+        started: it gets one more); one that still runs the old files keeps the old stamp in its Extra, and
+        the operator, comparing it with the rendered one, says so in the SlurmCluster's status."""
+        stamp = self._stamp()
+        if not stamp:  # files of an operator before the stamp: nothing to compare
+            return False
+        for attempt in range(1, CONFIRM_TRIES + 1):
+            deadline = self.clock() + self.s.config_confirm_s
+            while self.clock() < deadline:
+                node = self.registered()
+                if node is not None and node.slurmd_started > started:
+                    return self._record(stamp)
+                if self._stop.wait(self.s.registered_poll_s):
+                    return False
+            if attempt < CONFIRM_TRIES:
+                self.log(f"config: slurmd did not start again with {stamp} within {self.s.config_confirm_s:g}s;"
+                         " SIGHUP again")  # fmt: skip
+                self.hup_slurmd()
+        self.log(f"config: slurmd still runs another configuration than {stamp} (reconfigure failed); its node's"
+                 " Extra says which, the SlurmCluster's status says so")  # fmt: skip
+        return False
 
     def reload(self) -> bool:
         try:

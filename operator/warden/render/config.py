@@ -11,6 +11,7 @@ from warden import quantity as quantity_mod
 from warden.model import SLURMDBD_PRIVATE_DATA, WorkerGroup
 from warden.naming import group_feature
 from warden.render.context import Cluster
+from warden.slurm import confighash
 from warden.topology import config_blocks
 
 _ENV = jinja2.Environment(
@@ -251,7 +252,7 @@ def slurm_config_files(cluster: Cluster) -> dict[str, str]:
         files[naming.ENROOT_CONF] = enroot_conf(cluster)
     if cluster.spec.topology is not None:
         files["topology.conf"] = topology_conf(cluster)
-    return files
+    return confighash.stamped(files)  # slurm.conf's first line: the hash of them all
 
 
 #: spec.login.forwarding.tcp as sshd's AllowTcpForwarding

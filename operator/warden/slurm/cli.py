@@ -151,6 +151,10 @@ class Slurm:
             raise ValueError("Slurm requires a reason to drain a node")
         self._run([self.scontrol, "update", f"NodeName={node}", "State=DRAIN", f"Reason={reason}"], repeatable=True)
 
+    def set_extra(self, node: str, extra: str) -> None:
+        """The node's Extra field (free text, shown by ``scontrol show node``)."""
+        self._run([self.scontrol, "update", f"NodeName={node}", f"Extra={extra}"], repeatable=True)
+
     def resume(self, node: str) -> None:
         self._run([self.scontrol, "update", f"NodeName={node}", "State=RESUME"])
 

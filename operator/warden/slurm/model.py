@@ -67,6 +67,8 @@ class Node:
     gres_used: str = ""  # ``gpu:h100:2(IDX:0-1)``: the GPUs jobs hold now
     version: str = ""  # the slurmd release the node registered with (``26.05.5``); "" when not reported
     topology: str = ""  # where it is placed (``default:b1``); data_parser v0.0.44 on, "" before or when none
+    extra: str = ""  # the node's Extra: a Warden worker records there the config its slurmd runs (confighash)
+    slurmd_started: int = 0  # when its slurmd (last) started, Unix time: a reconfigure starts it again in place
 
     @property
     def gpus(self) -> int:
@@ -132,6 +134,7 @@ def _node_from_json(raw: dict[str, Any], same: _Shared | None = None) -> Node:
     gres_used = raw.get("gres_used")
     version = raw.get("version")
     topology = raw.get("topology")
+    extra = raw.get("extra")
     return Node(
         name=name,
         state=same(base),
@@ -145,7 +148,17 @@ def _node_from_json(raw: dict[str, Any], same: _Shared | None = None) -> Node:
         gres_used=same(gres_used if isinstance(gres_used, str) and gres_used != "(null)" else ""),
         version=same(version if isinstance(version, str) and version != "(null)" else ""),
         topology=same(topology if isinstance(topology, str) and topology != "(null)" else ""),
+        extra=same(extra if isinstance(extra, str) and extra != "(null)" else ""),
+        slurmd_started=_time(raw.get("slurmd_start_time")),
     )
+
+
+def _time(raw: Any) -> int:
+    """A time as data_parser writes it (``{"set": true, "number": t}`` or a plain number); 0 when unset or
+    unreadable (a field only reported, never acted on blindly)."""
+    if isinstance(raw, dict):
+        raw = raw.get("number", 0) if raw.get("set", True) and not raw.get("infinite") else 0
+    return raw if isinstance(raw, int) and not isinstance(raw, bool) and raw > 0 else 0
 
 
 def _count(raw: Any, what: str) -> int:
