@@ -385,3 +385,27 @@ def test_every_pod_of_a_job_set_starts_together_as_one_slurm_job(
         wait_running(core, workloads, name, bridge)
     [job] = slurm.jobs_of(BRIDGE_USER)
     assert job["name"] == f"k8s:{workloads}/train" and {job_of(core, workloads, n) for n in members} == {job["job_id"]}
+
+
+def test_a_pod_is_never_bound_to_a_node_whose_taint_it_does_not_tolerate(
+    api_client: Any, workloads: str, slurm: FakeSlurmrestd, bridge_nodes: list[str], bridge: BridgeProcess
+) -> None:
+    """The bridge binds pods itself, so it holds them to the rules kube-scheduler would: with the node Slurm
+    chose tainted NoSchedule, a pod without the toleration waits, saying which node and why; one that
+    tolerates it is bound there (warden.bridge.fit)."""
+    core: Any = client.CoreV1Api(api_client)  # manifests as plain dicts
+    tainted = bridge_nodes[0]  # the stand-in places first-fit: its first node
+    taint = {"key": "dedicated", "value": "infra", "effect": "NoSchedule"}
+    core.patch_node(tainted, {"spec": {"taints": [taint]}})
+    try:
+        tolerant = pod_body("tolerant")
+        tolerant["spec"]["tolerations"] = [{"key": "dedicated", "operator": "Equal", "value": "infra"}]
+        core.create_namespaced_pod(workloads, tolerant)
+        bound = lambda: core.read_namespaced_pod("tolerant", workloads).spec.node_name  # noqa: E731
+        assert wait_for("the tolerant pod bound", bound, TIMEOUT, on_fail=bridge.log_tail) == tainted
+        core.create_namespaced_pod(workloads, pod_body("plain"))  # Slurm places it there too: CPUs are free
+        why = f"Kubernetes node {tainted}, where pod plain may not run: its taint dedicated=infra:NoSchedule"
+        wait_unschedulable(core, workloads, "plain", "SlurmPlacement", why, bridge)
+        assert not core.read_namespaced_pod("plain", workloads).spec.node_name
+    finally:
+        core.patch_node(tainted, {"spec": {"taints": None}})

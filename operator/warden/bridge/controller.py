@@ -29,6 +29,7 @@ from typing import Any
 from kubernetes.client.exceptions import ApiException
 
 from warden import naming
+from warden.bridge import fit
 from warden.bridge import plan as planner
 from warden.bridge.plan import Bind, Cancel, Evict, Label, Refused, Submit, Unschedulable
 from warden.bridge.translate import Defaults
@@ -43,6 +44,8 @@ from warden.naming import Names
 from warden.slurm.model import Job, SlurmError
 from warden.slurm.rest import SlurmRest, SlurmRestError, SlurmSubmitError, SlurmUnreachable
 from warden.tokens import held_token
+
+Manifest = dict[str, Any]
 
 log = logging.getLogger(__name__)
 
@@ -292,7 +295,7 @@ class Bridge:
         state.submitted = {i: t for i, t in state.submitted.items() if now - t < planner.RETRY_SECONDS}
         actions = planner.plan(
             workloads, jobs, naming.BRIDGE_USER, target.defaults, annotations, nodes.of, state.refused, now,
-            frozenset(state.submitted),
+            frozenset(state.submitted), nodes.why_not,
         )  # fmt: skip
         if actions:
             self._carry_out(target, state, actions)
@@ -435,7 +438,7 @@ class KubeNodes:
         self.kube = kube
         self.names = Names(cluster=target.name, namespace=target.namespace)
         self.workers: dict[str, str] | None = None
-        self.known: dict[str, str | None] = {}
+        self.known: dict[str, Manifest | None] = {}
 
     def of(self, slurm_node: str) -> str | None:
         if self.workers is None:
@@ -445,15 +448,23 @@ class KubeNodes:
             self.workers = {str(w["metadata"]["name"]): str((w.get("spec") or {}).get("nodeName") or "") for w in items}
         if slurm_node in self.workers:
             return self.workers[slurm_node] or None
-        if slurm_node not in self.known:
+        return slurm_node if self.node(slurm_node) is not None else None
+
+    def node(self, name: str) -> Manifest | None:
+        """The Kubernetes node ``name`` (read once a round), None when there is none."""
+        if name not in self.known:
             try:
-                self.kube.call("GET", Kube.path("v1", "Node", "", slurm_node))
-                self.known[slurm_node] = slurm_node
+                self.known[name] = self.kube.call("GET", Kube.path("v1", "Node", "", name))
             except ApiException as e:
                 if e.status != 404:
                     raise
-                self.known[slurm_node] = None
-        return self.known[slurm_node]
+                self.known[name] = None
+        return self.known[name]
+
+    def why_not(self, pod: PodView, kube_node: str) -> str | None:
+        """Why ``pod`` may not run on ``kube_node`` (``warden.bridge.fit``); a node gone says so."""
+        node = self.node(kube_node)
+        return "the node is gone" if node is None else fit.why_not(pod.placement, node)
 
 
 def _stamp() -> str:

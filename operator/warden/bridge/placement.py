@@ -33,9 +33,11 @@ def place(
     cpus_per_task: int,
     pods: Sequence[PodView],
     kube_node_of: Callable[[str], str | None],
+    why_not: Callable[[PodView, str], str | None] = lambda pod, node: None,
 ) -> list[Place] | str:
     """Places for the unbound live ``pods`` (in order) beside the bound ones, or why they cannot all be
-    placed (then none is: a gang starts whole)."""
+    placed (then none is: a gang starts whole). ``why_not``: why a pod may not run on a Kubernetes node
+    (its taints, the pod's nodeSelector and required affinity: ``warden.bridge.fit``), None when it may."""
     free = slots(allocation, cpus_per_task)
     for p in pods:
         if p.live and p.bound and p.slurm_node in free:
@@ -48,5 +50,7 @@ def place(
         kube = kube_node_of(node)
         if not kube:
             return f"Slurm node {node} is no Kubernetes node the bridge knows"
+        if (why := why_not(p, kube)) is not None:
+            return f"Slurm node {node} is Kubernetes node {kube}, where pod {p.name} may not run: {why}"
         out.append(Place(p.name, node, kube))
     return out

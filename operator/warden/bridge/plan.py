@@ -143,8 +143,10 @@ def plan(
     refused: Mapping[str, Refused],
     now: float,
     submitted: frozenset[int] = frozenset(),
+    why_not: Callable[[PodView, str], str | None] = lambda pod, node: None,
 ) -> list[Action]:
-    """``submitted``: jobs just submitted, which a job list read before may not show yet."""
+    """``submitted``: jobs just submitted, which a job list read before may not show yet. ``why_not``: why
+    a pod may not run on a Kubernetes node (``warden.bridge.fit``): no pod is bound where it may not."""
     by_id = {j.id: j for j in jobs}
     active = placeholders(jobs, user)
     out: list[Action] = []
@@ -171,7 +173,7 @@ def plan(
         if job is None:
             out.extend(_submit(w, live, defaults, namespace_annotations.get(w.namespace, {}), refused.get(w.uid), now))
         else:
-            out.extend(_follow(w, live, job, kube_node_of))
+            out.extend(_follow(w, live, job, kube_node_of, why_not))
     for uid, job in active.items():
         if uid not in seen:
             ph = placeholder_of(job.comment)
@@ -205,7 +207,10 @@ def _submit(
     return [Submit(w, desc, tuple(p.name for p in gang))]
 
 
-def _follow(w: Workload, live: Sequence[PodView], job: Job, kube_node_of: Callable[[str], str | None]) -> list[Action]:
+def _follow(
+    w: Workload, live: Sequence[PodView], job: Job, kube_node_of: Callable[[str], str | None],
+    why_not: Callable[[PodView, str], str | None],
+) -> list[Action]:  # fmt: skip
     held = [p for p in live if p.job_id == job.id]
     fresh = [p for p in live if p.job_id is None]
     room = max(0, w.size - len(held))  # a gang's job holds its size of pods; more wait for a later one
@@ -223,7 +228,7 @@ def _follow(w: Workload, live: Sequence[PodView], job: Job, kube_node_of: Callab
         for p in unbound:
             out += _unschedulable(p, "SlurmPending", message)
         return out
-    places = place(job.allocation, cpus_per_task(live[0].size), live, kube_node_of)
+    places = place(job.allocation, cpus_per_task(live[0].size), live, kube_node_of, why_not)
     if isinstance(places, str):
         for p in unbound:
             out += _unschedulable(p, "SlurmPlacement", f"Slurm job {job.id} runs, but {places}")

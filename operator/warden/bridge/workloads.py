@@ -36,8 +36,9 @@ JOB_SET_LABEL = "jobset.sigs.k8s.io/jobset-name"
 
 
 def trim(pod: Manifest) -> Manifest:
-    """What the bridge reads of a pod: identity, labels, annotations, owner, resources, node, phase and
-    the PodScheduled and DisruptionTarget conditions. Everything else stays on the API server."""
+    """What the bridge reads of a pod: identity, labels, annotations, owner, resources, node, where it may
+    run (tolerations, nodeSelector, affinity), phase and the PodScheduled and DisruptionTarget conditions.
+    Everything else stays on the API server."""
     meta, spec, status = pod.get("metadata") or {}, pod.get("spec") or {}, pod.get("status") or {}
     keep_meta = ("name", "namespace", "uid", "resourceVersion", "labels", "annotations", "ownerReferences",
                  "deletionTimestamp", "creationTimestamp")  # fmt: skip
@@ -60,6 +61,8 @@ def trim(pod: Manifest) -> Manifest:
             "initContainers": resources(spec.get("initContainers")),
             "overhead": spec.get("overhead") or {},
             "activeDeadlineSeconds": spec.get("activeDeadlineSeconds"),
+            # where it may run (warden.bridge.fit), only when it says
+            **{k: spec[k] for k in ("tolerations", "nodeSelector", "affinity") if spec.get(k)},
         },
         "status": {
             "phase": status.get("phase"),
@@ -143,6 +146,8 @@ class PodView:
     created: str
     deadline_s: int | None  # spec.activeDeadlineSeconds
     conditions: Mapping[str, tuple[str, str, str]] = field(default_factory=dict)  # type -> (status, reason, message)
+    #: where it may run: its tolerations, nodeSelector and affinity as its spec has them (``warden.bridge.fit``)
+    placement: Mapping[str, Any] = field(default_factory=dict)
 
     @classmethod
     def of(cls, pod: Manifest) -> PodView:
@@ -173,6 +178,7 @@ class PodView:
                 str(c.get("type")): (str(c.get("status", "")), str(c.get("reason", "")), str(c.get("message", "")))
                 for c in status.get("conditions") or []
             },
+            placement={k: spec[k] for k in ("tolerations", "nodeSelector", "affinity") if spec.get(k)},
         )
 
     @property
