@@ -123,7 +123,7 @@ tier-builds: venv ## what the integration, dataplane and conformance tiers need 
 test: ## every tier, each installing what it needs: unit; dataplane beside integration, conformance, e2e's and the nodes' builds; e2e; nodes
 	@$(STAGE) unit-tier $(MAKE) --no-print-directory unit
 	@$(STAGE) tier-builds $(MAKE) --no-print-directory tier-builds
-	@$(STAGE) lanes hack/lanes.sh dataplane "integration conformance e2e-builds nodes-builds"
+	@$(STAGE) lanes hack/lanes.sh "dataplane nodes-builds" "integration conformance e2e-builds"
 	@$(STAGE) e2e-tier $(MAKE) --no-print-directory e2e
 	@$(STAGE) nodes-tier $(MAKE) --no-print-directory nodes
 
