@@ -37,6 +37,9 @@ from warden_dev.localcluster import (
 )
 from warden_dev.localvolumes import NFS_STORAGE_CLASS as NFS
 
+#: VMs under TCG on a shared machine: the installation alone can take most of the e2e tier's 600 s per test
+pytestmark = pytest.mark.timeout(2400)
+
 NAME = "vmn"
 #: WARDEN_NODES_KEEP=1: the VM nodes and the installation stay after the run, and the next run uses them
 #: (the quick loop while writing a test here)
@@ -119,6 +122,7 @@ def cluster(kube: Kube, vm_nodes: dict[str, dict[str, Any]],
     if KEEP and kept:
         namespace = kept[0].removeprefix("namespace/")
         key = vmnode.vm_dir() / "nodes-tier-key"
+        wait_slurmcluster_ready(kube, namespace, NAME, timeout=1500)
         yield VmCluster(kube, namespace, key, tmp, vm_nodes)
         return
     key = new_ssh_key(tmp / "id_ed25519", "warden-nodes")
@@ -151,7 +155,7 @@ def cluster(kube: Kube, vm_nodes: dict[str, dict[str, Any]],
         prefill_jail(kube, namespace)
         install_charts(kube, namespace, namespace, values, tmp / "values.json", operator_release=operator,
                        crds="chart")  # fmt: skip
-        wait_slurmcluster_ready(kube, namespace, NAME, timeout=1200)
+        wait_slurmcluster_ready(kube, namespace, NAME, timeout=1500)
         print(f"\nSlurmCluster {namespace}/{NAME} on VM nodes Ready {time.monotonic() - t0:.0f}s after helm install")
         yield VmCluster(kube, namespace, key, tmp, vm_nodes)
     finally:
