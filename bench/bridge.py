@@ -29,6 +29,7 @@ from kubernetes import client
 from tests.support.bridge import CLUSTER, BridgeProcess, opt_in
 from tests.support.fake_slurmrestd import FakeSlurmrestd
 from tests.support.operator import crd_bodies
+from warden.naming import BRIDGE_EXTERNAL_NODE_LABEL
 from warden_dev.controlplane import ControlPlane, ensure_binaries, wait_for
 
 NODES = 10
@@ -92,6 +93,9 @@ def main(argv: list[str]) -> int:
             slurm.jwt_key = JWT_KEY
             for node in nodes:
                 slurm.register(node, cpus=CPUS_PER_NODE)
+                # the admin's word that the node is an external node of the cluster (docs/bridge.md)
+                label = {BRIDGE_EXTERNAL_NODE_LABEL: f"{cluster_ns}.{CLUSTER}"}
+                client.CoreV1Api(api).patch_node(node, {"metadata": {"labels": label}})
             workloads = opt_in(cp, api, cluster_ns, JWT_KEY)
             with BridgeProcess(cp.kubeconfig, cp.log_dir, slurm.url_template, name="bench-bridge"):
                 bridge_s = schedule(api, workloads, pods, "warden-slurm")

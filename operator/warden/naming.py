@@ -345,6 +345,10 @@ def group_feature(group: str) -> str:
 #: namespace label a cluster admin sets to let the bridge schedule the namespace's pods, value
 #: ``<cluster-namespace>.<cluster>``: the SlurmCluster whose Slurm places them
 BRIDGE_NAMESPACE_LABEL = f"{LABEL_PREFIX}/bridge"
+#: node label a cluster admin sets to let the bridge bind pods to a Kubernetes node that is a Slurm node of
+#: the same name (an external node), value ``<cluster-namespace>.<cluster>``: without it only the nodes of
+#: the cluster's worker pods take pods
+BRIDGE_EXTERNAL_NODE_LABEL = f"{LABEL_PREFIX}/bridge-external-node"
 #: pod label: the Slurm job (the placeholder) the pod belongs to
 BRIDGE_JOB_LABEL = f"{LABEL_PREFIX}/slurm-job"
 #: pod annotation set at binding: the Slurm node whose share of the allocation the pod took

@@ -22,7 +22,7 @@ from kubernetes import client
 
 from tests.support.bridge import CLUSTER, BridgeProcess, opt_in
 from tests.support.fake_slurmrestd import FakeSlurmrestd
-from warden.naming import BRIDGE_JOB_LABEL, BRIDGE_NAMESPACE_LABEL, BRIDGE_USER
+from warden.naming import BRIDGE_EXTERNAL_NODE_LABEL, BRIDGE_JOB_LABEL, BRIDGE_NAMESPACE_LABEL, BRIDGE_USER
 from warden_dev.controlplane import ControlPlane, wait_for
 
 JWT_KEY = b"k" * 32
@@ -39,7 +39,12 @@ def bridge_nodes(controlplane: ControlPlane) -> list[str]:
 
 
 @pytest.fixture
-def slurm(cluster_namespace: str, bridge_nodes: list[str]) -> Iterator[FakeSlurmrestd]:
+def slurm(api_client: Any, cluster_namespace: str, bridge_nodes: list[str]) -> Iterator[FakeSlurmrestd]:
+    """The stand-in slurmrestd, its nodes the bridge's kwok nodes, which an admin labelled external nodes of
+    the test's SlurmCluster (the bridge binds to no other node but its worker pods')."""
+    for node in bridge_nodes:
+        label = {BRIDGE_EXTERNAL_NODE_LABEL: f"{cluster_namespace}.{CLUSTER}"}
+        client.CoreV1Api(api_client).patch_node(node, {"metadata": {"labels": label}})
     with FakeSlurmrestd(cluster_namespace, CLUSTER) as fake:
         fake.jwt_key = JWT_KEY
         for node in bridge_nodes:
@@ -256,7 +261,9 @@ def test_a_thousand_single_pod_workloads_are_all_bound_through_slurm(
 ) -> None:
     """1,000 pods, each its own workload: each gets one Slurm job (none twice) and is bound to the node of
     its job's allocation. (The rate against kube-scheduler's is `make bench`'s: bench/bridge.py.)"""
-    pods, nodes = 1000, controlplane.add_fake_nodes(5, prefix="bridge-many", cpu="200", memory="1Ti", pods="250")
+    external = {BRIDGE_EXTERNAL_NODE_LABEL: f"{cluster_namespace}.{CLUSTER}"}  # the admin's word
+    nodes = controlplane.add_fake_nodes(5, external, prefix="bridge-many", cpu="200", memory="1Ti", pods="250")
+    pods = 1000
     core: Any = client.CoreV1Api(api_client)  # manifests as plain dicts
     with FakeSlurmrestd(cluster_namespace, CLUSTER) as slurm:
         slurm.jwt_key = JWT_KEY
@@ -409,3 +416,20 @@ def test_a_pod_is_never_bound_to_a_node_whose_taint_it_does_not_tolerate(
         assert not core.read_namespaced_pod("plain", workloads).spec.node_name
     finally:
         core.patch_node(tainted, {"spec": {"taints": None}})
+
+
+def test_a_kubernetes_node_is_an_external_node_only_when_an_admin_says_so(
+    api_client: Any, workloads: str, slurm: FakeSlurmrestd, bridge_nodes: list[str], bridge: BridgeProcess
+) -> None:
+    """A Slurm node of a Kubernetes node's name is not enough: without the admin's label naming this cluster,
+    no pod is bound there (any node of the cluster, control-plane nodes included, could otherwise be named)."""
+    core: Any = client.CoreV1Api(api_client)  # manifests as plain dicts
+    node = bridge_nodes[0]  # the stand-in places first-fit: its first node
+    core.patch_node(node, {"metadata": {"labels": {BRIDGE_EXTERNAL_NODE_LABEL: "another.cluster"}}})
+    core.create_namespaced_pod(workloads, pod_body("p"))
+    wait_unschedulable(core, workloads, "p", "SlurmPlacement", f"Slurm node {node} is no Kubernetes node the bridge"
+                       f" may use: neither a worker pod's nor one an admin labelled {BRIDGE_EXTERNAL_NODE_LABEL}",
+                       bridge)  # fmt: skip
+    assert not core.read_namespaced_pod("p", workloads).spec.node_name
+    core.patch_node(node, {"metadata": {"labels": {BRIDGE_EXTERNAL_NODE_LABEL: f"{slurm.namespace}.{CLUSTER}"}}})
+    assert wait_running(core, workloads, "p", bridge) == node

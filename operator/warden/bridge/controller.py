@@ -432,7 +432,8 @@ class Bridge:
 
 class KubeNodes:
     """The Kubernetes node of a Slurm node, read once per round when a binding asks: the node of the
-    shared worker group's worker pod of that name, else the Kubernetes node of the same name."""
+    shared worker group's worker pod of that name, else the Kubernetes node of the same name if an admin
+    labelled it an external node of this cluster (``naming.BRIDGE_EXTERNAL_NODE_LABEL``)."""
 
     def __init__(self, kube: Kube, target: Target) -> None:
         self.kube = kube
@@ -448,7 +449,10 @@ class KubeNodes:
             self.workers = {str(w["metadata"]["name"]): str((w.get("spec") or {}).get("nodeName") or "") for w in items}
         if slurm_node in self.workers:
             return self.workers[slurm_node] or None
-        return slurm_node if self.node(slurm_node) is not None else None
+        node = self.node(slurm_node)
+        labels = (node or {}).get("metadata", {}).get("labels") or {}
+        mine = f"{self.names.namespace}.{self.names.cluster}"
+        return slurm_node if labels.get(naming.BRIDGE_EXTERNAL_NODE_LABEL) == mine else None
 
     def node(self, name: str) -> Manifest | None:
         """The Kubernetes node ``name`` (read once a round), None when there is none."""

@@ -4,7 +4,7 @@ Slurm allocated the job CPUs on some of its nodes (``Job.allocation``: node, CPU
 holds ``CPUs // cpus_per_task`` of the job's pods, in Slurm's order of the nodes; pods already bound
 keep their places, the others take the free ones in completion-index, then name order. A Slurm node is
 a Kubernetes node through ``kube_node_of``: the Kubernetes node of a shared worker group's worker pod
-of that name, or a Kubernetes node of the same name.
+of that name, or a Kubernetes node of the same name an admin labelled an external node of the cluster.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from warden.bridge.workloads import PodView
+from warden.naming import BRIDGE_EXTERNAL_NODE_LABEL
 
 
 @dataclass(frozen=True)
@@ -49,7 +50,10 @@ def place(
     for p, node in zip(waiting, free, strict=False):
         kube = kube_node_of(node)
         if not kube:
-            return f"Slurm node {node} is no Kubernetes node the bridge knows"
+            return (
+                f"Slurm node {node} is no Kubernetes node the bridge may use: neither a worker pod's nor one an"
+                f" admin labelled {BRIDGE_EXTERNAL_NODE_LABEL}=<cluster-namespace>.<cluster>"
+            )
         if (why := why_not(p, kube)) is not None:
             return f"Slurm node {node} is Kubernetes node {kube}, where pod {p.name} may not run: {why}"
         out.append(Place(p.name, node, kube))
