@@ -42,6 +42,7 @@ from tests.support import directory, jailmounts, registry
 from tests.support.dashboard import dashboard_expressions, load_dashboard, promql_metric_names
 from warden import naming
 from warden.opmetrics import exposed_names
+from warden.slurm import confighash
 from warden_dev.localcluster import (
     FAKE_GPU_RESOURCE,
     Kube,
@@ -1419,6 +1420,7 @@ def test_slurm_config_change_reaches_every_daemon_in_place(installed: Installed)
     within seconds, without a spec edit."""
     kube, ns = installed.kube, installed.namespace
     before = _controller_pod(installed)
+    workers_before = {p: r for p, r in installed.restarts().items() if "-worker-" in p}
     out = installed.ssh("sbatch --parsable -o /root/across-%j.out --wrap 'sleep 25; echo done'")
     assert out.returncode == 0, out.stderr
     job = out.stdout.strip().split(";")[0]
@@ -1451,8 +1453,19 @@ def test_slurm_config_change_reaches_every_daemon_in_place(installed: Installed)
         lambda: "MessageTimeout=17" in installed.ssh("cat /etc/slurm/slurm.conf").stdout,
         120,
     )
-    print(f"\nhelm upgrade (extraLines) to: slurmctld {ctld:.1f}s, worker slurm.conf {wrk:.1f}s, login {login:.1f}s")
+    # what every slurmd runs: the new stamp, recorded by each once it started with the files (warden.slurm.confighash)
+    stamp = confighash.of_text(kube.json("-n", ns, "get", "configmap", f"{NAME}-slurm-config")["data"]["slurm.conf"])
+
+    def all_run_it() -> bool:
+        c = _condition(kube, ns, NAME, "SlurmConfigRunning")
+        return c.get("status") == "True" and stamp in c.get("message", "")
+
+    running = timed(f"SlurmConfigRunning: every slurmd runs {stamp}", all_run_it, 120)
+    print(f"\nhelm upgrade (extraLines) to: slurmctld {ctld:.1f}s, worker slurm.conf {wrk:.1f}s, login {login:.1f}s,"
+          f" every slurmd recorded running it {running:.1f}s")  # fmt: skip
     assert _controller_pod(installed) == before, "slurmctld's pod was replaced or restarted"
+    # no worker's slurmd died of the reload (a SIGHUP while slurmd executed itself anew ended it, status 129)
+    assert {p: r for p, r in installed.restarts().items() if "-worker-" in p} == workers_before
     assert _wait_job(installed, job) == "COMPLETED"
     assert installed.ssh(f"cat /root/across-{job}.out").stdout.strip() == "done"
 
