@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import json
 import subprocess
+import tempfile
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -289,3 +290,63 @@ def test_the_operators_service_account_is_not_checked(install: Callable[..., Rel
     spec = with_spec(containers={"store": {"hostPath": "/etc"}})
     release.accepted(cluster("mine", spec), as_user=f"system:serviceaccount:{release.namespace}:warden-op")
     release.refused(cluster("mine", spec), as_user=f"system:serviceaccount:{release.namespace}:someone")
+
+
+def test_the_bridge_writes_only_its_pods_in_namespaces_an_admin_opted_in(
+    controlplane: ControlPlane, crd_installed: None, chart_built: None, namespace: str
+) -> None:
+    """The bridge's ClusterRole may patch, delete and bind any pod (RBAC cannot select by a namespace's label
+    or a pod's scheduler): the chart's policy narrows its identity to pods of its scheduler in namespaces
+    labelled slurm.warden.dev/bridge. Asked as the bridge's ServiceAccount of a real install's RBAC."""
+    release = f"b{uuid.uuid4().hex[:6]}"
+    out = _helm(controlplane, "template", release, str(OPERATOR_CHART), "-n", namespace, "--set", "bridge.enabled=true",
+                "--set", f"watchNamespaces[0]={namespace}")  # fmt: skip
+    kinds = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "ValidatingAdmissionPolicy",
+             "ValidatingAdmissionPolicyBinding")  # fmt: skip
+    docs = [d for d in yaml.safe_load_all(out) if d and d["kind"] in kinds and "bridge" in d["metadata"]["name"]]
+    assert sorted(d["kind"] for d in docs) == sorted(kinds)
+    opted, other = (controlplane.create_namespace(f"{n}-{uuid.uuid4().hex[:6]}") for n in ("opted", "other"))
+    try:
+        controlplane.kubectl("apply", "-f", "-", input="\n---\n".join(yaml.safe_dump(d) for d in docs))
+        controlplane.kubectl("label", "namespace", opted, f"slurm.warden.dev/bridge={namespace}.cpu")
+        (sa,) = [d["metadata"]["name"] for d in docs if d["kind"] == "ServiceAccount"]
+        bridge = f"--as=system:serviceaccount:{namespace}:{sa}"
+        for ns in (opted, other):
+            for name, scheduler in (("mine", "warden-slurm"), ("theirs", "default-scheduler")):
+                spec = {"schedulerName": scheduler, "containers": [{"name": "c", "image": "busybox"}]}
+                pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
+                controlplane.kubectl("create", "-n", ns, "-f", "-", input=json.dumps(pod))
+
+        def delete(ns: str, pod: str) -> subprocess.CompletedProcess[str]:
+            return controlplane.kubectl("delete", "pod", pod, "-n", ns, "--dry-run=server", bridge, check=False)
+
+        # in force once loaded: the bridge may not delete its scheduler's pod outside opted-in namespaces
+        wait_for("the bridge's policy in force", lambda: delete(other, "mine").returncode != 0, 30)
+        assert "namespaces an admin opted in (label slurm.warden.dev/bridge), not in " + other in (
+            delete(other, "mine").stderr
+        )
+        assert delete(opted, "mine").returncode == 0, delete(opted, "mine").stderr
+        refused = delete(opted, "theirs")
+        assert refused.returncode != 0 and "whose spec.schedulerName is warden-slurm, not theirs" in refused.stderr, (
+            refused.stderr
+        )
+        label = controlplane.kubectl("label", "pod", "mine", "-n", other, "slurm.warden.dev/slurm-job=7", bridge,
+                                     "--dry-run=server", check=False)  # fmt: skip
+        assert label.returncode != 0, label.stdout
+        node = controlplane.add_fake_nodes(1, prefix="bridge-policy")[0]
+        binding = json.dumps({"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "mine"},
+                              "target": {"apiVersion": "v1", "kind": "Node", "name": node}})  # fmt: skip
+        for ns, allowed in ((other, False), (opted, True)):
+            with tempfile.NamedTemporaryFile("w", suffix=".json") as f:
+                f.write(binding)
+                f.flush()
+                bound = controlplane.kubectl("create", "--raw", f"/api/v1/namespaces/{ns}/pods/mine/binding", "-f",
+                                             f.name, bridge, check=False)  # fmt: skip
+            assert (bound.returncode == 0) is allowed, (ns, bound.stderr)
+    finally:
+        for d in docs:
+            if d["kind"] in ("ClusterRole", "ClusterRoleBinding", "ValidatingAdmissionPolicy",
+                             "ValidatingAdmissionPolicyBinding"):  # fmt: skip
+                controlplane.kubectl("delete", d["kind"], d["metadata"]["name"], "--ignore-not-found", check=False)
+        for ns in (opted, other):
+            controlplane.kubectl("delete", "namespace", ns, "--wait=false", check=False)
