@@ -149,12 +149,13 @@ def cluster(kube: Kube, vm_nodes: dict[str, dict[str, Any]],
                          {"name": "b", "replicas": 1, "resources": WORKER_RESOURCES, **on(2)}],
     }  # fmt: skip
     t0 = time.monotonic()
-    kube.apply([{"apiVersion": "v1", "kind": "Namespace",
-                 "metadata": {"name": namespace, "labels": {KEEP_LABEL: "true"} if KEEP else {}}}])  # fmt: skip
+    kube.apply([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}])
     try:
         prefill_jail(kube, namespace)
         install_charts(kube, namespace, namespace, values, tmp / "values.json", operator_release=operator,
                        crds="chart")  # fmt: skip
+        if KEEP:  # after install_charts, whose apply of the namespace owns its labels
+            kube.kubectl("label", "namespace", namespace, f"{KEEP_LABEL}=true", "--overwrite")
         wait_slurmcluster_ready(kube, namespace, NAME, timeout=1500)
         print(f"\nSlurmCluster {namespace}/{NAME} on VM nodes Ready {time.monotonic() - t0:.0f}s after helm install")
         yield VmCluster(kube, namespace, key, tmp, vm_nodes)
@@ -280,8 +281,8 @@ def _job(cluster: VmCluster, ada: Path, job: str) -> dict[str, str]:
 def test_a_node_powered_off_under_a_two_node_job(cluster: VmCluster, ada: Path) -> None:
     """VM node 2 is powered off hard while a 2-node job runs on it and on node 1. Slurm marks its node
     DOWN with a reason, the job is requeued (never silently lost), users run on the node left at once; the
-    admin's out-of-service taint (Kubernetes' non-graceful node shutdown) frees the pod stuck there; the
-    node back, the worker comes back and the requeued job runs again."""
+    admin's out-of-service taint (Kubernetes' non-graceful node shutdown) frees the pod stuck there, and the
+    WorkerSet makes it again, waiting for its node."""
     job = cluster.as_user("ada", ada, "sbatch --parsable -N2 --requeue -o /home/ada/two-%j.out "
                                       "--wrap 'srun sleep 900'").strip()  # fmt: skip
     eventually(f"job {job} running on both nodes", lambda: _job(cluster, ada, job).get("JobState", ""),
@@ -321,15 +322,10 @@ def test_a_node_powered_off_under_a_two_node_job(cluster: VmCluster, ada: Path) 
     eventually(f"{WORKER_B}'s pod freed from the dead node", replaced, lambda u: u != old_uid, timeout=180)
     timings["pod_freed_after_taint_s"] = time.monotonic() - t0
 
-    # the node comes back (a new VM of the same name), the worker with it, then the job
-    vmjoin.leave(2)
-    vmjoin.join(2, cpus=VM_CPUS, memory_mib=VM_MEMORY_MIB)
-    timings["node_back_s"] = time.monotonic() - t0
-    eventually(f"{WORKER_B} back in Slurm", lambda: _slurm_node(cluster, ada, WORKER_B),
-               lambda s: s.split("|")[0] in ("idle", "mixed", "allocated"), timeout=600)  # fmt: skip
-    eventually(f"job {job} running again on two nodes", lambda: _job(cluster, ada, job).get("JobState", ""),
-               lambda s: s == "RUNNING", timeout=300)  # fmt: skip
-    timings["job_running_again_s"] = time.monotonic() - t0
+    # the freed pod waits for its node (the WorkerSet pins it there); the node's return is not run here
+    # (another VM boot and image pull): docs/nodes.md says what an admin does then
+    pending = kube.json("-n", cluster.namespace, "get", "pod", WORKER_B)
+    assert pending["status"].get("phase") == "Pending", pending["status"]
     cluster.as_user("ada", ada, f"scancel {job}")
     job_state = {k: v for k, v in _fields(requeued).items() if k in ("JobState", "Reason", "Restarts")}
     print(
