@@ -122,12 +122,30 @@ reload() {
             return
         fi
     fi
-    if scontrol reconfigure; then
-        warden_log "config: slurmctld reconfigured (hash $(warden_dirs_hash "${followed[@]}" | cut -c1-12))"
-    else
+    # A reconfigure can fail anyway: slurmctld executes itself anew with the new files, and when the new
+    # image does not come up the old one runs on. Its "Configuration data as of" moves only when it read them.
+    local before after stamp _
+    before="$(loaded_at)"
+    stamp="$(sed -n '1s/^# warden-config-hash: //p' "$SLURM_ETC/slurm.conf")"
+    if ! scontrol reconfigure; then
         warden_log "config: scontrol reconfigure failed"
         return 1
     fi
+    for _ in $(seq 30); do
+        after="$(loaded_at)"
+        [ -n "$after" ] && [ "$after" != "$before" ] && break
+        sleep 1
+    done
+    if [ -z "$after" ] || [ "$after" = "$before" ]; then
+        warden_log "config: slurmctld still runs the configuration it read at ${before:-?}, not ${stamp:-the new files}: the reconfigure failed anyway"
+        return 1
+    fi
+    warden_log "config: slurmctld reconfigured (hash $(warden_dirs_hash "${followed[@]}" | cut -c1-12)), runs ${stamp:-the new files} since $after"
+}
+
+# When slurmctld last read its configuration ("Configuration data as of"); empty when it does not answer.
+loaded_at() {
+    scontrol show config 2>/dev/null | sed -n 's/^Configuration data as of //p'
 }
 warden_follow "$config_hash" reload "${followed[@]}"
 # CONT: a slurmctld stopped in its tracks takes the TERM too (the kubelet's SIGKILL follows the grace period)

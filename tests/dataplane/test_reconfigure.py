@@ -64,6 +64,10 @@ def test_a_config_change_is_taken_live_by_every_daemon(cluster: DockerCluster, a
     stamp = confighash.of_text(cluster.exec(worker, "cat /etc/slurm/slurm.conf").out)
     assert stamp and stamp != confighash.of_text(before)
 
+    # the controller read back that slurmctld loaded the files (its "Configuration data as of" moved)
+    wait_for("the controller saying slurmctld runs the new files",
+             lambda: f"runs {stamp} since" in cluster.logs(controller, tail=400), 30, interval=1)  # fmt: skip
+
     def recorded(pod: str) -> bool:
         return f"Extra=warden-config={stamp}" in cluster.exec(controller, f"scontrol show node {pod}").out
 
