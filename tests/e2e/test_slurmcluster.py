@@ -1837,9 +1837,10 @@ Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
 def _scrape_annotated(installed: Installed) -> dict[str, tuple[set[str], Samples]]:
     """Every Service of the release's namespace that asks to be scraped (`prometheus.io/scrape`), scraped
-    at its `prometheus.io/port` and `path` through the apiserver's service proxy, the way an
-    annotation-following Prometheus finds it, and parsed with the Prometheus client's parser:
-    {service: (family names, samples)}."""
+    at its `prometheus.io/port` and `path` on each pod behind it (its Endpoints, through the apiserver's
+    pod proxy), the way an annotation-following Prometheus finds them, and parsed with the Prometheus
+    client's parser: {service: (family names, samples)}, or {service/pod: ...} for a Service of several
+    pods (the operator's leader and its standby)."""
     kube, ns = installed.kube, installed.namespace
     out = {}
     for svc in kube.json("-n", ns, "get", "services")["items"]:
@@ -1847,13 +1848,27 @@ def _scrape_annotated(installed: Installed) -> dict[str, tuple[set[str], Samples
         if notes.get("prometheus.io/scrape") != "true":
             continue
         name, port, path = svc["metadata"]["name"], notes["prometheus.io/port"], notes.get("prometheus.io/path", "/")
-        text = kube.kubectl("get", "--raw", f"/api/v1/namespaces/{ns}/services/{name}:{port}/proxy{path}")
-        parsed = list(text_string_to_metric_families(text))
-        # a family's series names by its type (a labelled counter nothing has counted yet is still served)
-        families = exposed_names(parsed) | {s.name for f in parsed for s in f.samples}
-        samples = {(s.name, frozenset(s.labels.items())): s.value for f in parsed for s in f.samples}
-        out[name] = (families, samples)
+        subsets = kube.json("-n", ns, "get", "endpoints", name).get("subsets") or []
+        pods = [(a["targetRef"]["name"], p["port"]) for s in subsets for a in s.get("addresses", [])
+                for p in s.get("ports", []) if str(p["port"]) == str(port) or p.get("name") == "metrics"]  # fmt: skip
+        if len(pods) <= 1:
+            out[name] = _scrape(
+                kube.kubectl("get", "--raw", f"/api/v1/namespaces/{ns}/services/{name}:{port}/proxy{path}")
+            )
+            continue
+        for pod, pod_port in pods:
+            out[f"{name}/{pod}"] = _scrape(
+                kube.kubectl("get", "--raw", f"/api/v1/namespaces/{ns}/pods/{pod}:{pod_port}/proxy{path}")
+            )
     return out
+
+
+def _scrape(text: str) -> tuple[set[str], Samples]:
+    parsed = list(text_string_to_metric_families(text))
+    # a family's series names by its type (a labelled counter nothing has counted yet is still served)
+    families = exposed_names(parsed) | {s.name for f in parsed for s in f.samples}
+    samples = {(s.name, frozenset(s.labels.items())): s.value for f in parsed for s in f.samples}
+    return families, samples
 
 
 def _sample(samples: Samples, name: str, **labels: str) -> float | None:
@@ -1870,8 +1885,11 @@ def test_metrics_endpoints_show_a_job_a_drain_and_the_health_check(installed: In
     kube, ns = installed.kube, installed.namespace
     scraped = _scrape_annotated(installed)
     exporter = f"{NAME}-exporter"
-    operators = [s for s, (families, _) in scraped.items() if "warden_reconciles_total" in families]
-    assert exporter in scraped and len(operators) == 1, sorted(scraped)
+    # of the operator's replicas, the one acting (warden_operator_leading 1); the standby serves its 0
+    leading = {s: _sample(samples, "warden_operator_leading") for s, (_, samples) in scraped.items()}
+    operators = [s for s, (families, _) in scraped.items() if "warden_reconciles_total" in families and leading[s] == 1]
+    standby = [s for s in scraped if leading[s] == 0]
+    assert exporter in scraped and len(operators) == 1 and len(standby) == 1, sorted(scraped)
     cluster = f"{ns}/{NAME}"
     slurm, ops = scraped[exporter][1], scraped[operators[0]][1]
     assert _sample(slurm, "slurm_up", slurm_cluster=cluster) == 1
