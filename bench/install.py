@@ -41,17 +41,19 @@ def _dev(command: str, log: Path) -> float:
     return time.monotonic() - t0
 
 
-def _operator_taken_over(cluster: LocalCluster, old: str, since: str) -> str | None:
-    """The operator pod that replaced ``old``, once Ready and its Reconciled Event about the demo posted."""
+def _operator_taken_over(cluster: LocalCluster, old: set[str], since: str) -> str | None:
+    """The operator pod that replaced those in ``old`` and acts, once Ready and the demo reconciled: its
+    Reconciled Event posted, or the previous one's counted up (the same words: its series moved)."""
     pods = cluster.kube().json("-n", NAMESPACE_OPERATOR, "get", "pods", "-l", "app.kubernetes.io/component=operator")
     for pod in pods["items"]:
         name = pod["metadata"]["name"]
         ready = any(c["type"] == "Ready" and c["status"] == "True" for c in pod["status"].get("conditions", []))
-        if name == old or pod["metadata"].get("deletionTimestamp") or not ready:
+        if name in old or pod["metadata"].get("deletionTimestamp") or not ready:
             continue
         events = cluster.kube().json("-n", NAMESPACE_DEMO, "get", "events.events.k8s.io")["items"]
-        if any(e["reason"] == "Reconciled" and e.get("reportingInstance") == name and e["eventTime"] > since
-               and e["regarding"]["name"] == DEMO_NAME for e in events):  # fmt: skip
+        if any(e["reason"] == "Reconciled" and e["regarding"]["name"] == DEMO_NAME
+               and ((e.get("reportingInstance") == name and e["eventTime"] > since)
+                    or (e.get("series") or {}).get("lastObservedTime", "") > since) for e in events):  # fmt: skip
             return str(name)
     return None
 
@@ -70,7 +72,7 @@ def main() -> None:
 
     kube = cluster.kube()
     pods = kube.json("-n", NAMESPACE_OPERATOR, "get", "pods", "-l", "app.kubernetes.io/component=operator")
-    (old,) = [p["metadata"]["name"] for p in pods["items"]]
+    old = {str(p["metadata"]["name"]) for p in pods["items"]}  # the leader and its standby
     since = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime())
     t0 = time.monotonic()
     kube.helm("upgrade", "slurm-operator", *chart_args(REGISTRY, "slurm-operator"), "-n", NAMESPACE_OPERATOR,
