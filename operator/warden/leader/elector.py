@@ -116,7 +116,11 @@ class Elector:
     def run(self) -> None:
         opmetrics.LEADING.labels(self.identity).set(0)
         while not self._stop.is_set():
-            leading = self.step()
+            try:
+                leading = self.step()
+            except Exception:  # never a standby that stopped looking, nor a leader that stopped renewing unseen
+                log.exception("leader election: %s: a round failed", self.identity)
+                leading = self.leading
             if leading:
                 pause = self.timing.renew
             elif self._until is not None:  # a failed renewal: try again soon, before the deadline
