@@ -362,8 +362,8 @@ int jail_view_leave(struct jail_return *back, char *err, size_t errlen)
 	return rc;
 }
 
-/* Keep the way back (namespace and cwd) before a view is entered. */
-static int keep_way_back(struct jail_return *back, char *err, size_t errlen)
+int jail_view_keep_way_back(struct jail_return *back, char *err,
+			    size_t errlen)
 {
 	back->mntns = open("/proc/thread-self/ns/mnt", O_RDONLY | O_CLOEXEC);
 	if (back->mntns < 0)
@@ -379,8 +379,7 @@ static int keep_way_back(struct jail_return *back, char *err, size_t errlen)
 	return 0;
 }
 
-/* A view could not be entered: err keeps why; the way back is best effort. */
-static int back_out(struct jail_return *back, char *err, size_t errlen)
+int jail_view_abandon(struct jail_return *back, char *err, size_t errlen)
 {
 	char ignored[JAIL_ERR_MAX];
 
@@ -398,10 +397,10 @@ int jail_view_enter(const struct jail_config *cfg, const char *cwd,
 		    struct jail_return *back, char *err, size_t errlen,
 		    char *note, size_t notelen)
 {
-	if (keep_way_back(back, err, errlen) < 0)
+	if (jail_view_keep_way_back(back, err, errlen) < 0)
 		return -1;
 	if (jail_enter(cfg, cwd, err, errlen, note, notelen) < 0)
-		return back_out(back, err, errlen);
+		return jail_view_abandon(back, err, errlen);
 	return 0;
 }
 
@@ -448,9 +447,9 @@ int jail_view_reenter(const struct jail_config *cfg, int view, const char *cwd,
 {
 	if (note && notelen > 0)
 		note[0] = '\0';
-	if (keep_way_back(back, err, errlen) < 0)
+	if (jail_view_keep_way_back(back, err, errlen) < 0)
 		return -1;
 	if (reenter_view(cfg, view, cwd, err, errlen, note, notelen) < 0)
-		return back_out(back, err, errlen);
+		return jail_view_abandon(back, err, errlen);
 	return 0;
 }

@@ -59,6 +59,21 @@ int jail_view_enter(const struct jail_config *cfg, const char *cwd,
 int jail_view_leave(struct jail_return *back, char *err, size_t errlen);
 
 /*
+ * Before a view is entered: keep in `back` the way out, the calling thread's
+ * mount namespace and working directory. On failure err says why and `back`
+ * is empty.
+ */
+int jail_view_keep_way_back(struct jail_return *back, char *err,
+			    size_t errlen);
+
+/*
+ * A view could not be entered (err says why): back to where the thread was,
+ * best effort; when even that fails err says so too. Returns -1, and `back`
+ * is empty.
+ */
+int jail_view_abandon(struct jail_return *back, char *err, size_t errlen);
+
+/*
  * The mount namespace of the view the calling thread is in, held open: an
  * O_CLOEXEC descriptor, or -1 with err saying why. A view's namespace goes
  * when its last thread leaves it or ends; holding it makes the holder's

@@ -156,42 +156,21 @@ static int bind_one(const struct node_view_bind *b, char *err, size_t errlen,
 	return 1;
 }
 
-static void forget(struct jail_return *back)
-{
-	if (back->mntns >= 0)
-		(void)close(back->mntns);
-	if (back->cwd >= 0)
-		(void)close(back->cwd);
-	back->mntns = -1;
-	back->cwd = -1;
-}
-
 int node_view_enter(const struct node_view_bind *binds, size_t n,
 		    struct jail_return *back, char *err, size_t errlen,
 		    char *note, size_t notelen)
 {
-	char ignored[JAIL_ERR_MAX];
 	size_t i;
 
 	if (note && notelen > 0)
 		note[0] = '\0';
-	back->mntns = open("/proc/thread-self/ns/mnt", O_RDONLY | O_CLOEXEC);
-	if (back->mntns < 0)
-		return jail_fail(err, errlen, "open /proc/thread-self/ns/mnt: "
-				 "%s", strerror(errno));
-	back->cwd = open(".", O_PATH | O_DIRECTORY | O_CLOEXEC);
-	if (back->cwd < 0) {
-		jail_fail(err, errlen, "open the working directory: %s",
-			  strerror(errno));
-		forget(back);
+	if (jail_view_keep_way_back(back, err, errlen) < 0)
 		return -1;
-	}
 	/* The calling thread alone: its own fs attributes and mount table. */
 	if (unshare(CLONE_FS | CLONE_NEWNS) < 0) {
 		jail_fail(err, errlen, "unshare(CLONE_FS | CLONE_NEWNS): %s",
 			  strerror(errno));
-		forget(back);
-		return -1;
+		return jail_view_abandon(back, err, errlen);
 	}
 	if (mount(NULL, "/", NULL, MS_REC | MS_SLAVE, NULL) < 0) {
 		jail_fail(err, errlen, "make '/' a recursive slave mount: %s",
@@ -204,12 +183,5 @@ int node_view_enter(const struct node_view_bind *binds, size_t n,
 	return 0;
 fail:
 	/* err keeps the first failure; the way back is best effort. */
-	if (jail_view_leave(back, ignored, sizeof(ignored)) < 0) {
-		size_t used = strlen(err);
-
-		if (used + 1 < errlen)
-			(void)snprintf(err + used, errlen - used,
-				       "; then could not return: %s", ignored);
-	}
-	return -1;
+	return jail_view_abandon(back, err, errlen);
 }
