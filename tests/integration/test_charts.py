@@ -266,10 +266,15 @@ def test_one_registry_value_moves_the_operators_image_and_the_clusters_default_i
     pod = deploy["spec"]["template"]["spec"]
     (container,) = pod["containers"]
     assert container["image"] == "registry.example.com:5000/hpc/warden/operator:0.2.0"
-    assert container["env"] == [{"name": "WARDEN_IMAGE_REGISTRY", "value": "registry.example.com:5000/hpc/warden"}]
+    registry = [e for e in container["env"] if e["name"] == "WARDEN_IMAGE_REGISTRY"]
+    assert registry == [{"name": "WARDEN_IMAGE_REGISTRY", "value": "registry.example.com:5000/hpc/warden"}]
     assert pod["imagePullSecrets"] == [{"name": "regcred"}]
     (plain,) = by_kind(helm.template(OPERATOR_CHART, release="warden"), "Deployment")
-    assert "env" not in plain["spec"]["template"]["spec"]["containers"][0]
+    # the replica's own name and namespace only (leader election), no registry
+    assert [e["name"] for e in plain["spec"]["template"]["spec"]["containers"][0]["env"]] == [
+        "POD_NAME",
+        "POD_NAMESPACE",
+    ]
 
 
 def test_rbac_has_no_wildcards_and_same_rules_in_both_modes(helm: Helm) -> None:
