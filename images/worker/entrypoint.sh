@@ -92,16 +92,27 @@ cgroup_rw() {
 # controllers to its children, so this container's processes move to a leaf first; then slurmd's
 # cgroup/v2 plugin can enable cpuset, memory and the rest for the job cgroups it makes.
 cgroup_v2_delegate() {
-    local root=/sys/fs/cgroup pid c
+    local root=/sys/fs/cgroup pid c off="" try
     [ "$(stat -fc %T "$root")" = cgroup2fs ] || return 0
     mkdir -p "$root/warden-entrypoint"
-    while read -r pid; do
-        echo "$pid" >"$root/warden-entrypoint/cgroup.procs" 2>/dev/null || true
-    done <"$root/cgroup.procs"
-    for c in $(cat "$root/cgroup.controllers"); do
-        echo "+$c" >"$root/cgroup.subtree_control" 2>/dev/null || warden_log "cgroup: warning: cannot delegate $c"
+    # A cgroup with controllers on for its children may hold no process itself, and processes keep
+    # arriving in the container's own cgroup while this runs (the kubelet's exec probes): move them all
+    # to the leaf, turn the controllers on, and again until every one is on.
+    for try in $(seq 1 100); do
+        while read -r pid; do
+            echo "$pid" >"$root/warden-entrypoint/cgroup.procs" 2>/dev/null || true
+        done <"$root/cgroup.procs"
+        off=""
+        for c in $(<"$root/cgroup.controllers"); do
+            [[ " $(<"$root/cgroup.subtree_control") " == *" $c "* ]] && continue
+            echo "+$c" >"$root/cgroup.subtree_control" 2>/dev/null || off="$off $c"
+        done
+        [ -z "$off" ] && break
+        sleep 0.1
     done
-    warden_log "cgroup: v2, controllers $(cat "$root/cgroup.subtree_control")"
+    [ -z "$off" ] || warden_die "cgroup v2: cannot turn on$off for slurmd's cgroup plugin after $try tries" \
+        "(a process stays in the container's own cgroup: $(tr '\n' ' ' <"$root/cgroup.procs"))"
+    warden_log "cgroup: v2, controllers $(<"$root/cgroup.subtree_control")"
 }
 # cgroup v1: ConstrainDevices allows a job's GPUs in its own cgroup as `c MAJ:MIN rwm`, and a child
 # may not allow more than its parent. Device plugins give the container its GPUs `rw` (NVIDIA's

@@ -141,6 +141,8 @@ def cluster(kube: Kube, vm_nodes: dict[str, dict[str, Any]],
         "login": {"sshAuthorizedKeys": [key.with_suffix(".pub").read_text().strip()],
                   "service": {"type": "NodePort"}, **on(1)},
         "accounting": {"mode": "Disabled"},
+        # a VM node kept between runs (WARDEN_NODES_KEEP) holds the images of the last one under the same tags
+        "images": {"pullPolicy": "Always"},
         # Warden's AppArmor profiles (the VM nodes load them as an admin would: vmjoin.NODE_START)
         "security": {"appArmorProfile": "Warden"},
         # a powered-off node is DOWN after 30 s, not Slurm's default 300 (the node-death test waits for it)
