@@ -307,6 +307,22 @@ def test_an_impossible_external_job_is_accepted_and_pends(cluster: DockerCluster
     assert state(rest.job(int(doc["job_id"]))) == "PENDING"
 
 
+def test_an_external_job_excludes_the_nodes_the_bridge_names(cluster: DockerCluster, placeholders: list[int]) -> None:
+    """``excluded_nodes`` as the bridge sends it (the Slurm nodes whose Kubernetes node the pods may not run
+    on, warden.bridge.fit): a job excluding one worker runs on another; one excluding every node of its
+    partition is refused at once, in Slurm's words (the bridge tells the pods, as for any refusal)."""
+    rest = Rest(cluster)
+    workers = cluster.worker_pods("cpu")
+    assert len(workers) >= 2, workers
+    status, doc = rest.submit(external("k8s:default/one", 1, 1, 10, partition="cpu", excluded_nodes=workers[:1]))
+    assert status == 200 and errors(doc) == [], (status, doc)
+    placeholders.append(int(doc["job_id"]))
+    ran = wait_for_state(rest, int(doc["job_id"]), "RUNNING")
+    assert ran["nodes"] != workers[0] and ran["excluded_nodes"] == workers[0], ran["nodes"]
+    status, doc = rest.submit(external("k8s:default/none", 1, 1, 10, partition="cpu", excluded_nodes=workers))
+    assert status != 200 and errors(doc) == ["Requested node configuration is not available"], (status, doc)
+
+
 def test_an_external_job_needs_v0044_and_no_script(cluster: DockerCluster) -> None:
     rest = Rest(cluster)
     status, doc = rest.submit(external("k8s:default/old", 1, 1, 10, partition="cpu"), api="/slurm/v0.0.42")

@@ -397,23 +397,23 @@ def test_every_pod_of_a_job_set_starts_together_as_one_slurm_job(
 def test_a_pod_is_never_bound_to_a_node_whose_taint_it_does_not_tolerate(
     api_client: Any, workloads: str, slurm: FakeSlurmrestd, bridge_nodes: list[str], bridge: BridgeProcess
 ) -> None:
-    """The bridge binds pods itself, so it holds them to the rules kube-scheduler would: with the node Slurm
-    chose tainted NoSchedule, a pod without the toleration waits, saying which node and why; one that
-    tolerates it is bound there (warden.bridge.fit)."""
+    """The bridge binds pods itself, so it holds them to the rules kube-scheduler would: with a node tainted
+    NoSchedule, a pod without the toleration gets a Slurm job that excludes that node and runs on the other;
+    one that tolerates it may go there (warden.bridge.fit). A pod Slurm placed where it may not run anyway
+    waits, saying why (tests/unit/test_bridge_fit.py)."""
     core: Any = client.CoreV1Api(api_client)  # manifests as plain dicts
-    tainted = bridge_nodes[0]  # the stand-in places first-fit: its first node
+    tainted, free = bridge_nodes  # the stand-in places first-fit: its first node, were it not excluded
     taint = {"key": "dedicated", "value": "infra", "effect": "NoSchedule"}
     core.patch_node(tainted, {"spec": {"taints": [taint]}})
     try:
+        core.create_namespaced_pod(workloads, pod_body("plain"))
+        assert wait_running(core, workloads, "plain", bridge) == free
+        assert slurm.job(job_of(core, workloads, "plain") or 0)["excluded_nodes"] == tainted
         tolerant = pod_body("tolerant")
         tolerant["spec"]["tolerations"] = [{"key": "dedicated", "operator": "Equal", "value": "infra"}]
         core.create_namespaced_pod(workloads, tolerant)
         bound = lambda: core.read_namespaced_pod("tolerant", workloads).spec.node_name  # noqa: E731
         assert wait_for("the tolerant pod bound", bound, TIMEOUT, on_fail=bridge.log_tail) == tainted
-        core.create_namespaced_pod(workloads, pod_body("plain"))  # Slurm places it there too: CPUs are free
-        why = f"Kubernetes node {tainted}, where pod plain may not run: its taint dedicated=infra:NoSchedule"
-        wait_unschedulable(core, workloads, "plain", "SlurmPlacement", why, bridge)
-        assert not core.read_namespaced_pod("plain", workloads).spec.node_name
     finally:
         core.patch_node(tainted, {"spec": {"taints": None}})
 

@@ -47,7 +47,9 @@ What the bridge does, at v0.0.44, as Slurm 26.05.5 answered it in those captures
   free CPUs (``tasks_per_node`` at most per node, ``maximum_nodes`` nodes at most), all or nothing,
   skipping nodes that are DOWN, drained or not responding. A placed job is RUNNING with
   ``job_resources.nodes.allocation`` (``name``, ``cpus.count`` per node), ``nodes``, start and end time
-  (``time_limit`` minutes, else ``DEFAULT_TIME_LIMIT_MIN``); one that does not fit waits with reason
+  (``time_limit`` minutes, else ``DEFAULT_TIME_LIMIT_MIN``), never on its ``excluded_nodes`` (a job that
+  excludes every node is refused, HTTP 422, "Requested node configuration is not available", as Slurm
+  26.05 refuses one excluding every node of its partition); one that does not fit waits with reason
   ``Resources``. A ``run_job`` job holds its whole node; a job that ends frees its CPUs. Partitions,
   memory, priorities and time limits are not enforced.
 - ``DELETE job/<id>`` and ``DELETE jobs/`` (``{"jobs": ["5", "7"]}``) cancel (CANCELLED, CPUs freed).
@@ -157,6 +159,8 @@ class _Job:
     max_nodes: int | None = None
     memory_per_cpu: int | None = None  # MB
     time_limit: int | None = None  # minutes
+    #: nodes it may not have (``excluded_nodes``)
+    excluded: tuple[str, ...] = ()
     reason: str = "None"
     #: (node, CPUs) it holds or held, in order; its CPUs count only while it is RUNNING
     allocation: list[tuple[str, int]] = field(default_factory=list)
@@ -419,7 +423,7 @@ class FakeSlurmrestd:
             if job.cpus_per_task > biggest:
                 self._wait(job, "PartitionConfig")
                 continue
-            free = self._free()
+            free = {n: c for n, c in self._free().items() if n not in job.excluded}
             # first fit in registration order; with a node limit, the emptiest nodes first if that fails
             placed = self._fit(job, free, list(free)) or self._fit(job, free, sorted(free, key=lambda n: -free[n]))
             if placed is None:
@@ -484,6 +488,7 @@ class FakeSlurmrestd:
             job_state=[job.state],
             state_reason=job.reason,
             nodes=",".join(names),
+            excluded_nodes=",".join(job.excluded),
             batch_host=names[0] if names else "",
             submit_time=_number(job.submit_time),
             start_time=_number(job.start_time),
@@ -556,6 +561,10 @@ class FakeSlurmrestd:
         partition = str(desc.get("partition") or "")
         if self.partitions is not None and partition not in self.partitions:
             return self._submit_refused(422, "Invalid partition name specified", 2000)
+        excluded = desc.get("excluded_nodes") or []
+        excluded = excluded.split(",") if isinstance(excluded, str) else [str(n) for n in excluded]
+        if self.nodes and set(self.nodes) <= set(excluded):  # every node excluded: Slurm refuses at once
+            return self._submit_refused(422, "Requested node configuration is not available", 2014)
         job = self._new_job(user, str(desc.get("name") or ""), time.time())
         job.partition, job.comment, job.flags = partition, str(desc.get("comment") or ""), flags
         job.tasks = _count(desc.get("tasks"), 1) or 1
@@ -564,6 +573,7 @@ class FakeSlurmrestd:
         job.max_nodes = _count(desc.get("maximum_nodes"), None)
         job.memory_per_cpu = _count(desc.get("memory_per_cpu"), None)
         job.time_limit = _count(desc.get("time_limit"), None)
+        job.excluded = tuple(excluded)
         warnings = []
         if job.cpus_per_task > max((int(r["cpus"]) for r in self.nodes.values()), default=0):
             warnings = [

@@ -10,7 +10,8 @@ import pytest
 
 from warden.bridge.fit import tolerates, why_not
 from warden.bridge.placement import place
-from warden.bridge.workloads import PodView, trim
+from warden.bridge.translate import Defaults, Refusal, job_description
+from warden.bridge.workloads import PodView, Workload, trim
 
 
 def node(name: str = "n1", labels: dict[str, str] | None = None, *taints: dict[str, str]) -> dict[str, Any]:
@@ -78,3 +79,12 @@ def test_the_pod_cache_keeps_what_says_where_a_pod_may_run() -> None:
     pod = PodView.of(trim({"metadata": {"name": "p"}, "spec": spec}))
     assert pod.placement == {k: spec[k] for k in ("tolerations", "nodeSelector", "affinity")}
     assert "tolerations" not in trim({"metadata": {"name": "p"}, "spec": {"containers": []}})["spec"]
+
+
+def test_the_job_asks_slurm_for_none_of_the_nodes_its_pods_may_not_run_on() -> None:
+    """``excluded_nodes`` only when there are some: a job whose pods may run anywhere reads as it did."""
+    w = Workload("Pod", "team", "p", "uid", 1, (_pod("p"),))
+    desc = job_description(w, Defaults(partition="k8s"), {}, ["n2", "n1"])
+    assert not isinstance(desc, Refusal) and desc["excluded_nodes"] == ["n1", "n2"]
+    plain = job_description(w, Defaults(partition="k8s"), {})
+    assert not isinstance(plain, Refusal) and "excluded_nodes" not in plain

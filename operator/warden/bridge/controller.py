@@ -295,7 +295,7 @@ class Bridge:
         state.submitted = {i: t for i, t in state.submitted.items() if now - t < planner.RETRY_SECONDS}
         actions = planner.plan(
             workloads, jobs, naming.BRIDGE_USER, target.defaults, annotations, nodes.of, state.refused, now,
-            frozenset(state.submitted), nodes.why_not,
+            frozenset(state.submitted), nodes.why_not, nodes.excluded_for,
         )  # fmt: skip
         if actions:
             self._carry_out(target, state, actions)
@@ -440,19 +440,45 @@ class KubeNodes:
         self.names = Names(cluster=target.name, namespace=target.namespace)
         self.workers: dict[str, str] | None = None
         self.known: dict[str, Manifest | None] = {}
+        self.candidates: dict[str, str] | None = None
 
-    def of(self, slurm_node: str) -> str | None:
+    def _workers(self) -> dict[str, str]:
+        """Each worker pod's Slurm node (its name) and Kubernetes node, read once a round."""
         if self.workers is None:
             selector = ",".join(f"{k}={v}" for k, v in sorted(self.names.selector("worker").items()))
             path = Kube.path("v1", "Pod", self.names.namespace)
             items = self.kube.call("GET", path, query=[("labelSelector", selector)]).get("items") or []
             self.workers = {str(w["metadata"]["name"]): str((w.get("spec") or {}).get("nodeName") or "") for w in items}
-        if slurm_node in self.workers:
-            return self.workers[slurm_node] or None
+        return self.workers
+
+    def of(self, slurm_node: str) -> str | None:
+        workers = self._workers()
+        if slurm_node in workers:
+            return workers[slurm_node] or None
         node = self.node(slurm_node)
         labels = (node or {}).get("metadata", {}).get("labels") or {}
-        mine = f"{self.names.namespace}.{self.names.cluster}"
-        return slurm_node if labels.get(naming.BRIDGE_EXTERNAL_NODE_LABEL) == mine else None
+        return slurm_node if labels.get(naming.BRIDGE_EXTERNAL_NODE_LABEL) == self._mine else None
+
+    @property
+    def _mine(self) -> str:
+        return f"{self.names.namespace}.{self.names.cluster}"
+
+    def _candidates(self) -> dict[str, str]:
+        """Every Slurm node the bridge could bind to and its Kubernetes node: the worker pods', and the
+        external nodes an admin labelled for this cluster (listed once a round)."""
+        if self.candidates is None:
+            self.candidates = {s: k for s, k in self._workers().items() if k}
+            selector = [("labelSelector", f"{naming.BRIDGE_EXTERNAL_NODE_LABEL}={self._mine}")]
+            for node in self.kube.call("GET", Kube.path("v1", "Node", ""), query=selector).get("items") or []:
+                name = str(node["metadata"]["name"])
+                self.known[name] = node
+                self.candidates[name] = name
+        return self.candidates
+
+    def excluded_for(self, pod: PodView) -> list[str]:
+        """The Slurm nodes the bridge could bind to whose Kubernetes node ``pod`` may not run on
+        (``warden.bridge.fit``): its job asks Slurm for none of them."""
+        return sorted(s for s, k in self._candidates().items() if self.why_not(pod, k) is not None)
 
     def node(self, name: str) -> Manifest | None:
         """The Kubernetes node ``name`` (read once a round), None when there is none."""

@@ -144,9 +144,12 @@ def plan(
     now: float,
     submitted: frozenset[int] = frozenset(),
     why_not: Callable[[PodView, str], str | None] = lambda pod, node: None,
+    excluded_for: Callable[[PodView], Sequence[str]] = lambda pod: (),
 ) -> list[Action]:
     """``submitted``: jobs just submitted, which a job list read before may not show yet. ``why_not``: why
-    a pod may not run on a Kubernetes node (``warden.bridge.fit``): no pod is bound where it may not."""
+    a pod may not run on a Kubernetes node (``warden.bridge.fit``): no pod is bound where it may not.
+    ``excluded_for``: the Slurm nodes the bridge knows whose Kubernetes node a pod may not run on, which
+    its job excludes."""
     by_id = {j.id: j for j in jobs}
     active = placeholders(jobs, user)
     out: list[Action] = []
@@ -171,7 +174,8 @@ def plan(
                 out.append(Cancel(job.id, f"no pod of {w.kind} {w.namespace}/{w.name} is left to run"))
             continue
         if job is None:
-            out.extend(_submit(w, live, defaults, namespace_annotations.get(w.namespace, {}), refused.get(w.uid), now))
+            ns_annotations = namespace_annotations.get(w.namespace, {})
+            out.extend(_submit(w, live, defaults, ns_annotations, refused.get(w.uid), now, excluded_for))
         else:
             out.extend(_follow(w, live, job, kube_node_of, why_not))
     for uid, job in active.items():
@@ -184,7 +188,7 @@ def plan(
 
 def _submit(
     w: Workload, live: Sequence[PodView], defaults: Defaults, ns_annotations: Mapping[str, str],
-    refused: Refused | None, now: float,
+    refused: Refused | None, now: float, excluded_for: Callable[[PodView], Sequence[str]],
 ) -> list[Action]:  # fmt: skip
     waiting = [p for p in live if p.job_id is None]
     out: list[Action] = []
@@ -199,7 +203,8 @@ def _submit(
         for p in gang:
             out += _unschedulable(p, "SlurmRefused", refused.message)
         return out
-    desc = job_description(Workload(w.kind, w.namespace, w.name, w.uid, w.size, tuple(gang)), defaults, ns_annotations)
+    gang_workload = Workload(w.kind, w.namespace, w.name, w.uid, w.size, tuple(gang))
+    desc = job_description(gang_workload, defaults, ns_annotations, excluded_for(gang[0]))
     if isinstance(desc, Refusal):
         for p in gang:
             out += _unschedulable(p, desc.reason, desc.message)

@@ -14,7 +14,7 @@ size=2``): a restarted bridge finds its jobs by it (``placeholder_of``).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -81,9 +81,10 @@ def _choice(key: str, pod: Mapping[str, str], namespace: Mapping[str, str], defa
 
 
 def job_description(
-    w: Workload, defaults: Defaults, namespace_annotations: Mapping[str, str]
+    w: Workload, defaults: Defaults, namespace_annotations: Mapping[str, str], excluded: Sequence[str] = ()
 ) -> dict[str, Any] | Refusal:
-    """The job for workload ``w`` (its pods share one template), or why it gets none."""
+    """The job for workload ``w`` (its pods share one template), or why it gets none. ``excluded``: Slurm
+    nodes whose Kubernetes node its pods may not run on (``warden.bridge.fit``): Slurm allocates none of them."""
     pod = w.pods[0]
     unlimited = [p.name for p in w.pods if not p.size.limited]
     if unlimited:
@@ -125,4 +126,6 @@ def job_description(
         )
     if isolation == "user":
         desc["shared"] = ["user"]
+    if excluded:
+        desc["excluded_nodes"] = sorted(excluded)
     return desc
