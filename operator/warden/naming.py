@@ -359,6 +359,10 @@ BRIDGE_PARTITION_ANNOTATION = f"{LABEL_PREFIX}/partition"
 BRIDGE_QOS_ANNOTATION = f"{LABEL_PREFIX}/qos"
 BRIDGE_TIME_LIMIT_ANNOTATION = f"{LABEL_PREFIX}/time-limit"
 BRIDGE_ISOLATION_ANNOTATION = f"{LABEL_PREFIX}/isolation"
+#: namespace annotations (an admin's) listing the partitions and QoS a pod's own annotations may choose
+#: (comma-separated); a pod may otherwise take only what its namespace or the cluster's spec.bridge sets
+BRIDGE_ALLOWED_PARTITIONS_ANNOTATION = f"{LABEL_PREFIX}/allowed-partitions"
+BRIDGE_ALLOWED_QOS_ANNOTATION = f"{LABEL_PREFIX}/allowed-qos"
 #: the job comment's first word: the job is a placeholder of this bridge, in this format
 BRIDGE_COMMENT_TAG = "warden-bridge/v1"
 #: Slurm's EXTERNAL_JOB job flag (slurm.h, 25.05 on: bit 24 of a job's bitflags), as job_submit.lua reads it

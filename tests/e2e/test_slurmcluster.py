@@ -714,8 +714,10 @@ def test_slurm_schedules_a_kubernetes_job_beside_slurm_jobs_preempts_it_and_both
     any node waits with Slurm's reason."""
     kube, ns = installed.kube, installed.namespace
     team = f"{ns}-team"
+    # the admin opts the namespace in, and lets its pods choose the preemptible QoS (docs/bridge.md)
     kube.apply([{"apiVersion": "v1", "kind": "Namespace",
-                 "metadata": {"name": team, "labels": {naming.BRIDGE_NAMESPACE_LABEL: f"{ns}.{NAME}"}}}])  # fmt: skip
+                 "metadata": {"name": team, "labels": {naming.BRIDGE_NAMESPACE_LABEL: f"{ns}.{NAME}"},
+                              "annotations": {naming.BRIDGE_ALLOWED_QOS_ANNOTATION: BRIDGE_QOS}}}])  # fmt: skip
     controller = kube.json("-n", ns, "get", "pod", f"{NAME}-controller-0")
     image = controller["spec"]["containers"][0]["image"]  # on the node already: it runs
     try:

@@ -253,7 +253,12 @@ def test_bad_input_is_left_pending_with_the_reason(
     elsewhere = controlplane.create_namespace(f"x-{uuid.uuid4().hex[:8]}")
     core.create_namespaced_pod(elsewhere, pod_body("stray"))
     wait_unschedulable(core, elsewhere, "stray", "NamespaceNotOptedIn", BRIDGE_NAMESPACE_LABEL, bridge)
-    assert not [j for j in slurm.jobs_of(BRIDGE_USER) if j["name"].endswith("/unlimited")]
+    # a QoS of the pod's own choosing that its namespace's admin did not list (one that preempts others)
+    mine = pod_body("greedy", annotations={"slurm.warden.dev/qos": "top"})
+    core.create_namespaced_pod(workloads, mine)
+    wait_unschedulable(core, workloads, "greedy", "BadAnnotation", "the namespace does not let its pods choose it",
+                       bridge)  # fmt: skip
+    assert not [j for j in slurm.jobs_of(BRIDGE_USER) if j["name"].endswith(("/unlimited", "/greedy"))]
 
 
 def test_a_thousand_single_pod_workloads_are_all_bound_through_slurm(

@@ -94,16 +94,26 @@ def test_one_pod_is_one_task_with_its_limits_and_the_job_is_external() -> None:
     assert placeholder_of(desc["comment"]).uid == "job-uid"  # type: ignore[union-attr]
 
 
-def test_partition_and_qos_come_from_the_pod_then_the_namespace_then_the_cluster() -> None:
+def test_partition_and_qos_come_from_the_namespace_then_the_cluster_and_the_pod_where_allowed() -> None:
+    """A pod's own partition or QoS only where its namespace's admin lists it: a tenant picks no QoS that
+    preempts others or a partition it was not given."""
     defaults = Defaults(partition="k8s", qos="normal")
+    mine = {"slurm.warden.dev/qos": "high", "slurm.warden.dev/partition": "gpu"}
     plain = job_description(_workload(pod("a")), defaults, {})
     by_ns = job_description(_workload(pod("a")), defaults, {"slurm.warden.dev/qos": "low"})
-    by_pod = job_description(
-        _workload(pod("a", annotations={"slurm.warden.dev/qos": "high", "slurm.warden.dev/partition": "gpu"})),
-        defaults, {"slurm.warden.dev/qos": "low"},
-    )  # fmt: skip
+    allowed = {"slurm.warden.dev/qos": "low", "slurm.warden.dev/allowed-qos": "low,high",
+               "slurm.warden.dev/allowed-partitions": "gpu"}  # fmt: skip
+    by_pod = job_description(_workload(pod("a", annotations=mine)), defaults, allowed)
     assert isinstance(plain, dict) and isinstance(by_ns, dict) and isinstance(by_pod, dict)
     assert (plain["qos"], by_ns["qos"], by_pod["qos"], by_pod["partition"]) == ("normal", "low", "high", "gpu")
+    refused = job_description(_workload(pod("a", annotations={"slurm.warden.dev/qos": "high"})), defaults,
+                              {"slurm.warden.dev/qos": "low"})  # fmt: skip
+    assert isinstance(refused, Refusal) and refused.reason == "BadAnnotation"
+    assert "slurm.warden.dev/qos='high': the namespace does not let its pods choose it" in refused.message
+    assert "slurm.warden.dev/allowed-qos: nothing" in refused.message
+    same = job_description(_workload(pod("a", annotations={"slurm.warden.dev/qos": "low"})), defaults,
+                           {"slurm.warden.dev/qos": "low"})  # fmt: skip
+    assert isinstance(same, dict) and same["qos"] == "low"
 
 
 def test_time_limit_gpus_and_isolation_are_translated() -> None:

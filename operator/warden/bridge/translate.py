@@ -4,8 +4,9 @@ there can be none.
 One pod is one task: ``tasks`` = the workload's pods, each ``cpus_per_task`` whole CPUs (its CPU limit
 rounded up) and ``memory_per_cpu`` MiB (its memory limit shared over those CPUs), GPUs as
 ``tres_per_task``; at most one node per task. The job is an *external job* (``EXTERNAL_JOB``): Slurm
-allocates, nothing is launched. Partition, QoS, time limit and isolation come from the first pod's
-annotations, else the namespace's, else the cluster's ``spec.bridge``.
+allocates, nothing is launched. Time limit and isolation come from the first pod's annotations, else the
+namespace's; partition and QoS from the namespace's (an admin's), else the cluster's ``spec.bridge``, a
+pod's own only where the namespace's allowed-partitions / allowed-qos annotation lists it.
 
 The job's ``comment`` says which workload it stands for (``warden-bridge/v1 Job/<ns>/<name>/<uid>
 size=2``): a restarted bridge finds its jobs by it (``placeholder_of``).
@@ -20,6 +21,8 @@ from typing import Any
 
 from warden.bridge.workloads import Size, Workload
 from warden.naming import (
+    BRIDGE_ALLOWED_PARTITIONS_ANNOTATION,
+    BRIDGE_ALLOWED_QOS_ANNOTATION,
     BRIDGE_COMMENT_TAG,
     BRIDGE_ISOLATION_ANNOTATION,
     BRIDGE_PARTITION_ANNOTATION,
@@ -80,6 +83,27 @@ def _choice(key: str, pod: Mapping[str, str], namespace: Mapping[str, str], defa
     return str(pod.get(key) or namespace.get(key) or default).strip()
 
 
+def _admitted(
+    key: str, allowed_key: str, pod: Mapping[str, str], namespace: Mapping[str, str], default: str
+) -> str | Refusal:
+    """A partition or QoS: the namespace's (an admin's annotation) or the cluster's; a pod's own choice only
+    when it is that one or the namespace's ``allowed_key`` lists it (a tenant's pod picks no partition or QoS
+    of a higher priority or longer time than its admin gave it)."""
+    given = str(namespace.get(key) or default).strip()
+    asked = str(pod.get(key) or "").strip()
+    if not asked or asked == given:
+        return given
+    allowed = [a.strip() for a in str(namespace.get(allowed_key) or "").split(",") if a.strip()]
+    if asked in allowed:
+        return asked
+    return Refusal(
+        "BadAnnotation",
+        f"{key}={asked!r}: the namespace does not let its pods choose it (its admin lists what they may in the"
+        f" namespace's annotation {allowed_key}: {', '.join(allowed) or 'nothing'}); without the annotation the"
+        f" pod gets {given or 'the default'}",
+    )
+
+
 def job_description(
     w: Workload, defaults: Defaults, namespace_annotations: Mapping[str, str], excluded: Sequence[str] = ()
 ) -> dict[str, Any] | Refusal:
@@ -97,18 +121,25 @@ def job_description(
     size = pod.size
     cpus = cpus_per_task(size)
     annotations = pod.annotations
+    partition = _admitted(BRIDGE_PARTITION_ANNOTATION, BRIDGE_ALLOWED_PARTITIONS_ANNOTATION, annotations,
+                          namespace_annotations, defaults.partition)  # fmt: skip
+    qos = _admitted(BRIDGE_QOS_ANNOTATION, BRIDGE_ALLOWED_QOS_ANNOTATION, annotations, namespace_annotations,
+                    defaults.qos)  # fmt: skip
+    if isinstance(partition, Refusal):
+        return partition
+    if isinstance(qos, Refusal):
+        return qos
     desc: dict[str, Any] = {
         "name": f"k8s:{w.namespace}/{w.name}",
         "flags": ["EXTERNAL_JOB"],
         "comment": comment(w),
-        "partition": _choice(BRIDGE_PARTITION_ANNOTATION, annotations, namespace_annotations, defaults.partition),
+        "partition": partition,
         "tasks": w.size,
         "cpus_per_task": cpus,
         "memory_per_cpu": {"set": True, "number": max(1, math.ceil(size.memory_mib / cpus))},
         "minimum_nodes": 1,
         "maximum_nodes": w.size,
     }
-    qos = _choice(BRIDGE_QOS_ANNOTATION, annotations, namespace_annotations, defaults.qos)
     if qos:
         desc["qos"] = qos
     if size.gpus:
