@@ -20,6 +20,8 @@ from typing import Any
 
 import pytest
 import yaml
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
 from tests.cases.malformed import BASE
 from warden_dev.controlplane import ControlPlane, wait_for
@@ -333,6 +335,18 @@ def test_the_bridge_writes_only_its_pods_in_namespaces_an_admin_opted_in(
         label = controlplane.kubectl("label", "pod", "mine", "-n", other, "slurm.warden.dev/slurm-job=7", bridge,
                                      "--dry-run=server", check=False)  # fmt: skip
         assert label.returncode != 0, label.stdout
+        # why a pod waits it may say anywhere ("this namespace is not opted in"), for its scheduler's pods only
+        condition = {"status": {"conditions": [{"type": "PodScheduled", "status": "False",
+                                                "reason": "NamespaceNotOptedIn"}]}}  # fmt: skip
+        as_bridge = controlplane.new_api_client(token=controlplane.service_account_token(namespace, sa))
+        try:
+            core = client.CoreV1Api(as_bridge)
+            core.patch_namespaced_pod_status("mine", other, condition, dry_run="All")
+            with pytest.raises(ApiException) as err:
+                core.patch_namespaced_pod_status("theirs", other, condition, dry_run="All")
+            assert "whose spec.schedulerName is warden-slurm, not theirs" in str(err.value.body)
+        finally:
+            as_bridge.close()
         node = controlplane.add_fake_nodes(1, prefix="bridge-policy")[0]
         binding = json.dumps({"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "mine"},
                               "target": {"apiVersion": "v1", "kind": "Node", "name": node}})  # fmt: skip
