@@ -118,7 +118,8 @@ def vm_nodes(kube: Kube) -> Iterator[dict[str, dict[str, Any]]]:
 def cluster(kube: Kube, vm_nodes: dict[str, dict[str, Any]],
             tmp_path_factory: pytest.TempPathFactory) -> Iterator[VmCluster]:  # fmt: skip
     tmp = tmp_path_factory.mktemp("nodes")
-    kept = kube.kubectl("get", "namespace", "-l", KEEP_LABEL, "-o", "name", check=False).split()
+    kept = kube.kubectl("get", "namespace", "-l", KEEP_LABEL, "--field-selector=status.phase=Active", "-o", "name",
+                        check=False).split()  # fmt: skip
     if KEEP and kept:
         namespace = kept[0].removeprefix("namespace/")
         key = vmnode.vm_dir() / "nodes-tier-key"
