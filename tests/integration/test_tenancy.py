@@ -223,6 +223,11 @@ def test_apparmor_unconfined_is_the_admins_choice(install: Callable[..., Release
     message = strict.refused(unconfined)
     assert "spec.security.workerAppArmorUnconfined" in message and "tenancy.allowUnconfinedAppArmor" in message
     strict.accepted(cluster("mine", with_spec(security={"workerAppArmorUnconfined": False})))
+    # Warden's own profiles confine (they must be loaded on the nodes: docs/nodes.md); Unconfined does not
+    strict.accepted(cluster("mine", with_spec(security={"appArmorProfile": "Warden"})))
+    message = strict.refused(cluster("mine", with_spec(security={"appArmorProfile": "Unconfined",
+                                                                 "workerAppArmorUnconfined": False})))  # fmt: skip
+    assert "spec.security.appArmorProfile: Unconfined is not allowed" in message, message
 
 
 def test_the_defaults_let_a_tenant_make_an_ordinary_cluster(install: Callable[..., Release]) -> None:
