@@ -116,6 +116,21 @@ def test_partition_and_qos_come_from_the_namespace_then_the_cluster_and_the_pod_
     assert isinstance(same, dict) and same["qos"] == "low"
 
 
+def test_the_namespaces_time_limit_is_the_most_a_pod_gets() -> None:
+    """An admin's namespace annotation caps the time: a pod asking less gets its own, nothing or a longer
+    activeDeadlineSeconds the namespace's, more is refused (the partition itself has no time limit)."""
+    ns = {"slurm.warden.dev/time-limit": "60"}
+
+    def minutes(**spec: Any) -> Any:
+        desc = job_description(_workload(pod("a", **spec)), Defaults("k8s"), ns)
+        return desc if isinstance(desc, Refusal) else desc["time_limit"]["number"]
+
+    assert minutes(annotations={"slurm.warden.dev/time-limit": "30"}) == 30
+    assert minutes() == 60 and minutes(activeDeadlineSeconds=7200) == 60 and minutes(activeDeadlineSeconds=90) == 2
+    refused = minutes(annotations={"slurm.warden.dev/time-limit": "600"})
+    assert isinstance(refused, Refusal) and "more than the 60 minutes its namespace gives a pod" in refused.message
+
+
 def test_time_limit_gpus_and_isolation_are_translated() -> None:
     p = pod("a", annotations={"slurm.warden.dev/isolation": "user"}, activeDeadlineSeconds=90)
     gpu = PodView.of(trim({"metadata": {"name": "g", "namespace": "team"}, "spec": {"containers": [

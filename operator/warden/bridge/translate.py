@@ -144,10 +144,21 @@ def job_description(
         desc["qos"] = qos
     if size.gpus:
         desc["tres_per_task"] = f"gres/gpu={size.gpus}"
-    limit = _choice(BRIDGE_TIME_LIMIT_ANNOTATION, annotations, namespace_annotations, "")
-    if limit and not limit.isdigit():
-        return Refusal("BadAnnotation", f"{BRIDGE_TIME_LIMIT_ANNOTATION}={limit!r}: give whole minutes, e.g. 30")
-    minutes = int(limit) if limit else (math.ceil(pod.deadline_s / 60) if pod.deadline_s else None)
+    # the namespace's time limit (an admin's) is the most a pod gets: one asking more is refused, one asking
+    # nothing gets it
+    asked, most = (str(a.get(BRIDGE_TIME_LIMIT_ANNOTATION) or "").strip() for a in (annotations, namespace_annotations))
+    for limit in (asked, most):
+        if limit and not limit.isdigit():
+            return Refusal("BadAnnotation", f"{BRIDGE_TIME_LIMIT_ANNOTATION}={limit!r}: give whole minutes, e.g. 30")
+    minutes = int(asked) if asked else (math.ceil(pod.deadline_s / 60) if pod.deadline_s else None)
+    if most and (minutes is None or minutes > int(most)):
+        if asked:
+            return Refusal(
+                "BadAnnotation",
+                f"{BRIDGE_TIME_LIMIT_ANNOTATION}={asked!r} is more than the {most} minutes its namespace gives a pod"
+                f" (the namespace's annotation {BRIDGE_TIME_LIMIT_ANNOTATION})",
+            )
+        minutes = int(most)
     if minutes:
         desc["time_limit"] = {"set": True, "number": minutes}
     isolation = _choice(BRIDGE_ISOLATION_ANNOTATION, annotations, namespace_annotations, "")
