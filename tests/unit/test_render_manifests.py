@@ -175,11 +175,30 @@ def test_workers_get_exactly_the_capabilities_the_jail_needs() -> None:
     assert sorted(sc["capabilities"]["add"]) == ["SYS_ADMIN", "SYS_NICE"]
     assert sc["seccompProfile"] == {"type": "Localhost", "localhostProfile": "warden/worker.json"}
     assert sc["appArmorProfile"] == {"type": "Unconfined"}
-    # Login binds the client config and auth socket into the jail: SYS_ADMIN, nothing else.
+    # Login binds the client config and auth socket into the jail: SYS_ADMIN, nothing else; unconfined by
+    # AppArmor (the runtime's default profile denies every bind) unless Warden's profiles are asked for
     sshd = pod_spec(objs["StatefulSet/gpu-login"])["containers"][0]
-    assert sshd["securityContext"] == {"capabilities": {"add": ["SYS_ADMIN"]}}
+    assert sshd["securityContext"] == {
+        "capabilities": {"add": ["SYS_ADMIN"]},
+        "appArmorProfile": {"type": "Unconfined"},
+    }
     for c in containers(objs["StatefulSet/gpu-controller"]):
         assert "securityContext" not in c
+
+
+@pytest.mark.parametrize(("profile", "login", "worker"), [
+    (None, {"type": "Unconfined"}, {"type": "Unconfined"}),
+    ("Unconfined", {"type": "Unconfined"}, {"type": "Unconfined"}),
+    ("Warden", {"type": "Localhost", "localhostProfile": "warden-login"},
+     {"type": "Localhost", "localhostProfile": "warden-worker"}),
+])  # fmt: skip
+def test_login_and_workers_get_the_apparmor_profile_the_spec_chooses(
+    profile: str | None, login: dict[str, str], worker: dict[str, str]
+) -> None:
+    spec = {"workerGroups": [{"name": "cpu"}], "security": {"appArmorProfile": profile} if profile else {}}
+    objs = objects(Cluster(name="c", namespace="ns", spec=parse_spec(spec)))
+    assert pod_spec(objs["StatefulSet/c-login"])["containers"][0]["securityContext"]["appArmorProfile"] == login
+    assert pod_spec(objs["WorkerSet/c-worker-cpu"])["containers"][0]["securityContext"]["appArmorProfile"] == worker
 
 
 def test_gpu_worker_group_pod() -> None:
