@@ -195,6 +195,7 @@ class Supervisor:
         self.log(f"starting slurmd {self._slurmd_version()} as dynamic node {s.node}: {s.slurmd_conf}")
         self.slurmd_pid = self.procs.start(lifecycle.slurmd_argv(s, slurmd_args))
         self._spawn("config", self.follow_config)
+        self._spawn("config-stamp", self.record_config)
         if s.driver_problem:
             self._spawn("driver", self.drain_for_driver)
         if lifecycle.gres_names(s.gres_spec):
@@ -285,7 +286,6 @@ class Supervisor:
         SIGHUP, on which slurmd re-reads them in place (as ``scontrol reconfigure`` makes it). Which of
         them slurmd runs goes to the node's Extra (``record_config``, ``confirm_config``)."""
         last = self.config_hash
-        self.record_config()
         while not self._stop.wait(self.s.config_poll_s):
             now = lifecycle.dirs_hash([self.s.config_dir])
             if now == last:
@@ -315,9 +315,12 @@ class Supervisor:
         return True
 
     def record_config(self) -> None:
-        """Once slurmd registered: the stamp of the files it started with, in its node's Extra."""
+        """Once slurmd registered: the stamp of the files it started with, in its node's Extra (unless they
+        changed meanwhile: then ``follow_config`` records what slurmd runs)."""
         stamp = self._stamp()
         while stamp and not self._stop.is_set():
+            if lifecycle.dirs_hash([self.s.config_dir]) != self.config_hash:
+                return
             if self.registered() is not None and self._record(stamp):
                 return
             self._stop.wait(self.s.registered_poll_s)
