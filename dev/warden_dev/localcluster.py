@@ -82,7 +82,11 @@ from warden_dev.hostrecord import (
     remove_cgroup_tree,
     undo_plan,
 )
-from warden_dev.localvolumes import nfs_storage_class_manifest, storage_class_manifest
+from warden_dev.localvolumes import (
+    nfs_storage_class_manifest,
+    node_local_storage_class_manifest,
+    storage_class_manifest,
+)
 from warden_dev.vmnode import gateway_cidr, vm_dir
 
 NODE_NAME = "warden-node"
@@ -839,7 +843,7 @@ class LocalCluster:
             log(f"control plane up in {cp.startup_seconds:.1f}s")
             self._certs(cp)
             self.apply([*dns_manifests(), *kube_router_rbac(), *provisioner_rbac(), storage_class_manifest(),
-                        nfs_storage_class_manifest()])  # fmt: skip
+                        nfs_storage_class_manifest(), node_local_storage_class_manifest()])  # fmt: skip
 
             log(f"registry on {REGISTRY_ADDRESS} (storage {registry_dir()})")
             cp.spawn("registry", [str(REGISTRY_BIN), "serve", str(self.registry_config)])

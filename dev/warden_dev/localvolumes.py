@@ -28,6 +28,12 @@ PROVISIONER = "warden.dev/local-hostpath"
 STORAGE_CLASS = "warden-local"
 NFS_PROVISIONER = "warden.dev/vm-nfs"
 NFS_STORAGE_CLASS = "warden-nfs"
+#: node-local volumes on whichever node the claim's first pod lands (VM nodes included): a hostPath the
+#: node's kubelet makes (DirectoryOrCreate) under NODE_LOCAL_ROOT, bound to that node
+NODE_LOCAL_PROVISIONER = "warden.dev/node-local"
+NODE_LOCAL_STORAGE_CLASS = "warden-node-local"
+NODE_LOCAL_ROOT = Path("/var/lib/warden-node-volumes")
+SELECTED_NODE = "volume.kubernetes.io/selected-node"
 #: the path the NFS server exports ``--nfs-root`` as (vmjoin.NFS_PSEUDO)
 NFS_PSEUDO = "/exports"
 ANNOTATION_PROVISIONED_BY = "pv.kubernetes.io/provisioned-by"
@@ -62,6 +68,20 @@ def nfs_storage_class_manifest() -> dict[str, Any]:
     }
 
 
+def node_local_storage_class_manifest() -> dict[str, Any]:
+    """The StorageClass of node-local volumes on any node (a VM node's disk, e.g. slurmctld's state: NFS from
+    a TCG guest is too slow for it), made where the claim's first pod is scheduled."""
+    return {
+        "apiVersion": "storage.k8s.io/v1",
+        "kind": "StorageClass",
+        "metadata": {"name": NODE_LOCAL_STORAGE_CLASS},
+        "provisioner": NODE_LOCAL_PROVISIONER,
+        "reclaimPolicy": "Delete",
+        "volumeBindingMode": "WaitForFirstConsumer",
+        "allowVolumeExpansion": False,
+    }
+
+
 def volume_dir(root: Path, namespace: str, claim: str, uid: str) -> Path:
     return root / f"{namespace}-{claim}-{uid}"
 
@@ -74,8 +94,15 @@ def pv_manifest(pvc: Any, storage_class: Any, root: Path, node: str | None = Non
     meta = pvc.metadata
     path = volume_dir(root, meta.namespace, meta.name, meta.uid)
     request = (pvc.spec.resources.requests or {}).get("storage", "1Gi")
-    if nfs_server:
-        source: dict[str, Any] = {"nfs": {"server": nfs_server, "path": f"{NFS_PSEUDO}/{path.name}"},
+    if storage_class.provisioner == NODE_LOCAL_PROVISIONER:
+        path = volume_dir(NODE_LOCAL_ROOT, meta.namespace, meta.name, meta.uid)
+        node = (meta.annotations or {}).get(SELECTED_NODE)
+        source: dict[str, Any] = {"hostPath": {"path": str(path), "type": "DirectoryOrCreate"}}
+        if node:
+            source["nodeAffinity"] = {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                {"key": "kubernetes.io/hostname", "operator": "In", "values": [node]}]}]}}  # fmt: skip
+    elif nfs_server:
+        source = {"nfs": {"server": nfs_server, "path": f"{NFS_PSEUDO}/{path.name}"},
                                   "mountOptions": list(storage_class.mount_options or [])}  # fmt: skip
     else:
         source = {"hostPath": {"path": str(path), "type": "Directory"}}
@@ -88,7 +115,7 @@ def pv_manifest(pvc: Any, storage_class: Any, root: Path, node: str | None = Non
         "metadata": {
             "name": f"pvc-{meta.uid}",
             "annotations": {
-                ANNOTATION_PROVISIONED_BY: NFS_PROVISIONER if nfs_server else PROVISIONER,
+                ANNOTATION_PROVISIONED_BY: storage_class.provisioner,
                 "warden.dev/host-path": str(path),
             },
         },
@@ -132,7 +159,7 @@ class Provisioner:
         """One pass: provision pending claims, delete released volumes."""
         from kubernetes.client.exceptions import ApiException
 
-        served = (PROVISIONER, NFS_PROVISIONER) if self.nfs_root is not None else (PROVISIONER,)
+        served = (PROVISIONER, NODE_LOCAL_PROVISIONER, *((NFS_PROVISIONER,) if self.nfs_root is not None else ()))
         ours = {sc.metadata.name: sc for sc in self.storage.list_storage_class().items if sc.provisioner in served}
         pvs = self.core.list_persistent_volume().items
         claimed = {pv.spec.claim_ref.uid for pv in pvs if pv.spec.claim_ref is not None}
@@ -142,10 +169,13 @@ class Provisioner:
                 continue
             if pvc.metadata.deletion_timestamp is not None:
                 continue
+            if sc.provisioner == NODE_LOCAL_PROVISIONER and SELECTED_NODE not in (pvc.metadata.annotations or {}):
+                continue  # WaitForFirstConsumer: the scheduler names the node first
             root, server = self._where(sc)
             body = pv_manifest(pvc, sc, root, node=self.node, nfs_server=server)
             path = Path(body["metadata"]["annotations"]["warden.dev/host-path"])
-            path.mkdir(mode=0o755, parents=True, exist_ok=True)
+            if sc.provisioner != NODE_LOCAL_PROVISIONER:  # that one the node's kubelet makes
+                path.mkdir(mode=0o755, parents=True, exist_ok=True)
             try:
                 self.core.create_persistent_volume(body)
             except ApiException as e:

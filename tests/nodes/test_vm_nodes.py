@@ -36,6 +36,7 @@ from warden_dev.localcluster import (
     wait_slurmcluster_ready,
 )
 from warden_dev.localvolumes import NFS_STORAGE_CLASS as NFS
+from warden_dev.localvolumes import NODE_LOCAL_STORAGE_CLASS as NODE_LOCAL
 
 #: VMs under TCG on a shared machine: the installation alone can take most of the e2e tier's 600 s per test
 pytestmark = pytest.mark.timeout(2400)
@@ -136,9 +137,11 @@ def cluster(kube: Kube, vm_nodes: dict[str, dict[str, Any]],
     operator = f"op-{suffix}"
     values: dict[str, Any] = {
         "nameOverride": NAME,
-        # the jail and slurmctld's state on NFS (every node mounts them; the host node has no NFS client)
+        # the jail on NFS (every VM node mounts it; the host node has no NFS client)
         "jail": {"existingClaim": "jail", "populate": on(2)},
-        "controller": {"stateVolume": {"storageClassName": NFS}, **on(1)},
+        # slurmctld's state on the node's own disk: from a TCG guest every NFS round trip costs ~0.4 s, and
+        # slurmctld said so ("Saving to StateSaveLocation took 37s ... all of Slurm operations are delayed")
+        "controller": {"stateVolume": {"storageClassName": NODE_LOCAL}, **on(1)},
         "login": {"sshAuthorizedKeys": [key.with_suffix(".pub").read_text().strip()],
                   "service": {"type": "NodePort"}, **on(1)},
         "accounting": {"mode": "Disabled"},

@@ -10,16 +10,17 @@ from typing import Any
 from warden_dev import localvolumes, vmjoin
 
 
-def claim(name: str = "jail", modes: tuple[str, ...] = ("ReadWriteMany",)) -> Any:
+def claim(name: str = "jail", modes: tuple[str, ...] = ("ReadWriteMany",), node: str | None = None) -> Any:
+    annotations = {localvolumes.SELECTED_NODE: node} if node else None
     return SimpleNamespace(
-        metadata=SimpleNamespace(namespace="ns", name=name, uid="u-1"),
+        metadata=SimpleNamespace(namespace="ns", name=name, uid="u-1", annotations=annotations),
         spec=SimpleNamespace(resources=SimpleNamespace(requests={"storage": "4Gi"}), access_modes=list(modes)),
     )
 
 
 def storage_class(manifest: dict[str, Any]) -> Any:
     return SimpleNamespace(metadata=SimpleNamespace(name=manifest["metadata"]["name"]),
-                           reclaim_policy=manifest["reclaimPolicy"],
+                           provisioner=manifest["provisioner"], reclaim_policy=manifest["reclaimPolicy"],
                            mount_options=manifest.get("mountOptions"))  # fmt: skip
 
 
@@ -43,3 +44,16 @@ def test_an_nfs_volume_is_a_directory_of_the_vm_nodes_export_shared_by_every_nod
     # the export ganesha serves is the directory the provisioner makes volumes in
     assert f"Pseudo = {vmjoin.NFS_PSEUDO};" in vmjoin.ganesha_config(Path("/export"), "10.238.0.1")
     assert "Path = /export;" in vmjoin.ganesha_config(Path("/export"), "10.238.0.1")
+
+
+def test_a_node_local_volume_is_made_by_the_kubelet_of_the_node_its_first_pod_went_to() -> None:
+    sc_manifest = localvolumes.node_local_storage_class_manifest()
+    assert sc_manifest["volumeBindingMode"] == "WaitForFirstConsumer"
+    pv = localvolumes.pv_manifest(claim("state", ("ReadWriteOnce",), node="warden-vm-1"), storage_class(sc_manifest),
+                                  Path("/v"), node="warden-node")  # fmt: skip
+    assert pv["spec"]["hostPath"] == {
+        "path": f"{localvolumes.NODE_LOCAL_ROOT}/ns-state-u-1",
+        "type": "DirectoryOrCreate",
+    }
+    values = pv["spec"]["nodeAffinity"]["required"]["nodeSelectorTerms"][0]["matchExpressions"][0]["values"]
+    assert values == ["warden-vm-1"]
