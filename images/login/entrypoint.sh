@@ -60,7 +60,7 @@ install -d -m 0755 /run/sshd
 /usr/sbin/sshd -t
 # users' sessions in per-user cgroups with their limits; users see only their own processes
 /usr/lib/warden/warden-session-limits setup || warden_die "cannot limit users' sessions" \
-    "(spec.login.userLimits): $WARDEN_MOUNT_REFUSED; or set spec.login.userLimits.enabled: false to run without"
+    "(spec.login.userLimits; why: the error above); set spec.login.userLimits.enabled: false to run without"
 warden_hide_processes
 
 # sackd (its 24.11 usage text omits -D) serves /run/slurm/sack.socket; the jail sees it through the bind below
