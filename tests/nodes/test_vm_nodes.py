@@ -38,6 +38,7 @@ from warden_dev.localcluster import (
 from warden_dev.localvolumes import NFS_STORAGE_CLASS as NFS
 from warden_dev.localvolumes import NODE_LOCAL_STORAGE_CLASS as NODE_LOCAL
 
+WORKER_A, WORKER_B = "vmn-worker-a-0", "vmn-worker-b-0"
 #: VMs under TCG on a shared machine: the installation alone can take most of the e2e tier's 600 s per test
 pytestmark = pytest.mark.timeout(2400)
 
@@ -194,18 +195,33 @@ def prefill_jail(kube: Kube, namespace: str) -> None:
 
 
 def test_what_ran_where(cluster: VmCluster) -> None:
-    """The list of nodes this tier ran on, read from each node: kernel, cgroup version, AppArmor mode."""
+    """The list of nodes this tier ran on, read on each node (a worker pod there, and this machine for the
+    host node): kernel, cgroup version, AppArmor mode, and which of the cluster's pods ran there."""
+    probe = ("stat -fc %T /sys/fs/cgroup; cat /sys/module/apparmor/parameters/enabled 2>/dev/null || echo N; "
+             "cat /proc/1/attr/current 2>/dev/null || echo none")  # fmt: skip
+    pods = cluster.kube.json("-n", cluster.namespace, "get", "pods")["items"]
+
+    def on_node(node: str) -> list[str]:
+        return sorted(p["metadata"]["name"] for p in pods if p["spec"].get("nodeName") == node)
+
     rows = []
-    for pod in (f"{NAME}-controller-0", f"{NAME}-login-0"):
-        node = cluster.pod_node(pod)
-        assert node == vmnode.node_layout(1).name, f"{pod} runs on {node}"
-    for name in [vmnode.node_layout(i).name for i in NODES]:
-        facts = node_facts(cluster.kube, name)
-        rows.append(facts)
-    print("\n" + json.dumps({"nodes": rows, "joins": cluster.nodes}, indent=1, default=str))
-
-
-WORKER_A, WORKER_B = f"{NAME}-worker-a-0", f"{NAME}-worker-b-0"
+    for index, worker in ((1, WORKER_A), (2, WORKER_B)):
+        name = vmnode.node_layout(index).name
+        out = cluster.kube.kubectl("-n", cluster.namespace, "exec", worker, "-c", "slurmd", "--", "sh", "-c", probe)
+        fs, apparmor, label = [*out.splitlines(), "", "", ""][:3]
+        rows.append({**node_facts(cluster.kube, name), "cgroup": "v2" if fs == "cgroup2fs" else "v1",
+                     "apparmor": "on" if apparmor == "Y" else "off", "worker_confined_by": label,
+                     "pods": on_node(name)})  # fmt: skip
+    host_fs = subprocess.run(["stat", "-fc", "%T", "/sys/fs/cgroup"], capture_output=True, text=True).stdout.strip()
+    rows.append({"node": "warden-node (this machine)", "kernel": os.uname().release,
+                 "cgroup": "v2" if host_fs == "cgroup2fs" else "v1 (hybrid)",
+                 "apparmor": "on" if Path("/sys/module/apparmor").exists() else "off",
+                 "pods": on_node("warden-node")})  # fmt: skip
+    print("\nwhat ran where: " + json.dumps({"nodes": rows, "joins": cluster.nodes}, indent=1, default=str))
+    for pod in (f"{NAME}-controller-0", f"{NAME}-login-0", WORKER_A):
+        assert cluster.pod_node(pod) == vmnode.node_layout(1).name, pod
+    assert [r["cgroup"] for r in rows[:2]] == ["v2", "v2"] and [r["apparmor"] for r in rows[:2]] == ["on", "on"]
+    assert all(str(r["worker_confined_by"]).startswith("warden-worker") for r in rows[:2]), rows
 
 
 @pytest.fixture(scope="module")
