@@ -72,17 +72,20 @@ class VmCluster:
         port = next(p["nodePort"] for p in svc["spec"]["ports"] if p["name"] == "ssh")
         return "10.239.0.1", int(port)  # the host node's address: kube-proxy there forwards to the VM node
 
-    def ssh(self, command: str, timeout: float = 120, key: Path | None = None,
+    def ssh(self, command: str, timeout: float = 300, key: Path | None = None,
             user: str = "root") -> subprocess.CompletedProcess[str]:  # fmt: skip
+        """``command`` as ``user`` on the login node. One connection per user, kept open and shared by the
+        commands (ControlMaster): under TCG a login's key exchange and session setup take 20-70 s."""
         ip, port = self.login_address()
         return subprocess.run(
             ["ssh", "-i", str(key or self.key), "-o", "IdentitiesOnly=yes", "-o", "BatchMode=yes",
-             "-o", "ConnectTimeout=20", "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
-             "-o", "LogLevel=ERROR", "-p", str(port), f"{user}@{ip}", command],
+             "-o", "ConnectTimeout=120", "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
+             "-o", "LogLevel=ERROR", "-o", "ControlMaster=auto", "-o", f"ControlPath={self.tmp}/ssh-%r@%h:%p",
+             "-o", "ControlPersist=600", "-p", str(port), f"{user}@{ip}", command],
             capture_output=True, text=True, timeout=timeout,
         )  # fmt: skip
 
-    def as_user(self, user: str, key: Path, command: str, timeout: float = 180) -> str:
+    def as_user(self, user: str, key: Path, command: str, timeout: float = 300) -> str:
         out = self.ssh(command, key=key, user=user, timeout=timeout)
         assert out.returncode == 0, f"{command!r} as {user}: {out.stdout}{out.stderr}"
         return out.stdout
