@@ -9,7 +9,7 @@ from collections import Counter
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-TIERS = ("unit", "integration", "dataplane", "conformance", "e2e")
+TIERS = ("unit", "integration", "dataplane", "conformance", "e2e", "nodes")
 
 
 def _collected() -> Counter[str]:
@@ -37,7 +37,8 @@ def test_readme_test_counts_are_what_pytest_collects() -> None:
     readme = (REPO / "README.md").read_text()
     counts = _collected()
     stated = re.search(
-        r"unit (\d+), integration (\d+),\s+dataplane (\d+), conformance (\d+) \([^)]*\), e2e (\d+) tests", readme
+        r"unit (\d+), integration (\d+),\s+dataplane (\d+), conformance (\d+) \([^)]*\), e2e (\d+),\s+nodes (\d+) tests",
+        readme,
     )
     assert stated, "README: the line with the test counts per tier is gone"
     assert dict(zip(TIERS, map(int, stated.groups()), strict=True)) == {t: counts[t] for t in TIERS}
@@ -51,5 +52,5 @@ def test_readme_test_counts_are_what_pytest_collects() -> None:
 def test_no_other_doc_states_a_test_count() -> None:
     """Counts live in the README only (checked above); elsewhere they go stale."""
     for doc in (REPO / "docs").glob("*.md"):
-        found = re.findall(r"\(\d+ tests\)|\b\d+ (?:unit|integration|dataplane|e2e) tests\b", doc.read_text())
+        found = re.findall(r"\(\d+ tests\)|\b\d+ (?:unit|integration|dataplane|e2e|nodes) tests\b", doc.read_text())
         assert not found, f"{doc.relative_to(REPO)}: {found}"
