@@ -37,7 +37,8 @@ def test_readme_test_counts_are_what_pytest_collects() -> None:
     readme = (REPO / "README.md").read_text()
     counts = _collected()
     stated = re.search(
-        r"unit (\d+), integration (\d+),\s+dataplane (\d+), conformance (\d+) \([^)]*\), e2e (\d+),\s+nodes (\d+) tests",
+        r"unit (\d+), integration (\d+),\s+dataplane (\d+), conformance (\d+) \([^)]*\), e2e (\d+),"
+        r"\s+nodes (\d+) tests",
         readme,
     )
     assert stated, "README: the line with the test counts per tier is gone"
