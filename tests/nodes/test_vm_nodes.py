@@ -47,6 +47,8 @@ NAME = "vmn"
 #: (the quick loop while writing a test here)
 KEEP = os.environ.get("WARDEN_NODES_KEEP") == "1"
 KEEP_LABEL = "warden.dev/nodes-tier"
+#: the user the cases run as (made on the login node; a kept installation gets a new one each run)
+USER = f"ada{uuid.uuid4().hex[:4]}" if KEEP else "ada"
 NODES = (1, 2)
 VM_CPUS = 2
 VM_MEMORY_MIB = 3072
@@ -230,7 +232,7 @@ def test_what_ran_where(cluster: VmCluster) -> None:
 @pytest.fixture(scope="module")
 def ada(cluster: VmCluster) -> Path:
     """A user made on the login node (first VM node)."""
-    return cluster.make_user("ada")
+    return cluster.make_user(USER)
 
 
 def test_one_jail_two_nodes_a_users_file_and_a_job_across_both(cluster: VmCluster, ada: Path) -> None:
@@ -238,14 +240,14 @@ def test_one_jail_two_nodes_a_users_file_and_a_job_across_both(cluster: VmCluste
     owner and mode, for her step on the other VM node; a 2-node step runs on both at once."""
     assert cluster.pod_node(WORKER_A) == vmnode.node_layout(1).name
     assert cluster.pod_node(WORKER_B) == vmnode.node_layout(2).name
-    cluster.as_user("ada", ada, "umask 027; echo written-on-login > ~/note; mkdir -p ~/d && chmod 700 ~/d")
-    out = cluster.as_user("ada", ada, f"srun -N1 -w {WORKER_B} stat -c '%U %G %a %n' ~/note ~/d; "
+    cluster.as_user(USER, ada, "umask 027; echo written-on-login > ~/note; mkdir -p ~/d && chmod 700 ~/d")
+    out = cluster.as_user(USER, ada, f"srun -N1 -w {WORKER_B} stat -c '%U %G %a %n' ~/note ~/d; "
                                       f"srun -N1 -w {WORKER_B} cat ~/note")  # fmt: skip
-    assert "ada ada 640" in out and "ada ada 700" in out and "written-on-login" in out, out
+    assert f"{USER} {USER} 640" in out and f"{USER} {USER} 700" in out and "written-on-login" in out, out
     # and back: written by the step on node 2, read on the login node
-    cluster.as_user("ada", ada, f"srun -N1 -w {WORKER_B} sh -c 'hostname > ~/from-b'")
-    assert cluster.as_user("ada", ada, "cat ~/from-b").strip() == WORKER_B
-    both = cluster.as_user("ada", ada, "srun -N2 -l hostname")
+    cluster.as_user(USER, ada, f"srun -N1 -w {WORKER_B} sh -c 'hostname > ~/from-b'")
+    assert cluster.as_user(USER, ada, "cat ~/from-b").strip() == WORKER_B
+    both = cluster.as_user(USER, ada, "srun -N2 -l hostname")
     assert sorted(line.split(":", 1)[1].strip() for line in both.splitlines()) == [WORKER_A, WORKER_B], both
 
 
@@ -254,24 +256,24 @@ def test_cgroup_v2_a_step_past_its_memory_is_killed_alone_and_cores_are_pinned(c
     killed by the kernel's OOM killer while the job's other step finishes; a step given one core of two
     runs on that core only."""
     script = f"""#!/bin/bash
-#SBATCH -N1 -w {WORKER_A} --mem=400M -o /home/ada/oom.out
+#SBATCH -N1 -w {WORKER_A} --mem=400M -o /home/{USER}/oom.out
 srun --overlap --mem=100M bash -c 'sleep 15; echo survivor-finished' &
 sleep 2
 srun --overlap --mem=100M python3 -c 'x = bytearray(600 * 2**20); print("hog-survived")'
 echo "hog-exit=$?"
 wait
 """
-    cluster.as_user("ada", ada, f"cat > ~/oom.sh <<'EOF'\n{script}EOF\nsbatch --parsable ~/oom.sh")
+    cluster.as_user(USER, ada, f"cat > ~/oom.sh <<'EOF'\n{script}EOF\nsbatch --parsable ~/oom.sh")
     out = eventually("the job's output, both steps ended",
-                     lambda: cluster.as_user("ada", ada, "cat ~/oom.out 2>/dev/null; true"),
+                     lambda: cluster.as_user(USER, ada, "cat ~/oom.out 2>/dev/null; true"),
                      lambda o: "survivor-finished" in o and "hog-exit=" in o, timeout=240)  # fmt: skip
     assert "hog-survived" not in out and "hog-exit=0" not in out, out
     assert "oom" in out.lower(), out  # slurmstepd: "Detected 1 oom_kill event in StepId=..."
-    one = cluster.as_user("ada", ada, f"srun -N1 -w {WORKER_A} -c1 grep Cpus_allowed_list /proc/self/status")
-    two = cluster.as_user("ada", ada, f"srun -N1 -w {WORKER_A} -c2 grep Cpus_allowed_list /proc/self/status")
+    one = cluster.as_user(USER, ada, f"srun -N1 -w {WORKER_A} -c1 grep Cpus_allowed_list /proc/self/status")
+    two = cluster.as_user(USER, ada, f"srun -N1 -w {WORKER_A} -c2 grep Cpus_allowed_list /proc/self/status")
     assert _cpus(two) in ("0-1", "0,1"), two
     assert _cpus(one) in ("0", "1"), one
-    where = cluster.as_user("ada", ada, f"srun -N1 -w {WORKER_A} cat /proc/self/cgroup")
+    where = cluster.as_user(USER, ada, f"srun -N1 -w {WORKER_A} cat /proc/self/cgroup")
     assert where.startswith("0::/") and "step_" in where, where  # one cgroup v2 hierarchy, a step's own cgroup
 
 
@@ -283,16 +285,16 @@ def test_the_login_node_on_an_apparmor_node_has_a_working_jail(cluster: VmCluste
     """The login container runs confined by Warden's AppArmor profile (the node has AppArmor on) and its
     jail's binds hold: a session sees the cluster's Slurm config, its own /proc, and Slurm answers; a
     step on a worker runs under the worker's profile."""
-    out = cluster.as_user("ada", ada, "cat /proc/self/attr/current; echo; test -s /etc/slurm/slurm.conf && "
+    out = cluster.as_user(USER, ada, "cat /proc/self/attr/current; echo; test -s /etc/slurm/slurm.conf && "
                                       "ps -o user= -p $$ && sinfo -h -o %D")  # fmt: skip
     assert out.startswith("warden-login (enforce)"), out
-    assert out.split()[-2:] == ["ada", "2"], out
-    step = cluster.as_user("ada", ada, f"srun -N1 -w {WORKER_B} cat /proc/self/attr/current")
+    assert out.split()[-2:] == [USER, "2"], out
+    step = cluster.as_user(USER, ada, f"srun -N1 -w {WORKER_B} cat /proc/self/attr/current")
     assert step.startswith("warden-worker (enforce)"), step
 
 
 def _slurm_node(cluster: VmCluster, ada: Path, node: str) -> str:
-    return cluster.as_user("ada", ada, f"sinfo -h -N -n {node} -o '%T|%E'").strip()
+    return cluster.as_user(USER, ada, f"sinfo -h -N -n {node} -o '%T|%E'").strip()
 
 
 def _fields(line: str) -> dict[str, str]:
@@ -300,7 +302,7 @@ def _fields(line: str) -> dict[str, str]:
 
 
 def _job(cluster: VmCluster, ada: Path, job: str) -> dict[str, str]:
-    return _fields(cluster.as_user("ada", ada, f"scontrol show job {job} -o"))
+    return _fields(cluster.as_user(USER, ada, f"scontrol show job {job} -o"))
 
 
 def test_a_node_powered_off_under_a_two_node_job(cluster: VmCluster, ada: Path) -> None:
@@ -308,7 +310,7 @@ def test_a_node_powered_off_under_a_two_node_job(cluster: VmCluster, ada: Path) 
     DOWN with a reason, the job is requeued (never silently lost), users run on the node left at once; the
     admin's out-of-service taint (Kubernetes' non-graceful node shutdown) frees the pod stuck there, and the
     WorkerSet makes it again, waiting for its node."""
-    job = cluster.as_user("ada", ada, "sbatch --parsable -N2 --requeue -o /home/ada/two-%j.out "
+    job = cluster.as_user(USER, ada, f"sbatch --parsable -N2 --requeue -o /home/{USER}/two-%j.out "
                                       "--wrap 'srun sleep 900'").strip()  # fmt: skip
     eventually(f"job {job} running on both nodes", lambda: _job(cluster, ada, job).get("JobState", ""),
                lambda s: s == "RUNNING", timeout=120)  # fmt: skip
@@ -322,11 +324,11 @@ def test_a_node_powered_off_under_a_two_node_job(cluster: VmCluster, ada: Path) 
                       lambda s: s.split("|")[0].startswith("down") and s.split("|")[1] not in ("", "none"),
                       timeout=180)  # fmt: skip
     timings["slurm_node_down_s"] = time.monotonic() - t0
-    requeued = eventually(f"job {job} requeued", lambda: cluster.as_user("ada", ada, f"scontrol show job {job} -o"),
+    requeued = eventually(f"job {job} requeued", lambda: cluster.as_user(USER, ada, f"scontrol show job {job} -o"),
                           lambda j: " Restarts=1 " in j and "JobState=COMPLETED" not in j
                           and "JobState=FAILED" not in j and "JobState=CANCELLED" not in j, timeout=180)  # fmt: skip
     timings["job_requeued_s"] = time.monotonic() - t0
-    cluster.as_user("ada", ada, f"srun -N1 -w {WORKER_A} true", timeout=120)
+    cluster.as_user(USER, ada, f"srun -N1 -w {WORKER_A} true", timeout=120)
     timings["users_run_again_s"] = time.monotonic() - t0
 
     # Kubernetes: the node goes NotReady; its pod stays (Terminating/Unknown) until the admin says the node
@@ -351,7 +353,7 @@ def test_a_node_powered_off_under_a_two_node_job(cluster: VmCluster, ada: Path) 
     # (another VM boot and image pull): docs/nodes.md says what an admin does then
     pending = kube.json("-n", cluster.namespace, "get", "pod", WORKER_B)
     assert pending["status"].get("phase") == "Pending", pending["status"]
-    cluster.as_user("ada", ada, f"scancel {job}")
+    cluster.as_user(USER, ada, f"scancel {job}")
     job_state = {k: v for k, v in _fields(requeued).items() if k in ("JobState", "Reason", "Restarts")}
     print(
         "\nnode death: " + json.dumps({"slurm": down, "job": job_state, **{k: round(v, 1) for k, v in timings.items()}})
