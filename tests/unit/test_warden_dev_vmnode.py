@@ -20,6 +20,7 @@ from warden_dev.vmnode import (
     INITRAMFS_HOOK,
     LOCAL_CLUSTER_RANGES,
     MAX_MEMORY_MIB,
+    TCG_CPU,
     VM_SUBNET,
     VmFiles,
     VmNodeError,
@@ -116,7 +117,7 @@ def test_qemu_argv_keeps_the_image_unchanged_and_uses_the_nodes_tap(tmp_path: Pa
     assert f"ifname={layout.tap}" in netdev and "script=no" in netdev and "downscript=no" in netdev
     assert any(layout.mac in d for d in _opt(argv, "-device"))
     assert _opt(argv, "-append") == [" ".join(kernel_cmdline(layout, "10.238.0.1:4000"))]
-    assert _opt(argv, "-accel") == ["tcg,thread=multi"] and _opt(argv, "-cpu") == ["max"]
+    assert _opt(argv, "-accel") == ["tcg,thread=multi"] and _opt(argv, "-cpu") == [TCG_CPU]
     assert _opt(argv, "-smp") == ["2"] and _opt(argv, "-m") == ["2048"]
     assert _opt(argv, "-serial") == [f"file:{tmp_path / 'console.log'}"]
     kvm = qemu_argv(_files(tmp_path), layout, "kvm", "10.238.0.1:4000", tmp_path)
