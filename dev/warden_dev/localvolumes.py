@@ -40,50 +40,45 @@ ANNOTATION_PROVISIONED_BY = "pv.kubernetes.io/provisioned-by"
 LOG = logging.getLogger("warden-local-volumes")
 
 
-def storage_class_manifest(default: bool = True) -> dict[str, Any]:
-    """The StorageClass served by this provisioner (the cluster's default class when ``default``)."""
-    annotations = {"storageclass.kubernetes.io/is-default-class": "true"} if default else {}
+def _storage_class(name: str, provisioner: str, binding: str, **extra: Any) -> dict[str, Any]:
     return {
         "apiVersion": "storage.k8s.io/v1",
         "kind": "StorageClass",
-        "metadata": {"name": STORAGE_CLASS, "annotations": annotations},
-        "provisioner": PROVISIONER,
+        "metadata": {"name": name, "annotations": extra.pop("annotations", {})},
+        "provisioner": provisioner,
         "reclaimPolicy": "Delete",
-        "volumeBindingMode": "Immediate",
+        "volumeBindingMode": binding,
         "allowVolumeExpansion": False,
+        **extra,
     }
+
+
+def storage_class_manifest(default: bool = True) -> dict[str, Any]:
+    """The StorageClass of host directories (the cluster's default class when ``default``)."""
+    annotations = {"storageclass.kubernetes.io/is-default-class": "true"} if default else {}
+    return _storage_class(STORAGE_CLASS, PROVISIONER, "Immediate", annotations=annotations)
 
 
 def nfs_storage_class_manifest() -> dict[str, Any]:
     """The StorageClass of NFS volumes every node mounts (VM nodes: the host node has no NFS client)."""
-    return {
-        "apiVersion": "storage.k8s.io/v1",
-        "kind": "StorageClass",
-        "metadata": {"name": NFS_STORAGE_CLASS},
-        "provisioner": NFS_PROVISIONER,
-        "reclaimPolicy": "Delete",
-        "volumeBindingMode": "Immediate",
-        "allowVolumeExpansion": False,
-        "mountOptions": ["nfsvers=4.1", "hard", "timeo=100"],
-    }
+    return _storage_class(NFS_STORAGE_CLASS, NFS_PROVISIONER, "Immediate",
+                          mountOptions=["nfsvers=4.1", "hard", "timeo=100"])  # fmt: skip
 
 
 def node_local_storage_class_manifest() -> dict[str, Any]:
     """The StorageClass of node-local volumes on any node (a VM node's disk, e.g. slurmctld's state: NFS from
     a TCG guest is too slow for it), made where the claim's first pod is scheduled."""
-    return {
-        "apiVersion": "storage.k8s.io/v1",
-        "kind": "StorageClass",
-        "metadata": {"name": NODE_LOCAL_STORAGE_CLASS},
-        "provisioner": NODE_LOCAL_PROVISIONER,
-        "reclaimPolicy": "Delete",
-        "volumeBindingMode": "WaitForFirstConsumer",
-        "allowVolumeExpansion": False,
-    }
+    return _storage_class(NODE_LOCAL_STORAGE_CLASS, NODE_LOCAL_PROVISIONER, "WaitForFirstConsumer")
 
 
 def volume_dir(root: Path, namespace: str, claim: str, uid: str) -> Path:
     return root / f"{namespace}-{claim}-{uid}"
+
+
+def on_node(node: str) -> dict[str, Any]:
+    """A PersistentVolume's nodeAffinity: that node only."""
+    term = {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": [node]}]}
+    return {"required": {"nodeSelectorTerms": [term]}}
 
 
 def pv_manifest(pvc: Any, storage_class: Any, root: Path, node: str | None = None,
@@ -99,16 +94,14 @@ def pv_manifest(pvc: Any, storage_class: Any, root: Path, node: str | None = Non
         node = (meta.annotations or {}).get(SELECTED_NODE)
         source: dict[str, Any] = {"hostPath": {"path": str(path), "type": "DirectoryOrCreate"}}
         if node:
-            source["nodeAffinity"] = {"required": {"nodeSelectorTerms": [{"matchExpressions": [
-                {"key": "kubernetes.io/hostname", "operator": "In", "values": [node]}]}]}}  # fmt: skip
+            source["nodeAffinity"] = on_node(node)
     elif nfs_server:
         source = {"nfs": {"server": nfs_server, "path": f"{NFS_PSEUDO}/{path.name}"},
                                   "mountOptions": list(storage_class.mount_options or [])}  # fmt: skip
     else:
         source = {"hostPath": {"path": str(path), "type": "Directory"}}
         if node:
-            source["nodeAffinity"] = {"required": {"nodeSelectorTerms": [{"matchExpressions": [
-                {"key": "kubernetes.io/hostname", "operator": "In", "values": [node]}]}]}}  # fmt: skip
+            source["nodeAffinity"] = on_node(node)
     return {
         "apiVersion": "v1",
         "kind": "PersistentVolume",
