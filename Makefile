@@ -120,12 +120,11 @@ tier-builds: venv ## what the integration, dataplane and conformance tiers need 
 # Docker again), and what only e2e needs is built after them in that lane, while the dataplane (the longer
 # lane) still runs: they share nothing but the two cores, and the tiers mostly wait on daemons. Their output
 # is prefixed with the lane's first tier.
-test: ## every tier, each installing what it needs: unit; dataplane beside integration, conformance, e2e's and the nodes' builds; e2e; nodes
+test: ## every tier but nodes (TCG VMs: make nodes), each installing what it needs: unit; dataplane beside integration, conformance and e2e's builds; e2e
 	@$(STAGE) unit-tier $(MAKE) --no-print-directory unit
 	@$(STAGE) tier-builds $(MAKE) --no-print-directory tier-builds
-	@$(STAGE) lanes hack/lanes.sh "dataplane nodes-builds" "integration conformance e2e-builds"
+	@$(STAGE) lanes hack/lanes.sh dataplane "integration conformance e2e-builds"
 	@$(STAGE) e2e-tier $(MAKE) --no-print-directory e2e
-	@$(STAGE) nodes-tier $(MAKE) --no-print-directory nodes
 
 # --- images ------------------------------------------------------------------------------------
 .PHONY: docker base-image images images-24.11 images-gpu images-test
