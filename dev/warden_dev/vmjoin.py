@@ -35,34 +35,35 @@ from typing import Any
 
 from warden_dev import localvolumes, vmnode
 from warden_dev.controlplane import REPO_ROOT, Pki, wait_for
+from warden_dev.localcluster import (
+    BRIDGE as CNI_BRIDGE,
+)
+from warden_dev.localcluster import (
+    CLUSTER_CIDR,
+    CLUSTER_DOMAIN,
+    CNI_NETWORK,
+    DNS_IP,
+    PAUSE_IMAGE,
+    REGISTRY_ADDRESS,
+    registry_dir,
+    state_dir,
+)
 from warden_dev.vmnode import BRIDGE, VM_SUBNET, NodeLayout, NodeState, Share, VmNodeError, log, node_layout, run
 
 #: the taint and label every VM node carries: pods land there only when they ask to
 VM_NODE_KEY = "warden.dev/vm-node"
 VM_TAINT = f"{VM_NODE_KEY}=true:NoSchedule"
-#: the pod subnets: the host node has 10.244.0.0/24, VM node i has 10.244.i.0/24
-CLUSTER_CIDR = "10.244.0.0/16"
 #: the 9p share's tag and where the VM mounts it; the logs share beside it
 SHARE_TAG = "warden"
 SHARE_MOUNT = "/warden"
 LOGS_TAG = "wardenlogs"
-LOGS_MOUNT = "/var/log/warden"
 #: the read-only registry mirror on the bridge's address (the local registry listens on loopback only)
 MIRROR_PORT = 5000
 #: Warden's AppArmor profiles (spec.security.appArmorProfile: Warden), loaded on every VM node as an admin
 #: loads them on theirs (docs/nodes.md, "AppArmor")
 APPARMOR_PROFILES = REPO_ROOT / "charts" / "slurm-cluster" / "files" / "apparmor"
-#: the local cluster's own names, repeated here so this module imports nothing of localcluster's
-#: (localcluster imports this one for `make up NODES=N`)
-REGISTRY_ADDRESS = "127.0.0.1:5000"
-DNS_IP = "10.96.0.10"
-CLUSTER_DOMAIN = "cluster.local"
-PAUSE_IMAGE = "warden/pause:3.10.2"
-SECCOMP_PROFILE = "warden/worker.json"
 #: the API server's certificate names "kubernetes", not the host's addresses: the VM checks that name
 API_SERVER_NAME = "kubernetes"
-CNI_NETWORK = "warden-pods"
-CNI_BRIDGE = "warden-cni0"
 
 
 def pod_subnet(index: int) -> str:
@@ -270,10 +271,6 @@ supervise kube-proxy /usr/local/bin/kube-proxy --config="$S/kube-proxy.yaml" --v
 
 # ---------------------------------------------------------------------------------------------------
 # the host's side
-
-
-def share_dir(layout: NodeLayout, node_dir: Path) -> Path:
-    return node_dir / "share"
 
 
 def write_share(layout: NodeLayout, node_dir: Path, pki: Pki, server: str, bins: Path) -> Path:
@@ -491,15 +488,7 @@ def wait_node_ready(kubectl: Sequence[str], name: str, timeout: float) -> dict[s
 
 
 def localcluster_state() -> Path:
-    from warden_dev.localcluster import state_dir
-
     return state_dir() / "state.json"
-
-
-def registry_storage() -> Path:
-    from warden_dev.localcluster import registry_dir
-
-    return registry_dir()
 
 
 def kubectl_argv() -> list[str]:
@@ -517,7 +506,7 @@ def join(index: int, cpus: int = 1, memory_mib: int = 3072, timeout: float = 900
 
     def prepare(state: NodeState, layout: NodeLayout, ndir: Path) -> list[Share]:
         share = write_share(layout, ndir, pki, server, bins)
-        host_side(state, layout, registry_storage())
+        host_side(state, layout, registry_dir())
         return [Share(SHARE_TAG, share), Share(LOGS_TAG, ndir / "logs", readonly=False)]
 
     result = vmnode.boot(index, cpus=cpus, memory_mib=memory_mib, timeout=timeout, prepare=prepare)

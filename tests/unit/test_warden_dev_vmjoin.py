@@ -15,18 +15,10 @@ def test_each_node_has_its_own_pod_subnet_inside_the_clusters_and_apart_from_the
     subnets = [ipaddress.IPv4Network(vmjoin.pod_subnet(i)) for i in range(1, 9)]
     host = ipaddress.IPv4Network(localcluster.POD_SUBNET)
     cluster = ipaddress.IPv4Network(localcluster.CLUSTER_CIDR)
-    assert vmjoin.CLUSTER_CIDR == localcluster.CLUSTER_CIDR
     for i, net in enumerate(subnets):
         assert net.subnet_of(cluster)
         assert not net.overlaps(host)
         assert not any(net.overlaps(other) for other in subnets[i + 1 :])
-
-
-def test_the_names_repeated_from_the_local_cluster_are_its_own() -> None:
-    assert vmjoin.REGISTRY_ADDRESS == localcluster.REGISTRY_ADDRESS
-    assert vmjoin.DNS_IP == localcluster.DNS_IP
-    assert vmjoin.PAUSE_IMAGE == localcluster.PAUSE_IMAGE
-    assert vmjoin.SECCOMP_PROFILE == localcluster.SECCOMP_PROFILE
 
 
 def test_the_kubelet_registers_tainted_on_cgroup_v2_with_the_nodes_address_and_subnet() -> None:
@@ -46,14 +38,14 @@ def test_pods_reach_other_nodes_pods_by_their_own_address() -> None:
     assert bridge["ipam"]["ranges"] == [[{"subnet": vmjoin.pod_subnet(3)}]]
     # and the host does not masquerade its own pods' traffic to them
     nat = [r for r in vmjoin.HOST_RULES if r[0] == "nat"]
-    assert nat and all(r[2:4] == ("-s", vmjoin.CLUSTER_CIDR) and "RETURN" in r for r in nat)
+    assert nat and all(r[2:4] == ("-s", localcluster.CLUSTER_CIDR) and "RETURN" in r for r in nat)
 
 
 def test_images_the_charts_name_are_pulled_through_the_mirror_on_the_bridge() -> None:
     mirror = vmjoin.mirror_address()
     assert ipaddress.ip_address(mirror.split(":")[0]) in ipaddress.ip_network(VM_SUBNET)
     hosts = vmjoin.registry_hosts_toml(mirror)
-    assert f'server = "http://{vmjoin.REGISTRY_ADDRESS}"' in hosts
+    assert f'server = "http://{localcluster.REGISTRY_ADDRESS}"' in hosts
     assert f'[host."http://{mirror}"]' in hosts and '"pull", "resolve"' in hosts
     cfg = vmjoin.mirror_config(localcluster.registry_dir(), mirror)
     assert "readonly:\n      enabled: true" in cfg and f"addr: {mirror}" in cfg
