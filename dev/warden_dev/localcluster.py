@@ -312,31 +312,23 @@ def containerd_socket() -> Path:
     return RUN_DIR / "containerd" / "containerd.sock"
 
 
-def cni_conflist() -> str:
-    conf = {
-        "cniVersion": "1.0.0",
-        "name": CNI_NETWORK,
-        "plugins": [
-            {
-                "type": "bridge",
-                "bridge": BRIDGE,
-                "isGateway": True,
-                "ipMasq": True,
-                "hairpinMode": True,
-                "ipam": {
-                    "type": "host-local",
-                    "ranges": [[{"subnet": POD_SUBNET}]],
-                    "routes": [{"dst": "0.0.0.0/0"}],
-                    "dataDir": str(DATA_DIR / "cni-ipam"),
-                },
-            },
-            {"type": "portmap", "capabilities": {"portMappings": True}},
-            # Docker sets the FORWARD policy to DROP; bridged pod traffic passes FORWARD (br_netfilter):
-            # the firewall plugin accepts what goes to and from each pod's address (chain CNI-FORWARD)
-            {"type": "firewall", "backend": "iptables"},
-        ],
-    }
-    return json.dumps(conf, indent=2) + "\n"
+def cni_conflist(subnet: str = POD_SUBNET, host_node: bool = True) -> str:
+    """A node's pod network: a bridge on ``subnet``. The host node's (``host_node``) masquerades what leaves the
+    subnet, keeps its IPAM state in DATA_DIR and needs the firewall plugin (below); a VM node's
+    (warden_dev.vmjoin) routes 10.244.0.0/16 through the host with the pods' own addresses."""
+    ipam: dict[str, Any] = {"type": "host-local", "ranges": [[{"subnet": subnet}]], "routes": [{"dst": "0.0.0.0/0"}]}
+    if host_node:
+        ipam["dataDir"] = str(DATA_DIR / "cni-ipam")
+    plugins: list[dict[str, Any]] = [
+        {"type": "bridge", "bridge": BRIDGE, "isGateway": True, "ipMasq": host_node, "hairpinMode": True,
+         "ipam": ipam},
+        {"type": "portmap", "capabilities": {"portMappings": True}},
+    ]  # fmt: skip
+    if host_node:
+        # Docker sets the FORWARD policy to DROP; bridged pod traffic passes FORWARD (br_netfilter):
+        # the firewall plugin accepts what goes to and from each pod's address (chain CNI-FORWARD)
+        plugins.append({"type": "firewall", "backend": "iptables"})
+    return json.dumps({"cniVersion": "1.0.0", "name": CNI_NETWORK, "plugins": plugins}, indent=2) + "\n"
 
 
 def kubelet_config(pki: Pki) -> dict[str, Any]:

@@ -33,15 +33,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from warden_dev import localvolumes, vmnode
+from warden_dev import localcluster, localvolumes, vmnode
 from warden_dev.controlplane import REPO_ROOT, Pki, wait_for
-from warden_dev.localcluster import (
-    BRIDGE as CNI_BRIDGE,
-)
 from warden_dev.localcluster import (
     CLUSTER_CIDR,
     CLUSTER_DOMAIN,
-    CNI_NETWORK,
     DNS_IP,
     PAUSE_IMAGE,
     REGISTRY_ADDRESS,
@@ -193,28 +189,9 @@ def registry_hosts_toml(mirror: str) -> str:
 
 
 def cni_conflist(index: int) -> str:
-    """The node's pod network: a bridge with the node's own subnet, no NAT towards the other nodes' pods
-    (``ipMasq`` off: every node routes 10.244.0.0/16 through the host), a default route for the pods."""
-    conf = {
-        "cniVersion": "1.0.0",
-        "name": CNI_NETWORK,
-        "plugins": [
-            {
-                "type": "bridge",
-                "bridge": CNI_BRIDGE,
-                "isGateway": True,
-                "ipMasq": False,
-                "hairpinMode": True,
-                "ipam": {
-                    "type": "host-local",
-                    "ranges": [[{"subnet": pod_subnet(index)}]],
-                    "routes": [{"dst": "0.0.0.0/0"}],
-                },
-            },
-            {"type": "portmap", "capabilities": {"portMappings": True}},
-        ],
-    }
-    return json.dumps(conf, indent=2) + "\n"
+    """The node's pod network: its own subnet, no NAT towards the other nodes' pods (every node routes
+    10.244.0.0/16 through the host)."""
+    return localcluster.cni_conflist(pod_subnet(index), host_node=False)
 
 
 def mirror_config(storage: Path, address: str) -> str:
