@@ -19,7 +19,7 @@ case "$what" in
     dataplane) pkgs+=(openssh-client) ;;  # Docker and debootstrap: hack/docker.sh, hack/base-image.sh
     fuzz) pkgs=("${fuzz[@]}") ;;
     nodes) pkgs=("${nodes[@]}") ;;
-    all) pkgs+=(openssh-client "${lint[@]}" "${fuzz[@]}" "${nodes[@]}") ;;
+    all) pkgs+=(openssh-client "${lint[@]}" "${fuzz[@]}") ;;  # nodes: make nodes-builds installs them
     *) echo "install-deps.sh: unknown set '$what'" >&2; exit 2 ;;
 esac
 missing=()
