@@ -338,7 +338,8 @@ def test_a_node_with_its_gres_or_without_any_is_left_alone(settings: Settings, s
     w2 = supervise(cpu, FakeSlurm([]))
     wait_until("slurmd to register", lambda: NODE in w2.fake.nodes)
     watcher(w2, "config")
-    assert [t.name for t in w2.sup.threads] == ["warden-node-config"]
+    watcher(w2, "config-stamp")  # spawned after the config watcher, before any gres watcher
+    assert [t.name for t in w2.sup.threads] == ["warden-node-config", "warden-node-config-stamp"]
     calls = w.fake.calls + w2.fake.calls
     assert not any(c[1] == "delete" for c in calls) and ("scontrol", "show", "config") not in calls
 
