@@ -25,10 +25,11 @@ venv: $(VENV)/.installed ## Python virtualenv with the operator, the dev cluster
 
 # --- quick loop --------------------------------------------------------------------------------
 .PHONY: lint
-lint: venv ## ruff + mypy --strict (operator, dev, tests, bench) + shellcheck (every shell script; installs it when missing)
+lint: venv ## ruff + mypy --strict + the import contracts (layers, stdlib-only programs; pyproject.toml) + shellcheck
 	$(VENV)/bin/ruff check operator dev tests bench hack
 	$(VENV)/bin/ruff format --check operator dev tests bench hack
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports --no-cache
 	hack/shellcheck.sh
 
 .PHONY: crd

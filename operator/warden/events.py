@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from warden.render.pods import Manifest
+from warden.kube.manifest import Manifest
 
 #: `reportingController` of every Event (the operator's name in Kubernetes' sense)
 CONTROLLER = "slurm.warden.dev/operator"

@@ -53,10 +53,11 @@ from warden.model import (
     WORKER_SET_PLURAL,
     SlurmNodesStatus,
     parse_spec,
+    previous_status,
 )
 from warden.naming import FIELD_MANAGER
 from warden.observe import health_report, image_pull_failures
-from warden.reconcile import Outcome, observed_blocks, pin_images, previous_status, reconcile, refresh_status
+from warden.reconcile import Outcome, observed_blocks, pin_images, reconcile, refresh_status
 from warden.render.context import Cluster, ServiceAccountRef
 from warden.slurmactions import SlurmActions
 from warden.slurmsync import Settings, SlurmSync

@@ -2060,3 +2060,15 @@ class SlurmClusterStatus(BaseModel):
         default=None,
         description="Version of Warden's images the cluster runs where spec.images names none (spec.images.version).",
     )
+    )
+
+
+def previous_status(body: dict[str, Any]) -> SlurmClusterStatus | None:
+    """The status a SlurmCluster object carries, or None (none yet, or one this operator cannot read)."""
+    raw = body.get("status")
+    if not raw:
+        return None
+    try:
+        return SlurmClusterStatus.model_validate(raw)
+    except ValidationError:
+        return None

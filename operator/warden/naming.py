@@ -19,6 +19,8 @@ def token_dir(component: str) -> str:
 
 
 LABEL_PREFIX = API_GROUP  # slurm.warden.dev/...
+# the populate Job's template, hashed: a Job whose template changed is made again (Jobs are immutable)
+TEMPLATE_HASH_ANNOTATION = f"{LABEL_PREFIX}/template-hash"
 
 # Paths inside pods: the pod contract in docs/architecture.md.
 SLURM_CONFIG_DIR = "/etc/warden/slurm"

@@ -36,6 +36,7 @@ from warden.model import (
     default_image,
     images_version_of,
     parse_spec_unknown,
+    previous_status,
 )
 from warden.observe import observe
 from warden.render.cluster import render
@@ -151,16 +152,6 @@ def observed_blocks(status: SlurmClusterStatus | None) -> tuple[str, ...]:
     """The blocks the Slurm sync last saw workers' nodes in (topology.conf names them)."""
     topology = status.slurm_nodes.topology if status is not None and status.slurm_nodes is not None else None
     return tuple(sorted(topology.blocks)) if topology is not None else ()
-
-
-def previous_status(body: Manifest) -> SlurmClusterStatus | None:
-    raw = body.get("status")
-    if not raw:
-        return None
-    try:
-        return SlurmClusterStatus.model_validate(raw)
-    except ValidationError:
-        return None
 
 
 def pin_images(spec: SlurmClusterSpec, previous: SlurmClusterStatus | None) -> SlurmClusterSpec:

@@ -43,10 +43,10 @@ from warden.model import (
     SlurmNodesStatus,
     TopologyStatus,
     parse_spec,
+    previous_status,
 )
 from warden.naming import Names
 from warden.nodesync import CONDITION, PodCondition, WorkerPod, plan
-from warden.reconcile import previous_status
 from warden.render import config
 from warden.render.context import Cluster
 from warden.render.pods import Manifest

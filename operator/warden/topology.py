@@ -190,11 +190,6 @@ def keep_named_blocks(planned: Plan, placed: Iterable[str]) -> None:
             planned.blocks.setdefault(unit, 0)
 
 
-def config_blocks(blocks: Collection[str]) -> tuple[str, ...]:
-    """The BlockName lines of topology.conf for these blocks: Slurm wants one at least."""
-    return tuple(sorted(blocks)) or (naming.EMPTY_BLOCK,)
-
-
 def updates(
     planned: Plan,
     nodes: Mapping[str, Node],

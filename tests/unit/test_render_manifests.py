@@ -14,9 +14,10 @@ from warden import naming
 from warden.kube.apply import Owner, with_owner
 from warden.kube.kinds import BY_KIND
 from warden.model import parse_spec
+from warden.naming import TEMPLATE_HASH_ANNOTATION
 from warden.render.cluster import render
 from warden.render.context import Cluster
-from warden.render.jail import TEMPLATE_HASH_ANNOTATION, populate_job
+from warden.render.jail import populate_job
 
 
 def objects(cluster: Cluster) -> dict[str, dict[str, Any]]:

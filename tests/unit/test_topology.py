@@ -6,12 +6,11 @@ from __future__ import annotations
 import pytest
 
 from warden.model import NodeLabelFeature, Topology, TopologyStatus, parse_spec
-from warden.render.config import slurm_config_files
+from warden.render.config import config_blocks, slurm_config_files
 from warden.render.context import Cluster
 from warden.slurm.model import Node
 from warden.topology import (
     Update,
-    config_blocks,
     keep_named_blocks,
     placing,
     plan,

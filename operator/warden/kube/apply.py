@@ -35,11 +35,9 @@ from kubernetes.client.exceptions import ApiException
 from warden import opmetrics
 from warden.kube import kinds
 from warden.kube.client import Kube
+from warden.kube.manifest import Manifest, SecretSpec
 from warden.model import API_GROUP, API_VERSION
-from warden.naming import AUTOSCALED_ANNOTATION, FIELD_MANAGER
-from warden.render.jail import TEMPLATE_HASH_ANNOTATION
-from warden.render.pods import Manifest
-from warden.render.secrets import SecretSpec
+from warden.naming import AUTOSCALED_ANNOTATION, FIELD_MANAGER, TEMPLATE_HASH_ANNOTATION
 
 log = logging.getLogger(__name__)
 

@@ -34,8 +34,8 @@ from typing import Any
 from kubernetes.client.exceptions import ApiException
 
 from warden.kube import kinds
+from warden.kube.manifest import Manifest
 from warden.model import API_GROUP
-from warden.render.pods import Manifest
 
 log = logging.getLogger(__name__)
 

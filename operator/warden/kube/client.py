@@ -25,10 +25,10 @@ from warden import opmetrics
 from warden.kube import kinds
 from warden.kube.cache import Caches, Informer, OnChange
 from warden.kube.fanout import Fanout
+from warden.kube.manifest import Manifest
 from warden.leader import fence
 from warden.model import API_GROUP, API_VERSION
 from warden.naming import FIELD_MANAGER
-from warden.render.pods import Manifest
 
 #: how long an answer of API discovery (``Kube.serves``) is trusted
 DISCOVERY_TTL_SECONDS = 60.0

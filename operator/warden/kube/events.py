@@ -18,7 +18,7 @@ from kubernetes.client.exceptions import ApiException
 
 from warden import events
 from warden.kube.client import Kube
-from warden.render.pods import Manifest
+from warden.kube.manifest import Manifest
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ from kubernetes.client.exceptions import ApiException
 from warden import retention
 from warden.kube.apply import Applier, ApplyResult, Owner, RetryLater, not_terminating, with_owner
 from warden.kube.client import Kube
-from warden.render.pods import Manifest
+from warden.kube.manifest import Manifest
 
 log = logging.getLogger(__name__)
 

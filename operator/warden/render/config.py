@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 
 import jinja2
@@ -12,7 +13,6 @@ from warden.model import SLURMDBD_PRIVATE_DATA, WorkerGroup
 from warden.naming import group_feature
 from warden.render.context import Cluster
 from warden.slurm import confighash
-from warden.topology import config_blocks
 
 _ENV = jinja2.Environment(
     loader=jinja2.PackageLoader("warden", "templates"),
@@ -118,6 +118,11 @@ def bridge_partition(cluster: Cluster) -> dict[str, Any] | None:
         "allow_groups": [],
         "def_mem_per_cpu": None,
     }
+
+
+def config_blocks(blocks: Collection[str]) -> tuple[str, ...]:
+    """The BlockName lines of topology.conf for these blocks: Slurm wants one at least."""
+    return tuple(sorted(blocks)) or (naming.EMPTY_BLOCK,)
 
 
 def topology_conf(cluster: Cluster) -> str:

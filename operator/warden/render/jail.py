@@ -17,11 +17,10 @@ from warden.render.pods import (
 )
 
 COMPONENT = "jail"
+
+
 # The Job's pod template is immutable; this annotation tells the apply layer which inputs made it,
 # so a changed image or overwrite switch replaces the Job instead of failing to patch it.
-TEMPLATE_HASH_ANNOTATION = f"{naming.LABEL_PREFIX}/template-hash"
-
-
 def pvc(cluster: Cluster) -> Manifest | None:
     jail = cluster.spec.jail
     if jail.existing_claim:
@@ -64,7 +63,7 @@ def populate_job(cluster: Cluster) -> Manifest:
         "kind": "Job",
         "metadata": {
             **meta(cluster, names.populate_jail, COMPONENT),
-            "annotations": {TEMPLATE_HASH_ANNOTATION: template_hash},
+            "annotations": {naming.TEMPLATE_HASH_ANNOTATION: template_hash},
         },
         "spec": {
             "backoffLimit": 3,

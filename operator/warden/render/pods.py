@@ -7,10 +7,11 @@ import json
 from typing import Any
 
 from warden import naming
+from warden.kube.manifest import Manifest
 from warden.model import Placed, ResourceRequirements, Toleration
 from warden.render.context import Cluster
 
-Manifest = dict[str, Any]
+__all__ = ["Manifest"]  # re-exported: the renderers' one name for an object
 
 
 def meta(cluster: Cluster, name: str, component: str, **extra: Any) -> Manifest:

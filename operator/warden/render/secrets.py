@@ -8,24 +8,16 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from warden import naming
+from warden.kube.manifest import SecretSpec
 from warden.render.context import Cluster
 from warden.render.pods import Manifest, meta
 
-
-@dataclass(frozen=True)
-class SecretSpec:
-    manifest: Manifest  # metadata and type, no data
-    generate: Callable[[], dict[str, str]]
-
-    @property
-    def name(self) -> str:
-        return str(self.manifest["metadata"]["name"])
+__all__ = ["SecretSpec", "secret_specs"]
 
 
 def slurm_key() -> dict[str, str]:
