@@ -233,7 +233,9 @@ def test_hung_test_is_timed_out_and_drained(hc: DockerCluster, nodes: tuple[str,
     assert summary["passed"] == [fast]
     assert drain_reasons(hc) == {hung: (reason, "root")}
     # Slurm's time limit ended it, not the runner's own deadline (immediate + limit + 90 s grace)
-    assert took < 5 + 5 + 90, took
+    ctld = hc.logs(hc.names.controller_pod, tail=2000)
+    assert re.search(r"Time limit exhausted for JobId=\d+", ctld), ctld[-2000:]
+    print(f"hung test: the check ended after {took:.0f} s")
     # and nothing of the hung program is left on the node
     leftovers = hc.exec(hung, "pgrep -af '[a]ll_reduce_perf' || true").out  # [a]: not this shell itself
     assert not re.search(r"all_reduce_perf", leftovers), leftovers

