@@ -66,6 +66,10 @@ _SLURM = {
     "SlurmNodeUsable": Reason(False, "Observe", "the node takes jobs again"),
     "SlurmNodeCordoned": Reason(False, "Drain", "the node's Kubernetes node was cordoned: drained in Slurm"),
     "SlurmNodeUncordoned": Reason(False, "Resume", "uncordoned again: the cordon's drain was lifted"),
+    "NodeConditionDrained": Reason(
+        True, "Drain", "its Kubernetes node has a condition spec.nodeConditionDrains names: drained (the note: which)"
+    ),
+    "NodeConditionCleared": Reason(False, "Resume", "the condition cleared: the drain it made was lifted"),
     "GhostNodeRemoved": Reason(False, "Delete", "a Slurm node whose pod is gone was deleted from slurmctld"),
     "WorkerRecreated": Reason(True, "Delete", "a worker pod whose slurmd never registered was deleted to start afresh"),
     "ScaleInDraining": Reason(False, "Drain", "picked to leave a shrinking worker group: drained"),

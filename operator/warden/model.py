@@ -1534,6 +1534,24 @@ class NodeLabelFeature(Spec):
     )
 
 
+class NodeConditionDrain(Spec):
+    """A Kubernetes node condition that drains the Slurm nodes of the workers on that node while it holds
+    (set by Node Problem Detector, NVIDIA's GPU health tooling or a person; docs/health-checks.md)."""
+
+    type: QualifiedName = Field(
+        description="The condition's type, as `kubectl describe node` lists it (e.g. `GpuXidError`, Node Problem"
+        " Detector's `KernelDeadlock`)."
+    )
+    status: Literal["True", "False", "Unknown"] = Field(
+        default="True", description="The condition's status that drains (`True`: the problem is there)."
+    )
+    worker_groups: list[DnsLabel] = Field(
+        default_factory=list,
+        max_length=64,
+        description="The worker groups whose nodes it drains; empty: every group.",
+    )
+
+
 class Metrics(Spec):
     """Prometheus metrics of Slurm: the exporter Deployment `<cluster>-exporter` (reads Slurm through
     slurmrestd) and its Service, with scrape annotations."""
@@ -1717,6 +1735,12 @@ class SlurmClusterSpec(Spec):
                     " set slurmVersion 26.05",
                     "fieldPath": ".topology",
                 },
+                {
+                    "rule": "!has(self.nodeConditionDrains) || self.nodeConditionDrains.all(d, !has(d.workerGroups)"
+                    " || d.workerGroups.all(w, self.workerGroups.exists(g, g.name == w)))",
+                    "message": "every nodeConditionDrains entry's workerGroups must name groups in spec.workerGroups",
+                    "fieldPath": ".nodeConditionDrains",
+                },
                 *BRIDGE_CEL_RULES,
             ]
         }
@@ -1764,6 +1788,13 @@ class SlurmClusterSpec(Spec):
         ' operator (docs/operations.md, "Topology").',
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["label"]},
     )
+    node_condition_drains: list[NodeConditionDrain] = Field(
+        default_factory=list,
+        max_length=32,
+        description="Kubernetes node conditions that drain the Slurm nodes of the workers on that node while they"
+        " hold, with the condition's reason and message in `sinfo -R`; undrained when they clear"
+        ' (docs/health-checks.md, "Kubernetes node conditions").',
+    )
     bridge: Bridge | None = Field(
         default=None,
         description="Slurm schedules Kubernetes pods on the nodes of shared worker groups (docs/bridge.md);"
@@ -1793,6 +1824,16 @@ class SlurmClusterSpec(Spec):
         labels = [f.label for f in self.node_label_features]
         if len(set(labels)) != len(labels):
             raise ValueError("nodeLabelFeatures: name each label once")
+        for i, d in enumerate(self.node_condition_drains):
+            for w in d.worker_groups:
+                if w not in names:
+                    raise ValueError(
+                        f"nodeConditionDrains[{i}]: {d.type} names worker group {w!r}, which is not in"
+                        " spec.workerGroups"
+                    )
+        pairs = [(d.type, d.status) for d in self.node_condition_drains]
+        if len(set(pairs)) != len(pairs):
+            raise ValueError("nodeConditionDrains: name each condition type and status once")
         return self
 
     @model_validator(mode="after")
@@ -2059,7 +2100,6 @@ class SlurmClusterStatus(BaseModel):
     images_version: str | None = Field(
         default=None,
         description="Version of Warden's images the cluster runs where spec.images names none (spec.images.version).",
-    )
     )
 
 

@@ -3,7 +3,8 @@ fresh (``warden.tokens``), read the worker nodes from slurmctld
 (through slurmrestd), the worker pods (from the pod cache) and which Kubernetes nodes are cordoned (one
 list, however many nodes), plan (``warden.nodesync``) and
 carry out what concerns the whole cluster: pod conditions, drains and resumes for cordoned Kubernetes
-nodes, ghost node records deleted, Events, and the status's Slurm view. With backup controllers it also
+nodes and for the node conditions the spec names (``warden.nodeconditions``), ghost node records
+deleted, Events, and the status's Slurm view. With backup controllers it also
 pings them and marks the controller pods with which slurmctld is in charge (``warden.controllersync``).
 Then the round is handed to the WorkerSet controller (``warden.workers``), whose sets act on it:
 scale-in, upgrades, pods that never registered.
@@ -46,6 +47,7 @@ from warden.model import (
     previous_status,
 )
 from warden.naming import Names
+from warden.nodeconditions.sync import NodeConditionDrains
 from warden.nodesync import CONDITION, PodCondition, WorkerPod, plan
 from warden.render import config
 from warden.render.context import Cluster
@@ -157,6 +159,7 @@ class SlurmSync:
         self._rounds = itertools.count(1)
         #: worker nodes Slurm refused a place the last round, by cluster
         self._unplaced: dict[tuple[str, str], set[str]] = {}
+        self.node_conditions = NodeConditionDrains(kube)
 
     def watch(self, namespace: str, name: str) -> None:
         with self._lock:
@@ -168,6 +171,7 @@ class SlurmSync:
 
     def stop(self) -> None:
         self._stop.set()
+        self.node_conditions.stop()
 
     def _run(self) -> None:
         while not self._stop.wait(self.settings.interval):
@@ -244,7 +248,13 @@ class SlurmSync:
             for event in charge.events:
                 self.recorder.post_event(Event(cluster, event.reason, event.message, Ref.pod(namespace, event.pod)))
         pods = [worker_pod(p) for p in api.list("v1", "Pod", namespace, names.selector("worker"))]
-        todo = plan(pods, nodes, dict.fromkeys(api.cordoned_nodes(), True))
+        cordoned = dict.fromkeys(api.cordoned_nodes(), True)
+        todo = plan(pods, nodes, cordoned)
+        # node conditions (spec.nodeConditionDrains): the nodes they act on are theirs this round, not the cordon's
+        conditioned = self.node_conditions.plan(spec, pods, {n.name: n for n in nodes}, cordoned)
+        todo.drains = [(n, why) for n, why in todo.drains if n not in conditioned.nodes]
+        todo.resumes = [n for n in todo.resumes if n not in conditioned.nodes]
+        self.node_conditions.act(conditioned, cluster, rest, self.actions)
         for node_name, why in todo.drains:
             drain = partial(rest.drain, node_name, why)
             self.actions.act(cluster, node_name, drain, "SlurmNodeCordoned", f"{node_name}: drained: {why}")

@@ -19,6 +19,7 @@ __all__ = [
     "CORDON",
     "DRAINERS",
     "HEALTH_CHECK",
+    "NODE_CONDITION",
     "POD_TERMINATING",
     "QUICK_CHECK",
     "SCALE_IN",
@@ -42,6 +43,9 @@ WORKER = "warden-worker:"
 POD_TERMINATING = "warden: pod terminating"
 #: the operator: the worker pod's Kubernetes node is cordoned
 CORDON = "warden: Kubernetes node "
+#: the operator: the worker pod's Kubernetes node has a condition spec.nodeConditionDrains names
+#: (``warden.nodeconditions``)
+NODE_CONDITION = "warden-condition:"
 #: the operator: the node's worker group shrinks and this pod leaves
 SCALE_IN = "warden: scale-in"
 #: the operator: the pod moves to its WorkerSet's new template
@@ -62,6 +66,7 @@ DRAINERS: tuple[Drainer, ...] = (
     Drainer(WORKER, "health_check", "the worker pod at start: a GPU worker without the NVIDIA driver"),
     Drainer(POD_TERMINATING, "kubernetes", "the worker pod leaving: Kubernetes stops it"),
     Drainer(CORDON, "kubernetes", "the operator: the pod's Kubernetes node is cordoned"),
+    Drainer(NODE_CONDITION, "node_condition", "the operator: the pod's Kubernetes node has a named condition"),
     Drainer(SCALE_IN, "scale_in", "the operator: the worker group shrinks"),
     Drainer(UPGRADE, "upgrade", "the operator: the pod moves to a new template"),
 )
