@@ -22,15 +22,28 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from warden.model import NodeConditionDrain
-from warden.nodesync import WorkerPod
 from warden.slurm import reasons
 from warden.slurm.model import Node
 
 #: the longest reason given to Slurm; a longer one is cut, ending in "..."
 REASON_LIMIT = 256
 _SPACE = re.compile(r"\s+")
+
+
+class Worker(Protocol):
+    """A worker pod as the plan reads it (``warden.nodesync.WorkerPod`` is one)."""
+
+    @property
+    def name(self) -> str: ...  # also its Slurm node's name
+    @property
+    def k8s_node(self) -> str | None: ...
+    @property
+    def group(self) -> str | None: ...
+    @property
+    def deleting(self) -> bool: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,7 +109,7 @@ def holding(
 
 def plan(
     rules: Sequence[NodeConditionDrain],
-    pods: Iterable[WorkerPod],
+    pods: Iterable[Worker],
     nodes: Mapping[str, Node],
     conditions: Mapping[str, Sequence[NodeCondition]],
     cordoned: Mapping[str, bool],

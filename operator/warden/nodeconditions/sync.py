@@ -7,18 +7,23 @@ to the worker pod (``NodeConditionDrained`` a Warning, ``NodeConditionCleared``)
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import partial
+from typing import Protocol
 
 from warden.events import Ref
 from warden.kube.client import Kube
 from warden.model import SlurmClusterSpec
-from warden.nodeconditions.plan import NodeCondition, Plan, plan
+from warden.nodeconditions.plan import NodeCondition, Plan, Worker, plan
 from warden.nodeconditions.watch import NodeConditionWatch
-from warden.nodesync import WorkerPod
 from warden.slurm.model import Node
 from warden.slurm.rest import SlurmRest
-from warden.slurmactions import SlurmActions
+
+
+class Actions(Protocol):
+    """How an action on a Slurm node is run and told (``warden.slurmactions.SlurmActions``)."""
+
+    def act(self, cluster: Ref, pod: str, action: Callable[[], None], reason: str, message: str) -> bool: ...
 
 
 class NodeConditionDrains:
@@ -26,7 +31,7 @@ class NodeConditionDrains:
         self.watch = NodeConditionWatch(kube)
 
     def plan(
-        self, spec: SlurmClusterSpec, pods: Sequence[WorkerPod], nodes: Mapping[str, Node], cordoned: Mapping[str, bool]
+        self, spec: SlurmClusterSpec, pods: Sequence[Worker], nodes: Mapping[str, Node], cordoned: Mapping[str, bool]
     ) -> Plan:
         """This round's drains and resumes. A spec that names no condition needs no node read: every drain
         of this kind left (the spec's conditions removed) is lifted."""
@@ -41,7 +46,7 @@ class NodeConditionDrains:
         return plan(spec.node_condition_drains, pods, nodes, conditions, cordoned)
 
     @staticmethod
-    def act(todo: Plan, cluster: Ref, rest: SlurmRest, actions: SlurmActions) -> None:
+    def act(todo: Plan, cluster: Ref, rest: SlurmRest, actions: Actions) -> None:
         for a in todo.actions:
             do = partial(rest.resume, a.node) if a.reason is None else partial(rest.drain, a.node, a.reason)
             actions.act(cluster, a.node, do, a.event, a.message)
