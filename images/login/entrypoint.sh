@@ -13,6 +13,9 @@
 #                                      (spec.login.userLimits: bytes, millicores, processes;
 #                                      /usr/lib/warden/warden-session-limits)
 #   WARDEN_HIDE_PROCESSES              no: users see each other's processes (spec.security.hideOtherUsersProcesses)
+#   WARDEN_WORKER_SSH_HOSTS            with spec.workerSsh: the names of the workers (known_hosts patterns),
+#                                      whose host key /etc/warden/worker-ssh-known-key/ssh_host_ed25519_key.pub
+#                                      the jail's ssh client then knows (/etc/ssh/ssh_known_hosts, this pod only)
 set -euo pipefail
 WARDEN_COMPONENT=login
 # shellcheck source=../slurm-base/warden-lib.sh
@@ -63,9 +66,19 @@ install -d -m 0755 /run/sshd
     "(spec.login.userLimits; why: the error above); set spec.login.userLimits.enabled: false to run without"
 warden_hide_processes
 
+# SSH to the workers (spec.workerSsh): sessions' ssh client knows the workers' host key by their names
+known=()
+worker_key="${WARDEN_WORKER_SSH_KNOWN_KEY:-/etc/warden/worker-ssh-known-key/ssh_host_ed25519_key.pub}"
+if [ -n "${WARDEN_WORKER_SSH_HOSTS:-}" ] && [ -f "$worker_key" ]; then
+    install -d -m 0755 /run/warden
+    printf '%s %s\n' "$WARDEN_WORKER_SSH_HOSTS" "$(cut -d' ' -f1,2 "$worker_key")" >/run/warden/ssh_known_hosts
+    chmod 0644 /run/warden/ssh_known_hosts
+    known=("/run/warden/ssh_known_hosts:/etc/ssh/ssh_known_hosts:ro")
+fi
+
 # sackd (its 24.11 usage text omits -D) serves /run/slurm/sack.socket; the jail sees it through the bind below
 warden_start_sackd
-warden_jail_binds || warden_die "$WARDEN_BIND_DENIED"
+warden_jail_binds ${known[@]+"${known[@]}"} || warden_die "$WARDEN_BIND_DENIED"
 # SSH sessions are chrooted, not moved by the SPANK plugin: give them the pod's /proc (ps, top, htop,
 # bash's /dev/fd -> /proc/self/fd) and /dev (ptys for interactive sessions) the way the plugin gives
 # them to job steps: recursive binds, so the runtime's masked and read-only parts of /proc stay so.

@@ -19,6 +19,7 @@
 #                        the GPU runtime gave this container are shown to every job step (see
 #                        warden-driver.sh); without a complete driver the node is drained with the reason.
 #   WARDEN_DRIVER_PROBLEM (set here, for the supervisor) why job steps cannot get the driver ("" if they can)
+#   /etc/warden/worker-ssh  with spec.workerSsh: sshd on port 22 for users with a job here (warden-worker-ssh.sh)
 #
 # The supervisor (operator/warden/node/supervisor.py) does the node's life in Slurm:
 # - on SIGTERM (pod deleted, WorkerSet scaled in) the node leaves Slurm cleanly: it is drained (no new
@@ -35,6 +36,8 @@ WARDEN_COMPONENT=worker
 . /usr/lib/warden/warden-lib.sh
 # shellcheck source=warden-driver.sh
 . /usr/lib/warden/warden-driver.sh
+# shellcheck source=warden-worker-ssh.sh
+. /usr/lib/warden/warden-worker-ssh.sh
 warden_passthrough slurmd "$@"
 
 node_py=(/opt/warden/bin/python -I -m warden.node)
@@ -166,6 +169,10 @@ if [ "${WARDEN_GPUS:-0}" -gt 0 ]; then
         warden_log "driver: error: $WARDEN_DRIVER_PROBLEM in this container; this node takes no jobs"
     fi
 fi
+
+# SSH from the login nodes (spec.workerSsh): sshd, its sessions chrooted into a view of the jail made
+# now, with the binds above (the GPU driver's too), and let in by pam_slurm_adopt (warden-worker-ssh.sh).
+warden_worker_ssh_setup
 
 # What each user's directory of the container store takes (du, as root: the directories are their users'
 # alone), every WARDEN_STORE_POLL (10) seconds into $CONTAINER_STORE/.usage, root's, which

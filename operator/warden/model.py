@@ -674,6 +674,45 @@ class Login(Placed):
     user_limits: LoginUserLimits = Field(default_factory=LoginUserLimits)
 
 
+class WorkerSsh(Spec):
+    """SSH from the login nodes to the workers where a user's job runs (docs/operations.md, "SSH to a
+    worker"). Each worker runs an sshd of its own, reachable from the cluster's own pods only (the
+    NetworkPolicies; no Service of its own), keys only, the session chrooted into the jail as on the login
+    node. Slurm's pam_slurm_adopt refuses a user without a job on that node ("Access denied by
+    pam_slurm_adopt: you have no active jobs on this node") and puts everyone else's session into their
+    job's cgroup there, so it has the job's CPUs and memory and ends with the job. Users log in with a key
+    of their own: the jail's homes are the same on every node, so a key pair made on the login node whose
+    public half is in `~/.ssh/authorized_keys` reaches every worker."""
+
+    enabled: bool = Field(default=False, description="An sshd on every worker; slurm.conf gets PrologFlags=Contain.")
+    admins: list[Annotated[str, Field(pattern=r"^[a-z_][a-z0-9_.-]*[$]?$", max_length=32)]] = Field(
+        default_factory=list,
+        max_length=64,
+        description="Users (of the jail or the directory) who may log in to any worker without a job there; "
+        "their sessions are in no job's cgroup. root is never one: see rootAuthorizedKeys.",
+        json_schema_extra={
+            "x-kubernetes-list-type": "set",
+            "x-kubernetes-validations": [
+                {"rule": "!self.exists(u, u == 'root')", "message": "root is let in by rootAuthorizedKeys only"}
+            ],
+        },
+    )
+    root_authorized_keys: list[Annotated[str, Field(pattern=SSH_PUBLIC_KEY, max_length=16384)]] = Field(
+        default_factory=list,
+        max_length=256,
+        description="Public keys that log in to the workers as root. Empty (the default): root is refused.",
+    )
+
+    @field_validator("admins")
+    @classmethod
+    def _no_root_admin(cls, admins: list[str]) -> list[str]:
+        if "root" in admins:
+            raise ValueError("root is let in by rootAuthorizedKeys only, not as an admin")
+        if len(set(admins)) != len(admins):
+            raise ValueError("name each admin once")
+        return admins
+
+
 class Gpus(Spec):
     """GPUs of every node in a worker group, published as Slurm gres `gpu`."""
 
@@ -1758,6 +1797,7 @@ class SlurmClusterSpec(Spec):
     controller: Controller = Field(default_factory=Controller)
     rest_api: RestApi = Field(default_factory=RestApi)
     login: Login = Field(default_factory=Login)
+    worker_ssh: WorkerSsh = Field(default_factory=WorkerSsh)
     worker_groups: list[WorkerGroup] = Field(
         min_length=1,
         max_length=64,

@@ -46,6 +46,17 @@ SLURMDBD_CONFIG_DIR = "/etc/warden/slurmdbd"
 DB_PASSWORD_DIR = "/etc/warden/db"
 SSH_CONFIG_DIR = "/etc/warden/ssh"
 SSH_HOST_KEYS_DIR = "/etc/warden/ssh-host-keys"
+#: SSH to the workers (spec.workerSsh): the worker's sshd_config, root's keys and the admins (ConfigMap
+#: <cluster>-worker-sshd-config), its host key (Secret <cluster>-worker-ssh-host-keys), and on login pods
+#: that key's public half alone, which the login entrypoint shows the jail's ssh client as known hosts
+WORKER_SSH_CONFIG_DIR = "/etc/warden/worker-ssh"
+WORKER_SSH_HOST_KEYS_DIR = "/etc/warden/worker-ssh-host-keys"
+WORKER_SSH_KNOWN_KEY_DIR = "/etc/warden/worker-ssh-known-key"
+#: where the worker's sshd chroots sessions: a recursive bind of the jail with the container's /proc and
+#: /dev bound in (images/worker/warden-worker-ssh.sh), so the jail job steps start from stays as it is
+WORKER_SSH_ROOT = "/run/warden/ssh-root"
+#: the admins' list pam_listfile reads on a worker (one user a line)
+WORKER_SSH_ADMINS = "/etc/ssh/warden_admins"
 # Where the login entrypoint installs per-user authorized_keys (root's from the spec).
 SSH_AUTHORIZED_KEYS_DIR = "/etc/ssh/warden_authorized_keys"
 #: directory users (spec.identity.ldap): the rendered sssd.conf (ConfigMap <cluster>-identity), the bind
@@ -234,6 +245,14 @@ class Names:
     @property
     def ssh_host_keys(self) -> str:
         return f"{self.cluster}-ssh-host-keys"
+
+    @property
+    def worker_sshd_config(self) -> str:
+        return f"{self.cluster}-worker-sshd-config"
+
+    @property
+    def worker_ssh_host_keys(self) -> str:
+        return f"{self.cluster}-worker-ssh-host-keys"
 
     @property
     def identity(self) -> str:

@@ -37,6 +37,8 @@ def render(cluster: Cluster) -> Rendered:
     ]
     if cluster.spec.accounting.mode != "Disabled":
         objects.append(configmaps.slurmdbd_config(cluster))
+    if (worker_ssh := configmaps.worker_sshd_config(cluster)) is not None:
+        objects.append(worker_ssh)
     if (identity := configmaps.identity(cluster)) is not None:
         objects.append(identity)
     objects += jail.render(cluster)

@@ -94,6 +94,7 @@ def slurm_conf(cluster: Cluster) -> str:
             if spec.metrics.dcgm_job_mapping.enabled
             else None
         ),
+        contain=spec.worker_ssh.enabled,
         nodesets=[{"name": nodeset_name(g.name), "feature": group_feature(g.name)} for g in spec.worker_groups],
         standby=[standby_nodes(names.worker(g.name), g) for g in spec.worker_groups if g.autoscaled],
         partitions=partitions,
@@ -290,6 +291,46 @@ def sshd_config(cluster: Cluster) -> str:
 def authorized_keys(cluster: Cluster) -> str:
     keys = cluster.spec.login.ssh_authorized_keys
     return "".join(f"{k}\n" for k in keys)
+
+
+def worker_sshd_config(cluster: Cluster) -> str:
+    """The workers' sshd_config (spec.workerSsh): keys only, PAM's account stack (pam_slurm_adopt in the
+    worker image's /etc/pam.d/sshd), sessions chrooted into the worker's view of the jail, nothing
+    forwarded, root only with a key of spec.workerSsh.rootAuthorizedKeys."""
+    return _render(
+        "worker_sshd_config.j2",
+        **_common(cluster),
+        port=naming.SSH_PORT,
+        host_key=f"/etc/ssh/{naming.SSH_HOST_KEY}",
+        root_keys=bool(cluster.spec.worker_ssh.root_authorized_keys),
+        chroot=naming.WORKER_SSH_ROOT,
+        jail=naming.JAIL_MOUNT,
+        authorized_keys_dir=naming.SSH_AUTHORIZED_KEYS_DIR,
+        directory=cluster.spec.identity.ldap is not None,
+        keys_command=naming.SSH_KEYS_COMMAND,
+    )
+
+
+def worker_ssh_files(cluster: Cluster) -> dict[str, str]:
+    """The files of the `<cluster>-worker-sshd-config` ConfigMap: sshd_config, root's keys and the admins
+    (one a line: pam_listfile lets them in without a job on the node)."""
+    ssh = cluster.spec.worker_ssh
+    return {
+        "sshd_config": worker_sshd_config(cluster),
+        "authorized_keys": "".join(f"{k}\n" for k in ssh.root_authorized_keys),
+        "admins": "".join(f"{u}\n" for u in ssh.admins),
+    }
+
+
+def worker_host_patterns(cluster: Cluster) -> str:
+    """The names a user's ssh client on a login node may call a worker by (known_hosts patterns, comma
+    separated): the node name, and its DNS names through the nodes' headless Service."""
+    names = cluster.names
+    node = names.worker("*")
+    return ",".join(
+        (node, f"{node}.{names.nodes_service}", f"{node}.{names.nodes_service}.{cluster.namespace}.svc",
+         f"{node}.{names.nodes_domain}")
+    )  # fmt: skip
 
 
 #: SSSD's domain name on every pod: what `getent` and logs call the directory's users' source

@@ -20,6 +20,14 @@ def sshd_config(cluster: Cluster) -> Manifest:
     return _config_map(cluster, cluster.names.sshd_config, "login", data)
 
 
+def worker_sshd_config(cluster: Cluster) -> Manifest | None:
+    """The workers' sshd_config, root's keys and the admins (spec.workerSsh); None while it is off."""
+    if not cluster.spec.worker_ssh.enabled:
+        return None
+    data = config.worker_ssh_files(cluster)
+    return _config_map(cluster, cluster.names.worker_sshd_config, "worker", data)
+
+
 def identity(cluster: Cluster) -> Manifest | None:
     """sssd.conf of spec.identity.ldap (no credentials: those stay in the bind Secret); None without one."""
     text = config.sssd_conf(cluster)

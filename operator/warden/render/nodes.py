@@ -150,6 +150,40 @@ def _container_store(cluster: Cluster, group: WorkerGroup) -> tuple[list[Manifes
     return [volume], [mount(CONTAINER_STORE_VOLUME, naming.CONTAINER_STORE)]
 
 
+WORKER_SSH_CONFIG_VOLUME = "worker-sshd-config"
+WORKER_SSH_HOST_KEYS_VOLUME = "worker-ssh-host-keys"
+
+
+def _worker_ssh(cluster: Cluster) -> tuple[list[Manifest], list[Manifest]]:
+    """(volumes, mounts) of a worker's sshd (spec.workerSsh): its config and its host key. Nothing while
+    it is off: the entrypoint starts sshd only when the config is there."""
+    if not cluster.spec.worker_ssh.enabled:
+        return [], []
+    names = cluster.names
+    volumes = [
+        config_map_volume(WORKER_SSH_CONFIG_VOLUME, names.worker_sshd_config),
+        secret_volume(WORKER_SSH_HOST_KEYS_VOLUME, names.worker_ssh_host_keys, mode=0o400),
+    ]
+    mounts = [
+        mount(WORKER_SSH_CONFIG_VOLUME, naming.WORKER_SSH_CONFIG_DIR, read_only=True),
+        mount(WORKER_SSH_HOST_KEYS_VOLUME, naming.WORKER_SSH_HOST_KEYS_DIR, read_only=True),
+    ]
+    return volumes, mounts
+
+
+def _login_knows_workers(cluster: Cluster) -> tuple[list[Manifest], list[Manifest], list[Manifest]]:
+    """(volumes, mounts, env) that let the ssh client of a login session check the workers' host key
+    (spec.workerSsh): the key's public half alone (the Secret's other key, the private one, is not
+    projected into the login pod) and the names it is known by."""
+    if not cluster.spec.worker_ssh.enabled:
+        return [], [], []
+    public = f"{naming.SSH_HOST_KEY}.pub"
+    volume = secret_volume("worker-ssh-known-key", cluster.names.worker_ssh_host_keys, mode=0o444)
+    volume["secret"]["items"] = [{"key": public, "path": public}]
+    env = [{"name": "WARDEN_WORKER_SSH_HOSTS", "value": config.worker_host_patterns(cluster)}]
+    return [volume], [mount("worker-ssh-known-key", naming.WORKER_SSH_KNOWN_KEY_DIR, read_only=True)], env
+
+
 def worker_set(cluster: Cluster, group: WorkerGroup) -> Manifest:
     names = cluster.names
     spec = cluster.spec
@@ -168,6 +202,10 @@ def worker_set(cluster: Cluster, group: WorkerGroup) -> Manifest:
     local_mounts = [mount(f"local-{m.name}", m.jail_path) for m in shared]
     mapping_volumes, mapping_mounts = _job_mapping(cluster, group)
     store_volumes, store_mounts = _container_store(cluster, group)
+    ssh_volumes, ssh_mounts = _worker_ssh(cluster)
+    ports = [{"name": "slurmd", "containerPort": naming.SLURMD_PORT}]
+    if ssh_mounts:
+        ports.append({"name": "ssh", "containerPort": naming.SSH_PORT})
     container: Manifest = {
         "name": "slurmd",
         "image": cluster.image("worker"),
@@ -179,7 +217,7 @@ def worker_set(cluster: Cluster, group: WorkerGroup) -> Manifest:
             *_process_env(cluster),
             cluster.series_env("worker"),
         ],
-        "ports": [{"name": "slurmd", "containerPort": naming.SLURMD_PORT}],
+        "ports": ports,
         "securityContext": _worker_security(cluster),
         "volumeMounts": [
             *slurm_mounts(),
@@ -189,6 +227,7 @@ def worker_set(cluster: Cluster, group: WorkerGroup) -> Manifest:
             *local_mounts,
             *mapping_mounts,
             *store_mounts,
+            *ssh_mounts,
             *identity_mounts(cluster),
         ],
         "readinessProbe": listening_probe(naming.SLURMD_PORT, period=5),
@@ -211,6 +250,7 @@ def worker_set(cluster: Cluster, group: WorkerGroup) -> Manifest:
             *local_volumes,
             *mapping_volumes,
             *store_volumes,
+            *ssh_volumes,
             *identity_volumes(cluster),
         ],
     }
@@ -255,6 +295,7 @@ def login_statefulset(cluster: Cluster) -> Manifest:
     names = cluster.names
     spec = cluster.spec
     labels = {**names.labels(LOGIN), naming.SLURM_NODE_LABEL: "true"}
+    known_volumes, known_mounts, known_env = _login_knows_workers(cluster)
     container: Manifest = {
         **slurm_container(cluster, "sshd", "login", ("ssh", naming.SSH_PORT)),
         "volumeMounts": [
@@ -263,6 +304,7 @@ def login_statefulset(cluster: Cluster) -> Manifest:
             mount("sshd-config", naming.SSH_CONFIG_DIR, read_only=True),
             mount("ssh-host-keys", naming.SSH_HOST_KEYS_DIR, read_only=True),
             mount("run-slurm", naming.SLURM_RUN_DIR),
+            *known_mounts,
             *identity_mounts(cluster),
         ],
         # Sessions are chrooted into the jail; the entrypoint binds Slurm's client config (without
@@ -275,7 +317,7 @@ def login_statefulset(cluster: Cluster) -> Manifest:
         # directory users get their association at login (the session hook; the jail's users get theirs
         # from slurmctld's pod, which sees the jail's passwd change)
         container["env"].append({"name": "WARDEN_DEFAULT_ACCOUNT", "value": spec.accounting.default_account})
-    container["env"] += [*_session_env(cluster), *_process_env(cluster)]
+    container["env"] += [*_session_env(cluster), *_process_env(cluster), *known_env]
     return statefulset(
         cluster,
         names.login,
@@ -295,6 +337,7 @@ def login_statefulset(cluster: Cluster) -> Manifest:
                     config_map_volume("sshd-config", names.sshd_config),
                     secret_volume("ssh-host-keys", names.ssh_host_keys, mode=0o400),
                     empty_dir("run-slurm"),
+                    *known_volumes,
                     *identity_volumes(cluster),
                 ],
             },
