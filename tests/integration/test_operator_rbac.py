@@ -73,6 +73,7 @@ def test_by_default_the_operator_holds_its_own_namespace_alone(
             assert not can(controlplane, who, verb, resource, other), f"may {verb} {resource} in {other}"
     # cluster-wide, only reads (and the jail's volumes): never a node changed, a namespace made
     assert can(controlplane, who, "list", "nodes", "default") and not can(controlplane, who, "patch", "nodes", "")
+    assert can(controlplane, who, "watch", "nodes", "default")  # their conditions (spec.nodeConditionDrains)
     assert not can(controlplane, who, "create", "namespaces", "")
     assert not can(controlplane, who, "create", "clusterrolebindings", "")
 

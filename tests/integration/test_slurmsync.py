@@ -16,6 +16,9 @@ their conditions and labels, cordoned nodes, Events, the SlurmCluster's status.
   Event); answering again, a ``SlurmctldResponsive`` Event and Ready again.
 - The exporter mounts no signing key: the operator writes it a token for ``warden-reader`` and writes a
   new one, signed with the new key, when the key is rotated.
+- A Kubernetes node condition the SlurmCluster names (``GpuXidError``) drains its workers' Slurm nodes
+  with the condition's words (``warden-condition: ...``, ``NodeConditionDrained``); cleared, they are
+  resumed (``NodeConditionCleared``); a person's drain on the same node is never touched.
 - A shrinking worker group drains the node whose jobs end soonest (``warden: scale-in``), keeps its pod
   while the job runs, and deletes it once Slurm says the node is idle.
 """
@@ -142,11 +145,14 @@ def _up(
     slurm: FakeSlurmrestd,
     op: OperatorProcess,
     states: dict[str, tuple[tuple[str, ...], str]] | None = None,
+    spec: dict[str, Any] | None = None,
 ) -> client.CoreV1Api:
-    """The example cluster, its workers registered with the stand-in slurmctld (IDLE unless ``states``
-    gives a node's state and reason), Ready."""
+    """The example cluster (with ``spec``'s fields added), its workers registered with the stand-in
+    slurmctld (IDLE unless ``states`` gives a node's state and reason), Ready."""
     core = client.CoreV1Api(api)
-    apply_cluster(api, load_example("cpu-only", ns))
+    example = load_example("cpu-only", ns)
+    example["spec"].update(spec or {})
+    apply_cluster(api, example)
     _check_tokens(core, ns, slurm, op)
 
     def scheduled() -> bool:
@@ -269,6 +275,54 @@ def test_cordon_drains_the_slurm_node_and_uncordon_resumes_it(
     # one drain and one resume each, for the workers on that node only
     assert slurm.actions == [Action("drain", w, reason) for w in on_it] + [Action("resume", w) for w in on_it]
     assert all(slurm.actions_on(w) == [] for w in elsewhere)
+
+
+def _node_condition(core: client.CoreV1Api, k8s_node: str, condition: dict[str, str] | None, type_: str) -> None:
+    """What Node Problem Detector (or ``kubectl patch node --subresource=status``) does: a condition of the
+    node set, by a strategic merge on its type, or (None) deleted; the node's other conditions kept."""
+    now = rfc3339(time.time())
+    item: dict[str, str] = {"type": type_, "$patch": "delete"}
+    if condition is not None:
+        item = {"type": type_, **condition, "lastHeartbeatTime": now, "lastTransitionTime": now}
+    body = {"status": {"conditions": [item]}}
+    core.patch_node_status(k8s_node, body, _content_type="application/strategic-merge-patch+json")
+
+
+def test_a_node_condition_drains_the_slurm_node_and_its_clearing_resumes_it(
+    api_client: Any, cluster_namespace: str, slurm: FakeSlurmrestd, synced_operator: OperatorProcess
+) -> None:
+    ns, op = cluster_namespace, synced_operator
+    first, second = WORKERS
+    # a person drained the second node before: theirs, condition or not
+    core = _up(api_client, ns, slurm, op, {second: (("IDLE", "DRAIN"), "hands off")},
+               spec={"nodeConditionDrains": [{"type": "GpuXidError"}]})  # fmt: skip
+    k8s_node = _pod(core, ns, first).spec.node_name
+    on_it = [w for w in WORKERS if _pod(core, ns, w).spec.node_name == k8s_node and w != second]
+    reason = f"warden-condition: GpuXidError (Xid79): GPU fell off the bus (node {k8s_node})"
+    xid = {"status": "True", "reason": "Xid79", "message": "GPU fell off the bus"}
+    try:
+        _node_condition(core, k8s_node, xid, "GpuXidError")
+        for w in on_it:
+            _wait_action(slurm, Action("drain", w, reason), op)
+            event = _wait_event(core, ns, "NodeConditionDrained", f"{w}: drained: {reason}", op)
+            assert event.type == "Warning"
+            _wait_condition(core, ns, w, "False", "Drained", op, reason)
+        # the kubelet's (here kwok's) own conditions are still there beside it
+        conditions = {c.type: c.status for c in core.read_node_status(k8s_node).status.conditions}
+        assert conditions["GpuXidError"] == "True" and conditions["Ready"] == "True", conditions
+        # cleared as Node Problem Detector clears it: the status turns False
+        _node_condition(core, k8s_node, {"status": "False", "reason": "NoXid", "message": ""}, "GpuXidError")
+        for w in on_it:
+            _wait_action(slurm, Action("resume", w), op)
+            _wait_event(core, ns, "NodeConditionCleared", f"{w}: conditions cleared on {k8s_node}: resumed", op)
+            _wait_condition(core, ns, w, "True", "Idle", op)
+    finally:
+        _node_condition(core, k8s_node, None, "GpuXidError")
+    _rounds(slurm, 2, op)
+    # one drain and one resume each, for the workers on that node only; the person's drain untouched
+    assert slurm.actions == [Action("drain", w, reason) for w in on_it] + [Action("resume", w) for w in on_it]
+    assert slurm.actions_on(second) == []
+    _wait_condition(core, ns, second, "False", "Drained", op, "hands off")
 
 
 def test_a_silent_slurmctld_is_told_and_so_is_its_return(
