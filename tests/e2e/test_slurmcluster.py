@@ -233,6 +233,8 @@ class SiteDirectory:
                                  *directory.admin_args(tool, self.admin_password), *args, input=stdin)  # fmt: skip
 
 
+#: the Kubernetes node condition the cluster names in spec.nodeConditionDrains
+NODE_CONDITION = "GpuXidError"
 RESOURCES = {"requests": {"cpu": "50m", "memory": "128Mi"}, "limits": {"cpu": "1", "memory": "1Gi"}}
 
 
@@ -247,6 +249,8 @@ def _values(pubkey: str, workers: int) -> dict[str, Any]:
         # Kubernetes pods scheduled by Slurm on the cpu group's nodes (docs/bridge.md); preemption by QoS
         "bridge": {"enabled": True, "workerGroups": ["cpu"]},
         "slurmConfig": {"extraLines": ["PreemptType=preempt/qos", "PreemptMode=CANCEL"]},
+        # a GPU fault reported on the Kubernetes node (by a person here) drains its workers in Slurm
+        "nodeConditionDrains": [{"type": NODE_CONDITION}],
     }
 
 
@@ -428,6 +432,65 @@ def test_drains_reach_pods_status_and_events_and_cordon_drains_only_its_own(inst
         timeout=30,
     )
     installed.ssh(f"scontrol update nodename={mine} state=resume")
+    _eventually(f"{mine} usable again", lambda: _slurm_condition(installed, mine).get("status") == "True", timeout=30)
+
+
+def _node_condition(
+    installed: Installed, k8s_node: str, status: str | None, reason: str = "", message: str = ""
+) -> None:
+    """What an admin (or Node Problem Detector) does: the node's condition set with `kubectl patch
+    --subresource=status` (a strategic merge on its type: the kubelet's own conditions stay), or, with
+    ``status`` None, deleted."""
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    item: dict[str, str] = {"type": NODE_CONDITION, "$patch": "delete"}
+    if status is not None:
+        item = {"type": NODE_CONDITION, "status": status, "reason": reason, "message": message,
+                "lastHeartbeatTime": now, "lastTransitionTime": now}  # fmt: skip
+    patch = json.dumps({"status": {"conditions": [item]}})
+    installed.kube.kubectl("patch", "node", k8s_node, "--subresource=status", "--type=strategic", "-p", patch)
+
+
+def test_a_node_condition_drains_its_workers_with_its_words_and_clearing_it_resumes_them(installed: Installed) -> None:
+    """An admin marks a GPU fault on the Kubernetes node (`GpuXidError=True`, reason and message): the
+    Slurm nodes of the workers there are drained, `sinfo -R` saying why; a person's drain on the same node
+    stays theirs. The condition cleared, Warden resumes its own drains and only those."""
+    kube, ns = installed.kube, installed.namespace
+    mine, other = f"{NAME}-worker-cpu-1", f"{NAME}-worker-cpu-0"
+    k8s_node = kube.json("-n", ns, "get", "pod", other)["spec"]["nodeName"]
+    out = installed.ssh(f"scontrol update nodename={mine} state=drain reason='alice: swapping a disk'")
+    assert out.returncode == 0, out.stderr
+    why = f"warden-condition: {NODE_CONDITION} (Xid79): GPU has fallen off the bus (node {k8s_node})"
+    try:
+        _node_condition(installed, k8s_node, "True", "Xid79", "GPU has fallen off the bus")
+        reasons = _eventually(
+            f"{other} drained for {NODE_CONDITION}", lambda: (r := _sinfo_reasons(installed)).get(other) == why and r
+        )
+        assert reasons[mine] == "alice: swapping a disk", "the person's drain was overwritten"
+        # the kubelet's own conditions are there beside it
+        conditions = {c["type"]: c["status"] for c in kube.json("get", "node", k8s_node)["status"]["conditions"]}
+        assert conditions[NODE_CONDITION] == "True" and conditions["Ready"] == "True", conditions
+        # said on the pod and in a Warning Event about the cluster, related to the pod
+        cond = _slurm_condition(installed, other)
+        assert (cond["status"], cond["reason"]) == ("False", "Drained") and why in cond["message"], cond
+        _eventually("a NodeConditionDrained Event", lambda: f"{other}: drained: {why}" in _events(
+            installed, "NodeConditionDrained"))  # fmt: skip
+        items = kube.json("-n", ns, "get", "events.events.k8s.io")["items"]
+        about = {(e["type"], e["regarding"]["name"], e["related"]["name"], e["action"])
+                 for e in items if e["reason"] == "NodeConditionDrained"}  # fmt: skip
+        assert ("Warning", NAME, other, "Drain") in about, about
+        # a job asked for that node does not start: Slurm holds it off
+        held = installed.ssh(f"srun --immediate=5 -w {other} true")
+        assert held.returncode != 0, held.stdout
+        # the fault cleared, as Node Problem Detector clears it: the status turns False
+        _node_condition(installed, k8s_node, "False", "NoXid", "")
+        _eventually(f"{other} resumed", lambda: other not in _sinfo_reasons(installed))
+    finally:
+        _node_condition(installed, k8s_node, None)
+        installed.ssh(f"scontrol update nodename={mine} state=resume")
+    assert any(f"{other}: conditions cleared on {k8s_node}: resumed" in m
+               for m in _events(installed, "NodeConditionCleared"))  # fmt: skip
+    ran = installed.ssh(f"srun --immediate=30 -w {other} hostname")
+    assert ran.returncode == 0 and ran.stdout.strip(), ran.stderr
     _eventually(f"{mine} usable again", lambda: _slurm_condition(installed, mine).get("status") == "True", timeout=30)
 
 
