@@ -15,6 +15,10 @@
 #                        dataplane tier does, to show the defect is still in the shipped Slurm.
 #   WARDEN_DEFAULT_ACCOUNT  with accounting on (spec.accounting.defaultAccount): jail users that slurmdbd
 #                        does not know get an association in this account (see associate_users).
+#   WARDEN_BRIDGE_ACCOUNTS  with spec.bridge and accounting on: the file (ConfigMap <cluster>-bridge-accounts)
+#                        where the bridge lists the namespaces opted in to the cluster, one a line; each
+#                        gets its Slurm account k8s-<namespace> under k8s, warden-bridge in it (see
+#                        bridge_accounts)
 #   WARDEN_CONTROLLERS   with backups (spec.controller.replicas 2-3): this pod hands control over when
 #                        it stops and fences a slurmctld that lost control (warden-ctld-ha.sh)
 set -euo pipefail
@@ -55,6 +59,18 @@ if [ -n "$ha" ]; then
     ha_self_conf || exit 1
     warden_jwt_key
 fi
+# With AccountingStorageEnforce (spec.accounting.enforce), a slurmctld that has no association state of its
+# own yet (its first start) stops at once unless slurmdbd answers ("fatal: slurmdbd and/or database must be
+# up at slurmctld start time"): on a new cluster slurmdbd waits for its database. Wait for slurmdbd rather
+# than be restarted (sacctmgr reaches slurmdbd itself, as root).
+if grep -q '^AccountingStorageEnforce=' "$SLURM_ETC/slurm.conf" && [ ! -e "$state/assoc_mgr_state" ]; then
+    waited=0
+    until timeout 10 sacctmgr -n -P list cluster format=cluster >/dev/null 2>&1; do
+        [ $((waited % 30)) -eq 0 ] && warden_log "accounting is enforced: waiting for slurmdbd before slurmctld's first start"
+        sleep 2
+        waited=$((waited + 2))
+    done
+fi
 warden_log "starting slurmctld $(slurmctld -V | awk '{print $2}')${guard:+ (preloaded: $guard)}${ha:+ (controller $(ha_index) of $WARDEN_CONTROLLERS)}"
 # shellcheck disable=SC2086
 LD_PRELOAD="$guard" slurmctld -D ${WARDEN_SLURMCTLD_ARGS:-} "$@" &
@@ -85,6 +101,52 @@ associate_users() {
 if [ -n "${WARDEN_DEFAULT_ACCOUNT:-}" ]; then
     associate_users &
     accounts_pid=$!
+fi
+
+# The bridge's tenants: each namespace opted in to the cluster's bridge (the bridge lists them in
+# $WARDEN_BRIDGE_ACCOUNTS) is a Slurm account k8s-<namespace> under the account k8s, with warden-bridge in it,
+# so that its pods' placeholders are charged to it (`sacct -A k8s-<namespace>`) and an admin's limits, QoS and
+# fair share for the namespace (or for k8s, which its accounts inherit) apply. Accounts of namespaces no
+# longer opted in stay, with their usage. Looked at when the list changed, and again each round until done.
+bridge_accounts() {
+    local file="$WARDEN_BRIDGE_ACCOUNTS" done_sum="" sum
+    trap - TERM INT
+    set +e
+    while sleep "${WARDEN_ACCOUNTS_POLL:-3}"; do
+        sum="$(cksum <"$file" 2>/dev/null)" || continue
+        [ "$sum" = "$done_sum" ] && continue
+        # shellcheck disable=SC2046 # one word per namespace name
+        bridge_associate $(grep -E '^[a-z0-9]([-a-z0-9]*[a-z0-9])?$' "$file") && done_sum="$sum"
+    done
+}
+# bridge_associate NAMESPACE...: the accounts and warden-bridge's associations that are missing, made.
+bridge_associate() {
+    local accounts have missing="" new="" ns
+    [ "$#" -gt 0 ] || return 0
+    accounts="$(timeout 30 sacctmgr -n -P list accounts format=account)" || return 1
+    have="$(timeout 30 sacctmgr -n -P list associations user=warden-bridge format=account)" || return 1
+    if ! grep -qxF k8s <<<"$accounts"; then
+        timeout 30 sacctmgr -i add account k8s description="Kubernetes namespaces (the bridge)" organization=warden \
+            >/dev/null || return 1
+        warden_log "accounting: made account k8s (the bridge's namespaces)"
+    fi
+    for ns in "$@"; do
+        grep -qxF "k8s-$ns" <<<"$accounts" || new="${new:+$new,}k8s-$ns"
+        grep -qxF "k8s-$ns" <<<"$have" || missing="${missing:+$missing,}k8s-$ns"
+    done
+    if [ -n "$new" ]; then
+        timeout 30 sacctmgr -i add account "$new" parent=k8s description="Kubernetes namespace" organization=warden \
+            >/dev/null || return 1
+        warden_log "accounting: made account(s) $new for the bridge's namespaces"
+    fi
+    if [ -n "$missing" ]; then
+        timeout 30 sacctmgr -i add user warden-bridge account="$missing" >/dev/null || return 1
+        warden_log "accounting: warden-bridge now in account(s) $missing"
+    fi
+}
+if [ -n "${WARDEN_BRIDGE_ACCOUNTS:-}" ]; then
+    bridge_accounts &
+    bridge_accounts_pid=$!
 fi
 
 # With accounting, slurmctld refuses to start (fatal "No Assoc usage file") from a state directory that
@@ -150,7 +212,7 @@ loaded_at() {
 warden_follow "$config_hash" reload "${followed[@]}"
 # CONT: a slurmctld stopped in its tracks takes the TERM too (the kubelet's SIGKILL follows the grace period)
 stop() {
-    kill -TERM "$follow_pid" "$save_pid" ${accounts_pid:+"$accounts_pid"} 2>/dev/null
+    kill -TERM "$follow_pid" "$save_pid" ${accounts_pid:+"$accounts_pid"} ${bridge_accounts_pid:+"$bridge_accounts_pid"} 2>/dev/null
     if [ -n "$ha" ]; then
         if [ "$(ha_in_charge "$state")" = "$(ha_index)" ]; then
             # it saves its state and exits by itself; this pod stops once the heartbeat names the
@@ -172,7 +234,7 @@ wait "$ctld_pid"
 rc=$?
 # a signal interrupted the wait: slurmctld is stopping; wait for it
 while kill -0 "$ctld_pid" 2>/dev/null; do wait "$ctld_pid"; rc=$?; done
-kill -TERM "$follow_pid" "$save_pid" ${accounts_pid:+"$accounts_pid"} ${fence_pid:+"$fence_pid"} 2>/dev/null
+kill -TERM "$follow_pid" "$save_pid" ${accounts_pid:+"$accounts_pid"} ${bridge_accounts_pid:+"$bridge_accounts_pid"} ${fence_pid:+"$fence_pid"} 2>/dev/null
 [ -z "$ha" ] || ha_stopped "$state"
 warden_log "slurmctld exited (status $rc)"
 exit "$rc"

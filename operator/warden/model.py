@@ -64,6 +64,7 @@ SSH_PUBLIC_KEY = r"^(ssh-(ed25519|rsa|dss)|ecdsa-sha2-nistp(256|384|521)|sk-(ssh
 # slurm.conf keys the operator writes itself. Users may add any other line through
 # spec.slurmConfig.extraLines, never one of these: they would silently fight the operator.
 OPERATOR_OWNED_SLURM_KEYS = (
+    "AccountingStorageEnforce",
     "AccountingStorageHost",
     "AccountingStoragePort",
     "AccountingStorageType",
@@ -100,6 +101,7 @@ OPERATOR_OWNED_SLURM_KEYS = (
 SLURM_KEY_FIELDS = {
     "privatedata": "spec.slurmConfig.privateData",
     "authaltparameters": "spec.security.maxTokenLifespanSeconds",
+    "accountingstorageenforce": "spec.accounting.enforce",
 }
 # slurm.conf keys that make a daemon run a program (as root or SlurmUser, outside the jail), take another
 # identity, or load or write files as root. Refused in extraLines whatever their value: one SlurmCluster
@@ -146,7 +148,7 @@ REFUSED_SLURM_KEYS = (
 # complete. None of these runs a program, names a file, a host or a password, changes an identity or loads a
 # plugin that does (tests/unit/test_spec_validation.py holds the list to that).
 ALLOWED_SLURM_KEYS = (
-    "AccountingStorageEnforce", "AccountingStorageTRES", "AccountingStoreFlags", "AcctGatherNodeFreq",
+    "AccountingStorageTRES", "AccountingStoreFlags", "AcctGatherNodeFreq",
     "AllowSpecResourcesUsage", "BatchStartTimeout", "BcastExclude", "BcastParameters", "CommunicationParameters",
     "CompleteWait", "CpuFreqDef", "CpuFreqGovernors", "DebugFlags", "DefCpuPerGPU", "DefMemPerCPU", "DefMemPerGPU",
     "DefMemPerNode", "DependencyParameters", "DisableRootJobs", "EioTimeout", "EnforcePartLimits", "EpilogMsgTime",
@@ -1013,7 +1015,8 @@ class SlurmConfig(Spec):
                 {
                     "rule": f"self.all(l, !l.matches(r'{OWNED_KEY_LINE}'))",
                     "message": "a line sets a key Warden owns; set it through the matching spec field "
-                    "(PrivateData: privateData; AuthAltParameters: security.maxTokenLifespanSeconds)",
+                    "(PrivateData: privateData; AuthAltParameters: security.maxTokenLifespanSeconds;"
+                    " AccountingStorageEnforce: accounting.enforce)",
                 },
                 {
                     "rule": f"self.all(l, !l.matches(r'{REFUSED_KEY_LINE}'))",
@@ -1108,6 +1111,11 @@ class InClusterDatabase(Spec):
     storage_class_name: DnsSubdomain | None = Field(default=None, description="StorageClass to use.")
 
 
+#: slurm.conf's AccountingStorageEnforce values (Slurm's words)
+AccountingEnforce = Literal["associations", "limits", "qos", "safe", "nojobs", "nosteps", "wckeys"]
+DEFAULT_ENFORCE: tuple[AccountingEnforce, ...] = ("associations", "limits", "qos")
+
+
 class Accounting(Spec):
     """slurmdbd and its database."""
 
@@ -1136,6 +1144,16 @@ class Accounting(Spec):
         description="Jail users (uid 1000-59999) that accounting does not know yet get an association in this"
         " account within seconds of being made (the account is created), so `sacct` shows them their jobs."
         " Users an admin put in accounting keep theirs. Empty: none (add users with `sacctmgr`).",
+    )
+    enforce: list[AccountingEnforce] = Field(
+        default_factory=lambda: list(DEFAULT_ENFORCE),
+        max_length=7,
+        description="slurm.conf's AccountingStorageEnforce: what slurmctld holds every job to. The default:"
+        " a job runs only in an association (a user in an account), within the limits and QoS an admin sets"
+        " with `sacctmgr`, and one naming an unknown account or QoS is refused. Users get their association"
+        " from defaultAccount, the bridge's pods one per namespace (docs/operations.md). Empty: nothing is"
+        " enforced (Slurm's `none`).",
+        json_schema_extra={"x-kubernetes-list-type": "set"},
     )
 
     @model_validator(mode="after")

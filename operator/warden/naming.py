@@ -312,6 +312,12 @@ class Names:
         """The Role and RoleBinding that let the bridge's ServiceAccount read ``bridge_token_secret``."""
         return f"{self.cluster}-bridge"
 
+    @property
+    def bridge_accounts(self) -> str:
+        """The ConfigMap where the bridge lists the namespaces opted in to the cluster (with accounting): the
+        controller pod mounts it and makes each one's Slurm account (``bridge_account``)."""
+        return f"{self.cluster}-bridge-accounts"
+
     # --- health checks ------------------------------------------------------------------------
     @property
     def nccl_check(self) -> str:
@@ -386,5 +392,19 @@ BRIDGE_ALLOWED_PARTITIONS_ANNOTATION = f"{LABEL_PREFIX}/allowed-partitions"
 BRIDGE_ALLOWED_QOS_ANNOTATION = f"{LABEL_PREFIX}/allowed-qos"
 #: the job comment's first word: the job is a placeholder of this bridge, in this format
 BRIDGE_COMMENT_TAG = "warden-bridge/v1"
+#: with accounting, the Slurm account each opted-in namespace's placeholders are charged to is
+#: ``k8s-<namespace>`` (``bridge_account``), under the account ``k8s``: the controller pod makes them from
+#: the namespaces the bridge lists (key BRIDGE_ACCOUNTS_KEY of ConfigMap ``Names.bridge_accounts``, mounted
+#: at BRIDGE_ACCOUNTS_DIR), warden-bridge in each
+BRIDGE_PARENT_ACCOUNT = "k8s"
+BRIDGE_ACCOUNTS_DIR = "/etc/warden/bridge-accounts"
+BRIDGE_ACCOUNTS_KEY = "namespaces"
+
+
+def bridge_account(namespace: str) -> str:
+    """The Slurm account of an opted-in namespace's pods (a namespace name is a valid account name)."""
+    return f"{BRIDGE_PARENT_ACCOUNT}-{namespace}"
+
+
 #: Slurm's EXTERNAL_JOB job flag (slurm.h, 25.05 on: bit 24 of a job's bitflags), as job_submit.lua reads it
 EXTERNAL_JOB_FLAG = 1 << 24

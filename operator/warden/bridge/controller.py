@@ -127,6 +127,10 @@ class Bridge:
         self.gangs: dict[str, Gang] = {}
         self.targets: list[Target] = []
         self.opted_in: dict[str, tuple[str, dict[str, str]]] = {}  # namespace -> (cluster key, annotations)
+        #: per cluster (namespace, name): the namespaces last written into its ConfigMap, and why the last
+        #: write failed
+        self.listed: dict[tuple[str, str], str] = {}
+        self.listing_errors: dict[tuple[str, str], str] = {}
         self.read_at = 0.0
         #: monotonic time of the last round that ran to its end (the liveness probe's)
         self.last_round = time.monotonic()
@@ -175,7 +179,10 @@ class Bridge:
             if not spec.get("enabled") or spec.get("schedulerName", "warden-slurm") != self.settings.scheduler_name:
                 continue
             meta = c["metadata"]
-            defaults = Defaults(partition=str(spec.get("partition") or "k8s"), qos=str(spec.get("qos") or ""))
+            accounting = (c.get("spec") or {}).get("accounting") or {}
+            accounts = isinstance(accounting, dict) and accounting.get("mode", "Disabled") != "Disabled"
+            defaults = Defaults(partition=str(spec.get("partition") or "k8s"), qos=str(spec.get("qos") or ""),
+                                accounts=accounts)  # fmt: skip
             targets.append(Target(str(meta["namespace"]), str(meta["name"]), defaults))
         self.targets = targets
         keys = {f"{t.namespace}.{t.name}" for t in targets}
@@ -188,6 +195,34 @@ class Bridge:
                 opted[str(meta["name"])] = (key, dict(meta.get("annotations") or {}))
         self.opted_in = opted
         self.read_at = time.monotonic()
+        for t in targets:
+            if t.defaults.accounts:
+                self._list_namespaces(
+                    t, sorted(ns for ns, (key, _) in opted.items() if key == f"{t.namespace}.{t.name}")
+                )
+
+    def _list_namespaces(self, target: Target, namespaces: list[str]) -> None:
+        """The namespaces opted in to a cluster with accounting, written into its ConfigMap
+        ``<cluster>-bridge-accounts`` (when they changed): its controller pod makes each one's Slurm account
+        (``naming.bridge_account``), which the namespace's jobs are submitted with."""
+        key, text = (target.namespace, target.name), "".join(f"{ns}\n" for ns in namespaces)
+        if self.listed.get(key) == text:
+            return
+        names = Names(cluster=target.name, namespace=target.namespace)
+        try:
+            self.kube.call(
+                "PATCH", Kube.path("v1", "ConfigMap", target.namespace, names.bridge_accounts),
+                body={"data": {naming.BRIDGE_ACCOUNTS_KEY: text}}, content_type="application/merge-patch+json",
+            )  # fmt: skip
+        except ApiException as e:  # tried again next read; said once
+            said = f"ConfigMap {target.namespace}/{names.bridge_accounts} not written: {e.status} {e.reason}"
+            if self.listing_errors.get(key) != said:
+                log.warning("SlurmCluster %s/%s: its namespaces get no Slurm account yet: %s", *key, said)
+                self.listing_errors[key] = said
+            return
+        self.listed[key] = text
+        self.listing_errors.pop(key, None)
+        log.info("SlurmCluster %s/%s: namespaces with a Slurm account: %s", *key, ", ".join(namespaces) or "none")
 
     def _state(self, target: Target) -> ClusterState:
         key = (target.namespace, target.name)

@@ -29,6 +29,10 @@ from warden.slurm.model import Job
 
 #: seconds before a workload Slurm refused is submitted again (sooner when its pods change)
 RETRY_SECONDS = 60.0
+#: the same when Slurm refused the namespace's account: a namespace just opted in gets it within seconds
+ACCOUNT_RETRY_SECONDS = 10.0
+#: what Slurm (26.05) says of a job whose account (or account and partition) has no association
+INVALID_ACCOUNT = "Invalid account"
 #: job states in which a placeholder still holds or waits for its nodes
 ACTIVE = ("PENDING", "RUNNING", "SUSPENDED", "CONFIGURING", "REQUEUED", "RESIZING")
 
@@ -91,6 +95,12 @@ class Refused:
     message: str
     #: the workload's pods (uids) when Slurm refused: new pods try again at once
     pods: frozenset[str]
+
+    @property
+    def retry_s(self) -> float:
+        """Seconds before it is submitted again: sooner when the account was refused, which the controller
+        pod makes for a namespace once the bridge listed it (``warden.render.bridge``)."""
+        return ACCOUNT_RETRY_SECONDS if INVALID_ACCOUNT in self.message else RETRY_SECONDS
 
 
 def placeholders(jobs: Sequence[Job], user: str) -> dict[str, Job]:
@@ -199,7 +209,7 @@ def _submit(
         return out
     gang = waiting[: w.size]
     pods = frozenset(p.uid for p in gang)
-    if refused is not None and now - refused.at < RETRY_SECONDS and pods == refused.pods:
+    if refused is not None and now - refused.at < refused.retry_s and pods == refused.pods:
         for p in gang:
             out += _unschedulable(p, "SlurmRefused", refused.message)
         return out

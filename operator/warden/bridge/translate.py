@@ -6,7 +6,9 @@ rounded up) and ``memory_per_cpu`` MiB (its memory limit shared over those CPUs)
 ``tres_per_task``; at most one node per task. The job is an *external job* (``EXTERNAL_JOB``): Slurm
 allocates, nothing is launched. Time limit and isolation come from the first pod's annotations, else the
 namespace's; partition and QoS from the namespace's (an admin's), else the cluster's ``spec.bridge``, a
-pod's own only where the namespace's allowed-partitions / allowed-qos annotation lists it.
+pod's own only where the namespace's allowed-partitions / allowed-qos annotation lists it. On a cluster with
+accounting the job's account is its namespace's (``k8s-<namespace>``): Slurm holds it to that account's
+limits, QoS and fair share.
 
 The job's ``comment`` says which workload it stands for (``warden-bridge/v1 Job/<ns>/<name>/<uid>
 size=2``): a restarted bridge finds its jobs by it (``placeholder_of``).
@@ -28,6 +30,7 @@ from warden.naming import (
     BRIDGE_PARTITION_ANNOTATION,
     BRIDGE_QOS_ANNOTATION,
     BRIDGE_TIME_LIMIT_ANNOTATION,
+    bridge_account,
 )
 
 
@@ -37,6 +40,8 @@ class Defaults:
 
     partition: str
     qos: str = ""
+    #: the cluster has accounting: each namespace's jobs go to its own account (``naming.bridge_account``)
+    accounts: bool = False
 
 
 @dataclass(frozen=True)
@@ -142,6 +147,8 @@ def job_description(
     }
     if qos:
         desc["qos"] = qos
+    if defaults.accounts:
+        desc["account"] = bridge_account(w.namespace)
     if size.gpus:
         desc["tres_per_task"] = f"gres/gpu={size.gpus}"
     # the namespace's time limit (an admin's) is the most a pod gets: one asking more is refused, one asking

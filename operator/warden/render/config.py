@@ -46,7 +46,7 @@ def slurm_conf(cluster: Cluster) -> str:
     quick = spec.health_checks.quick
     accounting = None
     if spec.accounting.mode != "Disabled":
-        accounting = {"host": names.accounting, "port": naming.SLURMDBD_PORT}
+        accounting = {"host": names.accounting, "port": naming.SLURMDBD_PORT, "enforce": spec.accounting.enforce}
     groups = {g.name: g for g in spec.worker_groups}
     partitions = [
         {

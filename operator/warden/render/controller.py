@@ -8,11 +8,13 @@ that lost control). Their pods prefer different Kubernetes nodes."""
 from __future__ import annotations
 
 from warden import naming
+from warden.render import bridge
 from warden.render.context import Cluster
 from warden.render.pods import (
     Manifest,
     claim_spec,
     claim_template,
+    config_map_volume,
     dns_config,
     identity_mounts,
     identity_volumes,
@@ -156,6 +158,11 @@ def controller_statefulset(cluster: Cluster) -> Manifest:
         # the entrypoint gives jail users that accounting does not know an association in it (sacctmgr
         # as root, which slurmdbd takes as an admin)
         container["env"].append({"name": "WARDEN_DEFAULT_ACCOUNT", "value": spec.accounting.default_account})
+    if bridge.accounts_enabled(cluster):
+        # the entrypoint makes a Slurm account for each namespace the bridge lists (warden.render.bridge)
+        accounts_file = f"{naming.BRIDGE_ACCOUNTS_DIR}/{naming.BRIDGE_ACCOUNTS_KEY}"
+        container["env"].append({"name": "WARDEN_BRIDGE_ACCOUNTS", "value": accounts_file})
+        container["volumeMounts"].append(mount("bridge-accounts", naming.BRIDGE_ACCOUNTS_DIR, read_only=True))
     if backups:
         # the entrypoint hands control to a backup when its pod stops, and fences a slurmctld that lost it
         container["env"].append({"name": "WARDEN_CONTROLLERS", "value": str(spec.controller.replicas)})
@@ -166,6 +173,11 @@ def controller_statefulset(cluster: Cluster) -> Manifest:
         secret_volume("jwt-key", names.jwt_key),
         *identity_volumes(cluster),
     ]
+    if bridge.accounts_enabled(cluster):
+        # optional: the kubelet fills it once the ConfigMap is there
+        accounts_volume = config_map_volume("bridge-accounts", names.bridge_accounts)
+        accounts_volume["configMap"]["optional"] = True
+        volumes.append(accounts_volume)
     pod_spec: Manifest = {
         "dnsConfig": dns_config(cluster),
         "terminationGracePeriodSeconds": 30,
