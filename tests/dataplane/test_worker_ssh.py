@@ -1,0 +1,150 @@
+"""SSH from the login node to a worker where the user's job runs (spec.workerSsh), as a user does it: a job
+on worker 0, `ssh <worker>` from a login session lands in the jail, in the job's cgroup; the session ends
+when the job is cancelled; a user without a job on a node, and root, are refused.
+
+A cluster of its own (two CPU workers, a login node, no accounting), not the session's: PrologFlags=Contain
+gives every job an extern step, which the other dataplane tests need not run with."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Iterator
+
+import pytest
+
+from tests.support import failures
+from tests.support.dockerfixture import running_for_tests
+from tests.support.jailuser import JailUser
+from warden_dev.dockercluster import DockerCluster, wait_for
+
+SPEC = {
+    "login": {"replicas": 1},
+    "workerGroups": [{"name": "cpu", "replicas": 2, "resources": {"limits": {"cpu": "2", "memory": "1Gi"}}}],
+    "accounting": {"mode": "Disabled"},
+    "workerSsh": {"enabled": True},
+}
+DENIED = "Access denied by pam_slurm_adopt: you have no active jobs on this node"
+#: the ssh client of a login session: the worker's host key checked against the known hosts the login pod
+#: shows the jail (no question asked, none accepted), keys only
+SSH = "ssh -o BatchMode=yes -o StrictHostKeyChecking=yes -o ConnectTimeout=10"
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[DockerCluster]:
+    with running_for_tests(DockerCluster(SPEC, name="ws"), "worker SSH cluster", failures.any_failed) as c:
+        yield c
+
+
+def _user(cluster: DockerCluster, name: str) -> JailUser:
+    """A jail user with a key pair of their own made on the login node, its public half in their
+    authorized_keys (the jail's home is the same on every node): what docs/operations.md has users do."""
+    user = JailUser.added_by_root(cluster, name)
+    user.ssh("test -f ~/.ssh/id_ed25519 || ssh-keygen -q -t ed25519 -N '' -f ~/.ssh/id_ed25519; "
+             "cat ~/.ssh/id_ed25519.pub >> ~/.ssh/authorized_keys")  # fmt: skip
+    return user
+
+
+@pytest.fixture(scope="module")
+def carol(cluster: DockerCluster) -> JailUser:
+    return _user(cluster, "carol")
+
+
+@pytest.fixture(scope="module")
+def dave(cluster: DockerCluster) -> JailUser:
+    return _user(cluster, "dave")
+
+
+def _worker(cluster: DockerCluster, i: int) -> str:
+    return f"{cluster.names.worker('cpu')}-{i}"
+
+
+def _job_on(user: JailUser, node: str) -> str:
+    """A job of ``user`` running on ``node`` (sbatch from their login session); its id."""
+    job = user.ssh(f"sbatch --parsable -w {node} -t 10 --wrap 'sleep 600'").strip()
+    assert job.isdigit(), job
+    wait_for(f"job {job} running on {node}",
+             lambda: user.ssh(f"squeue -h -j {job} -o '%T %N'").split() == ["RUNNING", node], timeout=60)  # fmt: skip
+    return job
+
+
+def test_a_user_with_a_job_there_lands_in_the_jail_inside_the_jobs_cgroup(
+    cluster: DockerCluster, carol: JailUser
+) -> None:
+    node = _worker(cluster, 0)
+    job = _job_on(carol, node)
+    try:
+        out = carol.ssh(f"{SSH} {node} " + shlex.quote(
+            'hostname; id -un; echo "job=$SLURM_JOB_ID"; test -f /etc/warden-jail-release && echo in-jail; '
+            "for p in /etc/warden /mnt/jail /usr/local/bin/warden-worker; do [ -e $p ] && echo VISIBLE $p; done; "
+            "cat /proc/self/cgroup"
+        ))  # fmt: skip
+        lines = out.splitlines()
+        assert lines[:4] == [node, "carol", f"job={job}", "in-jail"], out
+        assert "VISIBLE" not in out, "the session sees the worker container, not the jail"
+        cgroups = [line for line in lines if re.match(r"^\d+:", line)]
+        assert cgroups, out
+        # every hierarchy the session is in is the job's extern step (cgroup v1: one line per controller;
+        # v2: one line), so it has the job's cores and memory and is killed with the job
+        in_job = [c for c in cgroups if f"/job_{job}/step_extern" in c]
+        assert in_job, f"the session is in none of job {job}'s cgroups:\n{out}"
+        v1 = any(":memory:" in c for c in cgroups)
+        for controller in ("memory", "cpuset", "freezer") if v1 else ("",):
+            line = next(c for c in cgroups if c.split(":")[1] == controller)
+            assert f"/job_{job}/step_extern" in line, (controller, out)
+        # the job's step list shows the adopted session's processes under the extern step
+        assert f"{job}.extern" in carol.ssh(f"squeue -h -s -j {job} -o %i")
+    finally:
+        carol.ssh(f"scancel {job}", check=False)
+
+
+def test_a_user_without_a_job_on_the_node_is_refused_with_slurms_words(
+    cluster: DockerCluster, carol: JailUser, dave: JailUser
+) -> None:
+    """dave has no job at all; carol has one, but on worker 0, not worker 1: both are refused by
+    pam_slurm_adopt, saying so, while carol still gets onto worker 0."""
+    job = _job_on(carol, _worker(cluster, 0))
+    try:
+        for user, node in ((dave, _worker(cluster, 0)), (carol, _worker(cluster, 1))):
+            r = cluster.ssh(user.name, f"{SSH} {node} true 2>&1; echo rc=$?", identity=user.identity, check=False)
+            assert "rc=255" in r.out, (user.name, node, r.out)
+            assert DENIED in r.out, (user.name, node, r.out)
+        assert carol.ssh(f"{SSH} {_worker(cluster, 0)} echo ok").strip() == "ok"
+    finally:
+        carol.ssh(f"scancel {job}", check=False)
+
+
+def test_the_session_ends_when_the_job_is_cancelled(cluster: DockerCluster, carol: JailUser) -> None:
+    """A session that would last ten minutes is killed with the job's extern step: scancel, and the
+    ssh client on the login node returns (connection closed) within seconds, not at its end."""
+    node = _worker(cluster, 0)
+    job = _job_on(carol, node)
+    script = (
+        f"rm -f ~/ws-session; ({SSH} {node} 'echo started; exec sleep 600' > ~/ws-session 2>&1; "
+        "echo rc=$? >> ~/ws-session) & "
+        "for _ in $(seq 1 100); do grep -q started ~/ws-session 2>/dev/null && break; sleep 0.2; done; "
+        f"grep -q started ~/ws-session || {{ cat ~/ws-session; exit 3; }}; scancel {job}; "
+        "SECONDS=0; wait; echo waited=$SECONDS; cat ~/ws-session"
+    )
+    out = carol.ssh(script, timeout=120)
+    waited = int(re.search(r"waited=(\d+)", out).group(1))  # type: ignore[union-attr]
+    assert "started" in out and re.search(r"rc=(255|\d+)", out), out
+    assert "rc=0" not in out, out
+    assert waited < 60, f"the session outlived its job by {waited}s:\n{out}"
+    wait_for(f"job {job} gone", lambda: carol.ssh(f"squeue -h -j {job} -o %T").strip() == "", timeout=60)
+
+
+def test_root_is_refused_without_a_key_in_the_spec(cluster: DockerCluster) -> None:
+    """spec.workerSsh.rootAuthorizedKeys is empty: root's own key, even one in the jail's /root, which every
+    node shows, lets nobody in as root on a worker."""
+    node = _worker(cluster, 0)
+    r = cluster.ssh(
+        "root",
+        "mkdir -p -m 700 /root/.ssh && { test -f /root/.ssh/id_ed25519 || ssh-keygen -q -t ed25519 -N '' "
+        "-f /root/.ssh/id_ed25519; } && cat /root/.ssh/id_ed25519.pub >> /root/.ssh/authorized_keys; "
+        f"{SSH} {node} true 2>&1; echo rc=$?",
+    )
+    try:
+        assert "rc=255" in r.out and "Permission denied" in r.out, r.out
+    finally:
+        cluster.ssh("root", "rm -f /root/.ssh/authorized_keys /root/.ssh/id_ed25519 /root/.ssh/id_ed25519.pub")
