@@ -200,6 +200,19 @@ def worker_set_schema() -> dict[str, Any]:
             },
             "maxUnavailable": _int("Upgrades: pods out of service at a time (drained, replaced once idle).", 1),
             "scaleInTimeoutSeconds": _int("Scale-in: how long a drained leaving node waits for its jobs."),
+            "maintenanceWindow": {
+                "type": "object",
+                "description": "Upgrades wait for this window (the SlurmCluster's spec.maintenanceWindow).",
+                "required": ["start", "durationMinutes"],
+                "properties": {
+                    "start": {"type": "string", "pattern": "^([01][0-9]|2[0-3]):[0-5][0-9]$"},
+                    "durationMinutes": _int("How long it stays open.", 1),
+                    "days": {
+                        "type": "array",
+                        "items": {"type": "string", "enum": ["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"]},
+                    },
+                },
+            },
             "template": {
                 "type": "object",
                 "description": "The pod template, rendered by the operator from the SlurmCluster.",
@@ -214,6 +227,10 @@ def worker_set_schema() -> dict[str, Any]:
             "readyReplicas": _int("Of those, ready (slurmd listening)."),
             "updatedReplicas": _int("Of those, made from the current template."),
             "updateRevision": {"type": "string", "description": "Hash of the current pod template."},
+            "upgradeWaitsForWindow": {
+                "type": "string",
+                "description": "Pods on an older template wait for the maintenance window opening then (RFC 3339).",
+            },
             "selector": {"type": "string", "description": "Label selector of the pods (for the scale subresource)."},
             "observedGeneration": {"type": "integer", "format": "int64"},
         },

@@ -77,6 +77,12 @@ _SLURM = {
     "ScaledIn": Reason(False, "Delete", "a leaving worker pod ran no job any more (or its timeout passed): deleted"),
     "UpgradeDraining": Reason(False, "Drain", "its pod is to move to the new template: drained first"),
     "UpgradeReplacing": Reason(False, "Delete", "its node ran no job any more: the pod is replaced"),
+    "MaintenanceReserved": Reason(
+        False, "Reserve", "a worker upgrade waits for spec.maintenanceWindow: its nodes kept free for it in Slurm"
+    ),
+    "MaintenanceReservationEnded": Reason(
+        False, "Release", "the window opened (its nodes are drained for the upgrade now) or nothing waits any more"
+    ),
     "SlurmActionFailed": Reason(True, "Act", "a drain, resume or delete failed (action: which); told once, retried"),
     "SlurmNodesPlaced": Reason(
         False, "Place", "worker nodes got their place in the topology or their node-label features (the note: how many)"

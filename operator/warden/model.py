@@ -1768,6 +1768,30 @@ BRIDGE_CEL_RULES: list[dict[str, Any]] = [
 ]
 
 
+Weekday = Literal["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"]
+
+
+class MaintenanceWindow(Spec):
+    """When worker pods may be replaced for an upgrade: a changed worker template (a new image, the workers'
+    step of a Slurm upgrade) waits for the window, and Slurm keeps the nodes free for it beforehand."""
+
+    start: str = Field(
+        pattern=r"^([01][0-9]|2[0-3]):[0-5][0-9]$",
+        description="When the window opens, `HH:MM` in UTC.",
+    )
+    duration_minutes: int = Field(
+        ge=10,
+        le=7 * 24 * 60,
+        description="How long it stays open. Nodes drained in it are replaced once idle, even after it closed: no"
+        " job is killed.",
+    )
+    days: list[Weekday] = Field(
+        default_factory=list,
+        max_length=7,
+        description="The days (UTC) it opens on, `Mon` to `Sun`; empty: every day.",
+    )
+
+
 class SlurmClusterSpec(Spec):
     """Desired state of a Slurm cluster with a shared root filesystem."""
 
@@ -1791,6 +1815,12 @@ class SlurmClusterSpec(Spec):
                     "message": "topology: Slurm 24.11 cannot place nodes that join while it runs;"
                     " set slurmVersion 26.05",
                     "fieldPath": ".topology",
+                },
+                {
+                    "rule": "!has(self.maintenanceWindow) || !has(self.slurmVersion) || self.slurmVersion != '24.11'",
+                    "message": "maintenanceWindow: Slurm 24.11's REST API cannot make the window's reservation;"
+                    " set slurmVersion 26.05",
+                    "fieldPath": ".maintenanceWindow",
                 },
                 {
                     "rule": "!has(self.nodeConditionDrains) || self.nodeConditionDrains.all(d, !has(d.workerGroups)"
@@ -1839,6 +1869,12 @@ class SlurmClusterSpec(Spec):
     topology: Topology | None = Field(
         default=None, description='Slurm\'s network topology from node labels (docs/operations.md, "Topology").'
     )
+    maintenance_window: MaintenanceWindow | None = Field(
+        default=None,
+        description="Worker upgrades wait for this window: before it, a Slurm reservation keeps the nodes to upgrade"
+        " free of jobs that would not end in time; in it, they are drained and replaced at once (docs/operations.md,"
+        ' "Maintenance windows"). Unset: upgrades start as soon as they are applied. Needs slurmVersion 26.05.',
+    )
     node_label_features: list[NodeLabelFeature] = Field(
         default_factory=list,
         max_length=16,
@@ -1879,6 +1915,10 @@ class SlurmClusterSpec(Spec):
             raise ValueError("partitions: at most one partition may be the default")
         if self.topology is not None and self.slurm_version == "24.11":
             raise ValueError("topology: Slurm 24.11 cannot place nodes that join while it runs; set slurmVersion 26.05")
+        if self.maintenance_window is not None and self.slurm_version == "24.11":
+            raise ValueError(
+                "maintenanceWindow: Slurm 24.11's REST API cannot make the window's reservation; set slurmVersion 26.05"
+            )
         labels = [f.label for f in self.node_label_features]
         if len(set(labels)) != len(labels):
             raise ValueError("nodeLabelFeatures: name each label once")
@@ -2038,6 +2078,11 @@ class WorkerGroupStatus(BaseModel):
     name: str
     replicas: int
     ready_replicas: int
+    upgrade_waits_for_window: str | None = Field(
+        default=None,
+        description="Pods on an older template wait for the maintenance window opening then (spec.maintenanceWindow).",
+    )
+
 
 
 class DrainedNode(BaseModel):

@@ -26,7 +26,12 @@ def workload(sts: Manifest | None) -> Workload:
     desired = int(sts.get("spec", {}).get("replicas", 1))
     status = sts.get("status", {})
     # Pods of an older revision count: a rolling restart does not make the cluster "not ready".
-    return Workload(exists=True, desired=desired, ready=int(status.get("readyReplicas", 0)))
+    return Workload(
+        exists=True,
+        desired=desired,
+        ready=int(status.get("readyReplicas", 0)),
+        waits_for_window=str(status.get("upgradeWaitsForWindow") or ""),
+    )
 
 
 def job_outcome(job: Manifest | None) -> tuple[bool, bool]:

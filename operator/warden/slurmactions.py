@@ -28,12 +28,21 @@ class SlurmActions:
         self._failed: set[tuple[str, str, str]] = set()  # (namespace, cluster, action) whose failure was told
         self._lock = threading.Lock()
 
-    def act(self, cluster: Ref, pod: str, action: Callable[[], None], reason: str, message: str) -> bool:
+    def act(
+        self,
+        cluster: Ref,
+        pod: str,
+        action: Callable[[], None],
+        reason: str,
+        message: str,
+        related: Ref | None = None,
+    ) -> bool:
         """Run one action about worker ``pod`` (its Slurm node has the same name) of ``cluster`` (a
-        SlurmCluster) and say so in an Event; whether it worked."""
+        SlurmCluster) and say so in an Event; whether it worked. ``related``: what the Event names beside
+        the cluster when it is not that pod (a WorkerSet)."""
         namespace = cluster.namespace
         key = f"{namespace}/{cluster.name}"
-        related = Ref.pod(namespace, pod)
+        related = related or Ref.pod(namespace, pod)
         told = (namespace, cluster.name, message)
         try:
             action()

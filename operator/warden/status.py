@@ -31,6 +31,8 @@ class Workload:
     exists: bool = False
     desired: int = 0
     ready: int = 0
+    #: a WorkerSet whose upgrade waits for the maintenance window: when it opens (RFC 3339), else ""
+    waits_for_window: str = ""
 
     @property
     def is_ready(self) -> bool:
@@ -236,7 +238,14 @@ def fold(
         # an autoscaled group wants what its WorkerSet says now, not what it started with
         want = w.desired if g.autoscaled and w.exists else g.replicas
         group_ready = min(w.ready, want)
-        groups.append(WorkerGroupStatus(name=g.name, replicas=want, ready_replicas=group_ready))
+        groups.append(
+            WorkerGroupStatus(
+                name=g.name,
+                replicas=want,
+                ready_replicas=group_ready,
+                upgrade_waits_for_window=w.waits_for_window or None,
+            )
+        )
         ready_total += group_ready
         desired_total += want
         if not (w.exists and group_ready >= want):

@@ -263,6 +263,11 @@ def worker_set(cluster: Cluster, group: WorkerGroup) -> Manifest:
     }
     if group.scale_in_timeout_seconds is not None:
         set_spec["scaleInTimeoutSeconds"] = group.scale_in_timeout_seconds
+    window = cluster.spec.maintenance_window
+    if window is not None:
+        set_spec["maintenanceWindow"] = {"start": window.start, "durationMinutes": window.duration_minutes}
+        if window.days:
+            set_spec["maintenanceWindow"]["days"] = list(window.days)
     set_spec["template"] = {
         "metadata": {"labels": labels},
         "spec": runtime_files_outside_jail({**POD_DEFAULTS, **pod_spec}),

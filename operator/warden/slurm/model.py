@@ -488,3 +488,38 @@ def diag_from_doc(doc: Any) -> dict[str, float]:
     for key, value in stats.items():
         walk(str(key), value)
     return out
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """A reservation as slurmctld holds it: start and end (UNIX times), its nodes, its flags."""
+
+    name: str
+    start: int
+    end: int
+    nodes: tuple[str, ...]
+    flags: frozenset[str]
+
+    @property
+    def minutes(self) -> int:
+        return (self.end - self.start) // 60
+
+
+def reservations_from_doc(doc: Any) -> list[Reservation]:
+    """The reservations of a ``GET reservations`` answer (data_parser v0.0.44)."""
+    raw = doc.get("reservations") if isinstance(doc, dict) else None
+    out = []
+    for r in raw if isinstance(raw, list) else []:
+        if not isinstance(r, dict) or not r.get("name"):
+            continue
+        nodes = r.get("node_list") or ""
+        out.append(
+            Reservation(
+                name=str(r["name"]),
+                start=_time(r.get("start_time")),
+                end=_time(r.get("end_time")),
+                nodes=tuple(expand_hostlist(nodes)) if isinstance(nodes, str) and nodes else (),
+                flags=frozenset(str(f) for f in r.get("flags") or ()),
+            )
+        )
+    return out

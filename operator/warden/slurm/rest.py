@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import base64
 import codecs
+import copy
 import hashlib
 import hmac
 import json
@@ -35,16 +36,18 @@ from urllib.parse import quote
 import urllib3
 
 from warden.leader import fence
-from warden.naming import RESTAPI_VERSION
+from warden.naming import RESTAPI_VERSION, RESTAPI_VERSION_2605
 from warden.slurm.model import (
     Job,
     Node,
+    Reservation,
     SlurmError,
     SlurmNodeUnknown,
     SlurmParseError,
     diag_from_doc,
     jobs_from_doc,
     nodes_from_pieces,
+    reservations_from_doc,
 )
 
 __all__ = [
@@ -438,6 +441,48 @@ class SlurmRest:
             body["topology_str"] = topology
         if body:
             self._update(name, f"place node {name}", body)
+
+    def _v44(self) -> SlurmRest:
+        """This client speaking data_parser v0.0.44 (slurmrestd 25.11 on): reservations are made from it on."""
+        if self.api_version == RESTAPI_VERSION_2605:
+            return self
+        other = copy.copy(self)
+        other.api_version = RESTAPI_VERSION_2605
+        return other
+
+    def reservations(self) -> list[Reservation]:
+        """Every reservation slurmctld holds (data_parser v0.0.44 on)."""
+        return reservations_from_doc(self._v44()._request("GET", "reservations", "list reservations"))
+
+    def put_reservation(
+        self,
+        name: str,
+        start: int,
+        minutes: int,
+        nodes: Collection[str],
+        flags: Collection[str],
+        users: Collection[str],
+    ) -> None:
+        """Make or change the reservation ``name`` (``start``: a UNIX time; data_parser v0.0.44 on, a Slurm
+        administrator's token). slurmctld's refusal (a node it does not know, a start in the past) raises
+        ``SlurmRestError`` with its words."""
+        body = {
+            "name": name,
+            "start_time": {"set": True, "number": int(start)},
+            "duration": {"set": True, "number": int(minutes)},
+            "node_list": sorted(nodes),
+            "flags": list(flags),
+            "users": list(users),
+        }
+        self._v44()._request("POST", "reservation", f"reserve {name}", body)
+
+    def delete_reservation(self, name: str) -> None:
+        """Delete a reservation; one that is already gone is not an error."""
+        try:
+            self._v44()._request("DELETE", f"reservation/{quote(name, safe='')}", f"delete reservation {name}")
+        except SlurmRestError as e:
+            if not any("not found" in t.lower() or "invalid reservation" in t.lower() for t in e.errors):
+                raise
 
     def delete_node(self, name: str) -> None:
         """Remove a (dynamic) node record; one that is already gone is not an error."""

@@ -25,10 +25,10 @@ from warden.events import Ref
 from warden.kube.client import Kube
 from warden.model import API_GROUP, API_VERSION, WORKER_SET_KIND
 from warden.render.pods import Manifest
-from warden.slurm.model import Job, Node, SlurmError
+from warden.slurm.model import Job, Node, Reservation, SlurmError
 from warden.slurm.rest import SlurmRest
 from warden.slurmactions import SlurmActions
-from warden.workers import podset, registration, rollout, scalein
+from warden.workers import maintenance, podset, registration, rollout, scalein
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +66,8 @@ class SlurmView:
     read_at: datetime.datetime
     _ends: dict[str, float] | None = field(default=None, repr=False)
     _read: bool = field(default=False, repr=False)
+    _resv: list[Reservation] | None = field(default=None, repr=False)
+    _resv_read: bool = field(default=False, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def job_ends(self) -> dict[str, float] | None:
@@ -87,6 +89,19 @@ class SlurmView:
                             ends[node] = max(ends.get(node, 0.0), job.end_time)
                 self._ends = ends
             return self._ends
+
+    def reservations(self) -> list[Reservation] | None:
+        """Slurm's reservations, read once per round when a set with a maintenance window asks; None when
+        they could not be read (nothing is reserved or deleted this round)."""
+        with self._lock:
+            if not self._resv_read:
+                self._resv_read = True
+                try:
+                    self._resv = self.rest.reservations()
+                except SlurmError as e:
+                    log.warning("SlurmCluster %s/%s: %s (maintenance reservations next round)",
+                                self.cluster.namespace, self.cluster.name, e)  # fmt: skip
+            return self._resv
 
 
 class WorkQueue:
@@ -151,6 +166,7 @@ class WorkerSets:
         self.queue = WorkQueue(gap=LOOK_GAP_S)
         self._views: dict[tuple[str, str], SlurmView] = {}  # (namespace, cluster) -> the latest round
         self._acted: dict[Key, int] = {}  # set -> the round its Slurm steps last ran on
+        self._window_waits: dict[Key, str] = {}  # set -> when the maintenance window its upgrade waits for opens
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
 
@@ -254,8 +270,10 @@ class WorkerSets:
     def _delete_pod(self, namespace: str, pod: str) -> None:
         self.kube.delete("v1", "Pod", namespace, pod, "Background")
 
-    def _act(self, view: SlurmView, pod: str, action: Callable[[], None], reason: str, message: str) -> bool:
-        return self.actions.act(view.cluster, pod, action, reason, message)
+    def _act(
+        self, view: SlurmView, pod: str, action: Callable[[], None], reason: str, message: str, about: Ref | None = None
+    ) -> bool:
+        return self.actions.act(view.cluster, pod, action, reason, message, about)
 
     def _scale_in(self, ws: Manifest, view: SlurmView, live: Live) -> set[str]:
         """Step 2: pick the pods that leave a shrinking set, drain them, delete each once idle
@@ -297,12 +315,48 @@ class WorkerSets:
             max_unavailable=int(ws["spec"].get("maxUnavailable", 1)),
             pods=pods,
         )
-        todo = rollout.plan([group], view.nodes)
+        window = maintenance.Window.of(ws["spec"].get("maintenanceWindow"))
+        now = maintenance.opening(window, view.read_at) if window is not None else None
+        todo = rollout.plan([group], view.nodes, now)
         for node, why in todo.drains:
             self._act(view, node, partial(view.rest.drain, node, why), "UpgradeDraining", f"{node}: drained: {why}")
+        key = (namespace, group.workerset)
+        if now is not None:
+            self._reserve(view, group.workerset, now, [p for p in todo.waiting if p in view.nodes])
+        with self._lock:
+            if now is not None and todo.waiting:
+                self._window_waits[key] = maintenance.stamp(now.start)
+            else:
+                self._window_waits.pop(key, None)
         for pod, why in todo.deletes:
             self._act(view, pod, partial(self._delete_pod, namespace, pod), "UpgradeReplacing", f"{pod}: {why}")
         return bool(todo.deletes)
+
+    def _reserve(self, view: SlurmView, workerset: str, now: maintenance.Opening, waiting: list[str]) -> None:
+        """Step 3, with a maintenance window: the Slurm reservation that keeps the nodes still to upgrade
+        free for the window's start (made, changed, or deleted once the window opened or nothing waits)."""
+        name = maintenance.reservation_name(workerset)
+        about = Ref(f"{API_GROUP}/{API_VERSION}", WORKER_SET_KIND, view.cluster.namespace, workerset)
+        want = maintenance.wanted(workerset, now, waiting)
+        have = next((r for r in view.reservations() or [] if r.name == name), None)
+        if want is not None and (have is None or maintenance.differs(want, have)):
+            put = partial(
+                view.rest.put_reservation,
+                want.name,
+                int(want.start.timestamp()),
+                want.minutes,
+                want.nodes,
+                maintenance.RESERVATION_FLAGS,
+                ["root"],
+            )
+            note = (
+                f"{name}: {', '.join(want.nodes)} kept free from {maintenance.stamp(want.start)} for {want.minutes} min"
+            )
+            self._act(view, workerset, put, "MaintenanceReserved", note, about)
+        elif want is None and have is not None:
+            gone = partial(view.rest.delete_reservation, name)
+            why = "the window opened" if now.open else "no node waits for it"
+            self._act(view, workerset, gone, "MaintenanceReservationEnded", f"{name}: deleted: {why}", about)
 
     def _registration(self, ws: Manifest, view: SlurmView, live: Live) -> bool:
         """Step 4: make afresh the pods whose slurmd never registered (``registration``)."""
@@ -316,8 +370,13 @@ class WorkerSets:
         return bool(todo)
 
     def _status(self, ws: Manifest, read: Live) -> None:
-        """Step 5: the set's status, from its pods as they are after the steps above."""
+        """Step 5: the set's status, from its pods as they are after the steps above (and, with a maintenance
+        window, when the one its upgrade waits for opens)."""
         status = podset.status(ws, [p for _, p in read])
+        with self._lock:
+            waits = self._window_waits.get((ws["metadata"]["namespace"], ws["metadata"]["name"]))
+        if waits is not None and status["updatedReplicas"] < status["replicas"]:
+            status["upgradeWaitsForWindow"] = waits
         if ws.get("status") != status:
             self.kube.patch_status(ws["metadata"]["name"], ws["metadata"]["namespace"], status, kind=WORKER_SET_KIND)
 

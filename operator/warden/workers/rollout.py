@@ -7,6 +7,10 @@ deleted once its node runs no job; the WorkerSet controller makes it again from 
 the new slurmd registers. Pods picked to leave (scale-in) are not upgraded. A pod of the new revision that has not
 registered yet still counts as unavailable, so batches do not pile up. A node someone else drained (a
 person, a health check) keeps its old pod and its drain until they resume it.
+
+With a maintenance window (``maintenance``), nothing is drained while it is closed (the pods still to
+upgrade are ``waiting``); once it opens, every pod still to upgrade is drained at once: the window is the
+time the group may be out of service, and the reservation before it kept the nodes free of jobs.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from dataclasses import dataclass, field
 
 from warden.slurm import reasons
 from warden.slurm.model import Node
+from warden.workers.maintenance import Opening
 
 
 @dataclass(frozen=True)
@@ -39,19 +44,23 @@ class Group:
 class Rollout:
     drains: list[tuple[str, str]] = field(default_factory=list)
     deletes: list[tuple[str, str]] = field(default_factory=list)  # (pod, why)
+    waiting: list[str] = field(default_factory=list)  # pods to upgrade once the maintenance window opens
 
 
 def reason(group: Group) -> str:
     return reasons.upgrade(group.workerset, group.update_revision)
 
 
-def plan(groups: Iterable[Group], nodes: Mapping[str, Node]) -> Rollout:
+def plan(groups: Iterable[Group], nodes: Mapping[str, Node], window: Opening | None = None) -> Rollout:
+    """``window``: the maintenance window now (None: upgrades need none)."""
     out = Rollout()
     for g in groups:
         pods = [p for p in g.pods if not p.leaving]
         old = sorted((p for p in pods if p.revision != g.update_revision and not p.deleting), key=lambda p: -p.ordinal)
         if not old or not g.update_revision:
             continue
+        # in a window, every pod still to upgrade goes at once
+        limit = len(pods) if window is not None else g.max_unavailable
 
         def usable(p: Pod) -> bool:
             node = nodes.get(p.name)
@@ -62,14 +71,17 @@ def plan(groups: Iterable[Group], nodes: Mapping[str, Node]) -> Rollout:
         draining = [p for p in old if (n := nodes.get(p.name)) is not None and n.drained
                     and n.reason.startswith(reasons.UPGRADE)]  # fmt: skip
         unavailable += len(draining)
-        for p in draining:
+        for p in draining:  # drained in a window that has closed since: replaced all the same, once idle
             if not nodes[p.name].busy:
                 out.deletes.append((p.name, f"drained for the upgrade and idle: {reason(g)}"))
+        if window is not None and not window.open:
+            out.waiting.extend(p.name for p in old if p not in draining)
+            continue
         for p in old:
             known = nodes.get(p.name)
             if known is not None and known.drained and p not in draining:
                 continue  # drained by someone else (a person, a health check): theirs to resume first
-            if p in draining or unavailable >= g.max_unavailable:
+            if p in draining or unavailable >= limit:
                 continue
             if nodes.get(p.name) is None:
                 out.deletes.append((p.name, f"not registered, nothing to wait for: {reason(g)}"))
