@@ -97,8 +97,9 @@ REGISTRY: tuple[Kind, ...] = (
     # that a repeat of another replica's Event counts up that one's series
     Kind("events.k8s.io/v1", "Event", "events", ("create", "patch", "list")),
     # cluster-scoped: which Kubernetes nodes are cordoned (one list per Slurm sync round, selected by
-    # spec.unschedulable server-side); the jail's volume kept (Retain)
-    Kind("v1", "Node", "nodes", ("list",), namespaced=False),
+    # spec.unschedulable server-side), their conditions (watched once a cluster names one:
+    # spec.nodeConditionDrains); the jail's volume kept (Retain)
+    Kind("v1", "Node", "nodes", ("list", "watch"), namespaced=False),
     Kind("v1", "PersistentVolume", "persistentvolumes", ("get", "list", "patch"), namespaced=False),
     # backup controllers' shared state volume: does its class give single-node volumes
     Kind("storage.k8s.io/v1", "StorageClass", "storageclasses", ("get", "list"), namespaced=False),
