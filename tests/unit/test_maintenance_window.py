@@ -120,7 +120,7 @@ def test_the_window_is_validated_and_named_in_the_error() -> None:
     assert spec.maintenance_window is not None and spec.maintenance_window.days == ["Sat", "Sun"]
     with pytest.raises(ValueError, match="start"):
         parse_spec(_spec(maintenanceWindow={"start": "25:00", "durationMinutes": 60}))
-    with pytest.raises(ValueError, match="durationMinutes|duration_minutes"):
+    with pytest.raises(ValueError, match=r"durationMinutes|duration_minutes"):
         parse_spec(_spec(maintenanceWindow={"start": "10:05", "durationMinutes": 5}))
-    with pytest.raises(ValueError, match="maintenanceWindow: Slurm 24.11's REST API cannot make"):
+    with pytest.raises(ValueError, match=r"maintenanceWindow: Slurm 24\.11's REST API cannot make"):
         parse_spec(_spec(slurmVersion="24.11", maintenanceWindow={"start": "10:05", "durationMinutes": 60}))
