@@ -26,8 +26,9 @@ BASE_SPEC: dict[str, Any] = {
         {"name": "cpu", "workerGroups": ["cpu"], "default": True},
         {"name": "gpu", "workerGroups": ["gpu"]},
     ],
-    # no default account: SchedMD's suite makes and counts its own accounts and associations
-    "accounting": {"mode": "InCluster", "defaultAccount": ""},
+    # no default account: SchedMD's suite makes and counts its own accounts and associations; and nothing
+    # enforced (Slurm's default, which the suite expects: its users have no association)
+    "accounting": {"mode": "InCluster", "defaultAccount": "", "enforce": []},
     "metrics": {"dcgmJobMapping": {"enabled": True}},
 }
 
@@ -49,7 +50,8 @@ SPEC["workerGroups"][-1]["localMounts"] = [
     {"name": "scratch", "jailPath": "/scratch", "sizeLimit": "256Mi"},
 ]
 SPEC["containers"] = {"enabled": True, "allowHttpRegistries": True, "store": {"sizeLimit": "4Gi"}}
-SPEC["accounting"] = {"mode": "InCluster"}  # jail users join the default account `users` on their own
+# jail users join the default account `users` on their own; associations, limits and QoS are enforced
+SPEC["accounting"] = {"mode": "InCluster"}
 # directory users beside the jail's (tests/support/directory.py: slapd on the cluster's network, TLS on);
 # partition `physics` admits only members of the directory group physics (on group `plain`, whose node
 # the other tests never list: `sinfo -N` shows a node once per partition)

@@ -32,6 +32,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -799,8 +800,10 @@ def _bridge_story(installed: Installed, team: str, image: str) -> None:
     _eventually(f"alice's job {held} running", lambda: [held, "alice"] in [r[:2] for r in _squeue(installed)
                                                                           if r[3] == "RUNNING"])  # fmt: skip
     kube.apply([{**_bridge_job("waits", 2, image, "sleep 3", {}), "metadata": {"name": "waits", "namespace": team}}])
+    # the namespace's Slurm account is made once the controller pod sees the bridge's list (its kubelet
+    # refreshes the mounted ConfigMap within about a minute): Slurm refuses the job until then
     _eventually("the Job's pods pending in Slurm", lambda: _pending_because(installed, team, "waits", "SlurmPending",
-                                                                            "Resources"))  # fmt: skip
+                                                                            "Resources"), timeout=180)  # fmt: skip
     queue = _squeue(installed)
     placeholder = next(r for r in queue if r[2] == f"k8s:{team}/waits")
     assert placeholder[1] == naming.BRIDGE_USER and placeholder[3] == "PENDING", queue
@@ -817,6 +820,9 @@ def _bridge_story(installed: Installed, team: str, image: str) -> None:
     for qos in (f"{BRIDGE_QOS} GraceTime=20", f"high Preempt={BRIDGE_QOS}"):
         add = installed.ssh(f"sacctmgr -i add qos {qos}")
         assert add.returncode == 0 or "Nothing new added" in add.stdout + add.stderr, add.stderr
+    # Slurm enforces QoS (spec.accounting.enforce): the admin lets the namespace's account and alice's use them
+    _allow_qos(installed, naming.bridge_account(team), BRIDGE_QOS)
+    _allow_qos(installed, "users", "high")
     low = _bridge_job("low", 2, image, "sleep 600", {naming.BRIDGE_QOS_ANNOTATION: BRIDGE_QOS})
     kube.apply([{**low, "metadata": {"name": "low", "namespace": team}}])
     both = ["Running", "Running"]
@@ -855,6 +861,147 @@ def _bridge_story(installed: Installed, team: str, image: str) -> None:
     kube.apply([{**huge, "metadata": {"name": "huge", "namespace": team}}])
     _eventually("the huge pod pending with Slurm's reason",
                 lambda: _pending_because(installed, team, "huge", "SlurmPending", "PartitionConfig"))  # fmt: skip
+
+
+def _allow_qos(installed: Installed, account: str, qos: str) -> None:
+    """What an admin does (docs/operations.md, "Limits that hold"): the account's associations, its users'
+    and sub-accounts' included, may use ``qos``; returns once accounting shows it (slurmdbd hands the change
+    to slurmctld at once)."""
+    out = installed.ssh(f"sacctmgr -i modify account where name={account} set qos+={qos}")
+    assert out.returncode == 0 or "Nothing modified" in out.stdout + out.stderr, out.stdout + out.stderr
+    shown = f"sacctmgr -n -P show assoc where account={account} format=qos"
+
+    def allowed() -> bool:
+        lines = installed.ssh(shown).stdout.split()
+        return bool(lines) and all(qos in line.split(",") for line in lines)
+
+    _eventually(f"account {account} and its users may use QoS {qos}", allowed, timeout=30)
+
+
+def _opt_in(installed: Installed, team: str) -> None:
+    """A cluster admin opts a namespace in to the cluster's bridge (docs/bridge.md)."""
+    installed.kube.apply([{"apiVersion": "v1", "kind": "Namespace", "metadata": {
+        "name": team, "labels": {naming.BRIDGE_NAMESPACE_LABEL: f"{installed.namespace}.{NAME}"}}}])  # fmt: skip
+
+
+def _printed(installed: Installed, command: str, line: str) -> bool:
+    """Whether ``command`` (as root on the login node) prints ``line``."""
+    return line in installed.ssh(command).stdout.split()
+
+
+def _succeeded(installed: Installed, team: str, job: str) -> bool:
+    return bool(installed.kube.json("-n", team, "get", "job", job)["status"].get("succeeded") == 1)
+
+
+def _image(installed: Installed) -> str:
+    """An image on the node already (the controller's: it runs)."""
+    controller = installed.kube.json("-n", installed.namespace, "get", "pod", f"{NAME}-controller-0")
+    return str(controller["spec"]["containers"][0]["image"])
+
+
+def test_a_users_jobs_are_held_to_the_qos_limits_an_admin_sets_and_an_unknown_qos_or_account_is_refused(
+    installed: Installed,
+) -> None:
+    """Accounting enforces associations, limits and QoS by default: quinn, a new jail user (in the default
+    account on her own), may run one job at a time on the QoS `one` an admin made with `sacctmgr` and let
+    her account use; her second job waits with Slurm's reason while the first runs, and runs once it ends.
+    A job naming a QoS or an account that does not exist is refused at submission, in Slurm's words."""
+    quinn = installed.make_user("quinn")
+    add = installed.ssh("sacctmgr -i add qos one MaxJobsPerUser=1")
+    assert add.returncode == 0 or "Nothing new added" in add.stdout + add.stderr, add.stdout + add.stderr
+    _allow_qos(installed, "users", "one")
+    submit = "sbatch --parsable --qos=one -o /dev/null --wrap 'sleep 300'"
+    # the first submission once slurmctld has the admin's change (slurmdbd sends it a moment after sacctmgr)
+    first = _eventually("quinn's job on QoS one accepted",
+                        lambda: installed.ssh(submit, key=quinn, user="quinn").stdout.strip(), timeout=30)  # fmt: skip
+    out = installed.ssh(submit, key=quinn, user="quinn")
+    assert out.returncode == 0, out.stderr
+    jobs = [first.split(";")[0], out.stdout.strip().split(";")[0]]
+    try:
+        states = f"squeue -h -j {','.join(jobs)} -o '%i|%T|%r'"
+        _eventually(
+            "quinn's first job running, her second waiting for the QoS's limit",
+            lambda: sorted(installed.ssh(states).stdout.split()) == sorted(
+                [f"{jobs[0]}|RUNNING|None", f"{jobs[1]}|PENDING|QOSMaxJobsPerUserLimit"]),
+            timeout=120,
+        )  # fmt: skip
+        assert installed.ssh(f"scancel {jobs[0]}", key=quinn, user="quinn").returncode == 0
+        second = [f"{jobs[1]}|RUNNING|None"]
+        _eventually(f"her second job {jobs[1]} running once the first ended",
+                    lambda: installed.ssh(states).stdout.split() == second, timeout=120)  # fmt: skip
+    finally:
+        installed.ssh(f"scancel {' '.join(jobs)}")
+    refusals = {"--qos=nosuch": "Invalid qos specification",
+                "--account=nosuch": "Invalid account or account/partition combination specified"}  # fmt: skip
+    for option, words in refusals.items():
+        out = installed.ssh(f"sbatch {option} -o /dev/null --wrap true", key=quinn, user="quinn")
+        assert out.returncode != 0 and words in out.stderr, (option, out.stdout, out.stderr)
+
+
+def test_a_users_job_in_the_bridges_partition_is_refused(installed: Installed) -> None:
+    """The bridge's partition (k8s) holds the bridge's placeholders only: an ordinary user's job there is
+    refused, saying why, with or without a time limit."""
+    key = installed.make_user("rhea")
+    for limit in ("", "-t UNLIMITED"):
+        out = installed.ssh(f"sbatch -p k8s {limit} -o /dev/null --wrap true", key=key, user="rhea")
+        assert out.returncode != 0, out.stdout
+        assert "partition k8s takes the bridge's placeholders for Kubernetes pods only" in out.stderr, out.stderr
+
+
+def test_each_opted_in_namespaces_pods_are_charged_to_its_own_slurm_account(installed: Installed) -> None:
+    """Two namespaces opted in to the bridge: each is a Slurm account of its own (k8s-<namespace>, made on
+    its own), so a Job's pods in either run and `sacct -A` shows the Job's placeholder in its namespace's
+    account only: fair share and an admin's limits apply per team."""
+    kube, ns = installed.kube, installed.namespace
+    teams = [f"{ns}-blue", f"{ns}-green"]
+    image = _image(installed)
+    try:
+        for team in teams:
+            _opt_in(installed, team)
+            kube.apply([{**_bridge_job("work", 1, image, "true", {}), "metadata": {"name": "work", "namespace": team}}])
+        for team in teams:
+            _eventually(f"the Job in {team} complete", partial(_succeeded, installed, team, "work"), timeout=240)
+        for team in teams:
+            account = naming.bridge_account(team)
+            query = f"sacct -a -X -n -P -A {account} -o JobName,Account,User"
+            placeholder = f"k8s:{team}/work|{account}|{naming.BRIDGE_USER}"
+            _eventually(f"the placeholder of {team}/work in sacct -A {account}",
+                        partial(_printed, installed, query, placeholder), timeout=60)  # fmt: skip
+            assert all(line.startswith(f"k8s:{team}/") for line in installed.ssh(query).stdout.split()), team
+    finally:
+        for team in teams:
+            kube.kubectl("delete", "namespace", team, "--wait=false", check=False)
+
+
+def test_a_bridge_pod_never_lands_on_a_node_tainted_against_it_and_runs_once_the_taint_goes(
+    installed: Installed,
+) -> None:
+    """The bridge binds a pod only where kube-scheduler would: with the workers' Kubernetes node tainted
+    NoSchedule, a tenant's pod without the toleration waits, saying why, and is never bound; once the admin
+    takes the taint off, it runs there."""
+    kube, ns = installed.kube, installed.namespace
+    team = f"{ns}-tainted"
+    node = kube.json("-n", ns, "get", "pod", f"{NAME}-worker-cpu-0")["spec"]["nodeName"]
+    taint = "warden.dev/e2e-reserved=others:NoSchedule"
+    _opt_in(installed, team)
+    try:
+        kube.kubectl("taint", "node", node, taint)
+        kube.apply([{**_bridge_job("kept", 1, _image(installed), "true", {}),
+                     "metadata": {"name": "kept", "namespace": team}}])  # fmt: skip
+
+        def waits() -> bool:
+            pods = _pods_of(installed, team, "kept")
+            assert not [p for p in pods if p["spec"].get("nodeName")], "bound to the tainted node"
+            told = [c.get("message", "") for p in pods for c in p["status"].get("conditions", [])
+                    if c["type"] == "PodScheduled" and c["status"] == "False"]  # fmt: skip
+            return bool(told) and all("warden.dev/e2e-reserved" in m or "not available" in m for m in told)
+
+        _eventually("the pod waiting, saying why, unbound", waits, timeout=180)
+        kube.kubectl("taint", "node", node, f"{taint}-")
+        _eventually("the Job complete once the taint went", lambda: _succeeded(installed, team, "kept"), timeout=180)
+    finally:
+        kube.kubectl("taint", "node", node, f"{taint}-", check=False)
+        kube.kubectl("delete", "namespace", team, "--wait=false", check=False)
 
 
 def test_a_person_added_to_the_directory_after_install_logs_in_and_runs_jobs_as_herself(installed: Installed) -> None:
