@@ -8,7 +8,8 @@
 #
 # Needs Docker (hack/docker.sh ensure) and the base image (hack/base-image.sh); the Makefile target
 # `images` runs both first. Build context: the repository root (.dockerignore keeps it small), except
-# jail-gpu: a temporary context with jail/gpu/ and the nccl-tests archive (never copied into the repo).
+# jail-gpu: a temporary context with jail/gpu/ and the nccl-tests archive (never copied into the repo);
+# backup: one with images/backup/ and restic (hack/build-restic.sh builds it from its Go module, once).
 # Slurm series (docs/images.md, "Slurm series"): WARDEN_SLURM_SERIES picks the one the Slurm images
 # carry (default: SLURM_SERIES of hack/versions.env, 26.05). The default series' images are tagged
 # <version>; another series' <version>-slurm<series> (warden/controller:0.1.0-slurm24.11), and a build
@@ -34,12 +35,12 @@ case "$SERIES" in
     *) echo "images.sh: WARDEN_SLURM_SERIES='$SERIES' (want 26.05 or 24.11)" >&2; exit 2 ;;
 esac
 # images without Slurm in them: built once, with the default series
-SERIES_NEUTRAL=" mariadb operator test-registry test-image test-ldap "
+SERIES_NEUTRAL=" mariadb backup operator test-registry test-image test-ldap "
 TAG="$VERSION"
 [ "$SERIES" = "$DEFAULT_SERIES" ] || TAG="$VERSION-slurm$SERIES"
 
 # name -> Dockerfile; order matters (an image builds after the images it starts FROM)
-ALL=(spank container-runtime slurm-base controller worker login accounting health-check jail populate-jail mariadb operator)
+ALL=(spank container-runtime slurm-base controller worker login accounting health-check jail populate-jail mariadb backup operator)
 # Built on request only (after jail): the GPU jail and its populate image.
 GPU=(jail-gpu populate-jail-gpu)
 # Built on request only: what the test tiers run beside a cluster (a registry, an image to push to it).
@@ -69,6 +70,16 @@ runtime_context() {  # sets $context
         }
         cp "$THIRDPARTY/$archive.tar.gz" "$context/${archive%%-*}.tar.gz"
     done
+}
+
+# backup's build context: images/backup/ plus restic, built from its Go module (hack/build-restic.sh, cached)
+backup_context() {  # sets $context
+    local restic
+    restic="$(hack/build-restic.sh)" || return 1
+    context="$(mktemp -d "${TMPDIR:-/tmp}/warden-backup.XXXXXX")"
+    tmp_contexts+=("$context")
+    cp -p images/backup/* "$context/"
+    cp "$restic" "$context/restic"
 }
 
 # jail-gpu's build context: jail/gpu/ plus the nccl-tests archive (sha256 checked here and in the
@@ -134,6 +145,10 @@ for name in "${names[@]}"; do
         operator) args+=(--build-arg "WARDEN_EXTRA_CA=$extra_ca") ;;
         container-runtime)
             runtime_context || exit 1
+            build_file="$context/Dockerfile"
+            ;;
+        backup)
+            backup_context || exit 1
             build_file="$context/Dockerfile"
             ;;
         jail-gpu)

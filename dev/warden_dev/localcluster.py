@@ -135,7 +135,9 @@ LAYOUT = HostLayout(
     bridge=BRIDGE,
     node_cidr=f"{NODE_IP}/32",
 )
-CHART_IMAGES = ("operator", "controller", "worker", "login", "populate-jail", "accounting", "mariadb", "health-check")
+CHART_IMAGES = (
+    "operator", "controller", "worker", "login", "populate-jail", "accounting", "mariadb", "health-check", "backup",
+)  # fmt: skip
 
 
 class LocalClusterError(RuntimeError):

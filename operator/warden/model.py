@@ -357,6 +357,11 @@ class Images(Spec):
     health_check: ImageReference | None = Field(
         default=None, description="NCCL health-check image." + _SERIES_DEFAULT.format(name="health-check")
     )
+    backup: ImageReference | None = Field(
+        default=None,
+        description="Image of the jail's backups and restores (restic). Default: Warden's "
+        "`<registry>/backup:<version>`.",
+    )
     exporter: ImageReference | None = Field(
         default=None,
         description="Image of the Slurm metrics exporter (`warden-slurm-exporter`, shipped in the operator's image). "
@@ -463,6 +468,174 @@ class PopulateJail(Placed):
     )
 
 
+#: a restic repository by URL: a backend prefix (s3:, rest:, sftp:, b2:, azure:, gs:, swift:, rclone:) and its
+#: location, without spaces (local paths: BackupRepository.claimName)
+RESTIC_REPOSITORY_URL = r"^[a-z0-9]+:[^\s]+$"
+_PASSWORD_IN_URL = r"://[^/@]+:[^/@]*@"
+#: a restic snapshot: `latest` or its ID (8 to 64 hex digits)
+RESTIC_SNAPSHOT = r"^(latest|[0-9a-f]{8,64})$"
+KEEP_NOTHING = (
+    "every count is 0: restic would keep no snapshot; set at least one of last, hourly, daily, weekly, monthly, yearly"
+)
+
+
+class BackupRepository(Spec):
+    """A restic repository (https://restic.net): a URL of any restic backend, or a PersistentVolumeClaim of the
+    cluster's namespace that holds a local one; and the Secret with its password (and the backend's keys)."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "has(self.url) != has(self.claimName)",
+                    "message": "set exactly one of url (a restic repository URL) and claimName (a PVC)",
+                    "fieldPath": ".url",
+                },
+                {
+                    "rule": f"!has(self.url) || !self.url.matches(r'{_PASSWORD_IN_URL}')",
+                    "message": "the url carries a password: put it in the credentialsSecret "
+                    "(RESTIC_REST_PASSWORD, AWS_SECRET_ACCESS_KEY...) instead",
+                    "fieldPath": ".url",
+                },
+            ]
+        }
+    )
+
+    url: str | None = Field(
+        default=None,
+        pattern=RESTIC_REPOSITORY_URL,
+        max_length=1024,
+        description="restic's repository (RESTIC_REPOSITORY), e.g. `s3:https://s3.example.com/bucket/warden` or "
+        "`rest:https://backup.example.com:8000/warden`. The pods that reach it may reach anywhere (docs/security.md).",
+    )
+    claim_name: DnsSubdomain | None = Field(
+        default=None,
+        description="A PVC (same namespace, never made or deleted by Warden) holding a local repository at `path`: a "
+        "backup volume. Not on the jail's own volume.",
+    )
+    path: str = Field(
+        default="restic",
+        pattern=RELATIVE_PATH,
+        max_length=253,
+        description="With claimName: the repository's directory in the claim.",
+    )
+    credentials_secret: DnsSubdomain = Field(
+        description="Secret (same namespace) whose keys become the environment of the pods that use the "
+        "repository: `RESTIC_PASSWORD` (required: losing it loses every snapshot) and what the backend asks for "
+        "(`AWS_ACCESS_KEY_ID`/`AWS_SECRET_ACCESS_KEY`, `RESTIC_REST_USERNAME`/`RESTIC_REST_PASSWORD`...). Only the "
+        "backup Job and, with restoreFrom, the populate Job's restore container get it.",
+    )
+
+    @model_validator(mode="after")
+    def _one_location(self) -> BackupRepository:
+        if (self.url is None) == (self.claim_name is None):
+            raise ValueError("url: set exactly one of url (a restic repository URL) and claimName (a PVC)")
+        if self.url is not None and re.search(_PASSWORD_IN_URL, self.url):
+            raise ValueError(
+                "url: the url carries a password: put it in the credentialsSecret (RESTIC_REST_PASSWORD, "
+                "AWS_SECRET_ACCESS_KEY...) instead"
+            )
+        return self
+
+
+class BackupKeep(Spec):
+    """Which snapshots `restic forget --prune` keeps after each backup (restic's --keep-* counts; 0: that rule is
+    not used). The newest snapshot of each hour, day, week... is kept, up to the count."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    # the defaults (daily 7, weekly 4, monthly 6) count where a field is absent
+                    "rule": "(has(self.last) && self.last > 0) || (has(self.hourly) && self.hourly > 0)"
+                    " || !has(self.daily) || self.daily > 0 || !has(self.weekly) || self.weekly > 0"
+                    " || !has(self.monthly) || self.monthly > 0 || (has(self.yearly) && self.yearly > 0)",
+                    "message": KEEP_NOTHING,
+                }
+            ]
+        }
+    )
+
+    last: int = Field(default=0, ge=0, le=10000, description="The newest N snapshots.")
+    hourly: int = Field(default=0, ge=0, le=10000, description="One per hour, for the last N hours with one.")
+    daily: int = Field(default=7, ge=0, le=10000, description="One per day, for the last N days with one.")
+    weekly: int = Field(default=4, ge=0, le=10000, description="One per week, for the last N weeks with one.")
+    monthly: int = Field(default=6, ge=0, le=10000, description="One per month, for the last N months with one.")
+    yearly: int = Field(default=0, ge=0, le=10000, description="One per year, for the last N years with one.")
+
+    @model_validator(mode="after")
+    def _keeps_something(self) -> BackupKeep:
+        if not any(self.counts().values()):
+            raise ValueError(KEEP_NOTHING)
+        return self
+
+    def counts(self) -> dict[str, int]:
+        return {
+            "last": self.last,
+            "hourly": self.hourly,
+            "daily": self.daily,
+            "weekly": self.weekly,
+            "monthly": self.monthly,
+            "yearly": self.yearly,
+        }
+
+
+class JailBackup(Placed):
+    """Scheduled restic backups of the whole jail (homes, the user database, installed software): a CronJob
+    mounts the jail read-only, runs `restic backup`, then `restic forget --prune` with `keep`
+    (docs/operations.md, "Backing up and restoring the jail")."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "!self.enabled || has(self.repository)",
+                    "message": "a backup needs a repository: set repository.url or repository.claimName",
+                    "fieldPath": ".repository",
+                }
+            ]
+        }
+    )
+
+    enabled: bool = Field(default=False, description="Back the jail up on `schedule`.")
+    schedule: str = Field(default="0 3 * * *", pattern=CRON, max_length=128, description="Cron schedule (UTC).")
+    keep: BackupKeep = Field(default_factory=BackupKeep, description="Snapshots kept after each backup.")
+    repository: BackupRepository | None = Field(default=None, description="Where the snapshots go.")
+    exclude: list[Annotated[str, Field(pattern=ABSOLUTE_PATH, max_length=1024)]] = Field(
+        default_factory=lambda: ["/tmp", "/var/tmp"],
+        max_length=64,
+        description="Directories of the jail (paths inside it) whose contents are left out; the directories "
+        "themselves are kept.",
+    )
+    time_limit_minutes: int = Field(
+        default=360, ge=5, le=10080, description="A run still going after this long is stopped (and fails)."
+    )
+
+    @model_validator(mode="after")
+    def _repository_when_enabled(self) -> JailBackup:
+        if self.enabled and self.repository is None:
+            raise ValueError("repository: a backup needs a repository: set repository.url or repository.claimName")
+        return self
+
+
+class JailRestore(Spec):
+    """Fill a NEW jail from a backup instead of from the jail image: the populate Job restores the snapshot
+    first (only into a jail that was never populated; a populated jail is left as it is), then carries on as
+    over any populated jail (an older Slurm in the snapshot is upgraded in place)."""
+
+    repository: BackupRepository = Field(description="The repository the backup went to.")
+    snapshot: str = Field(
+        default="latest",
+        pattern=RESTIC_SNAPSHOT,
+        max_length=64,
+        description="`latest` (the newest backup of `cluster`) or a snapshot ID (`restic snapshots` lists them).",
+    )
+    cluster: Annotated[str, Field(pattern=DNS_LABEL, max_length=63)] | None = Field(
+        default=None,
+        description="The SlurmCluster whose backups to restore (restic's host). Default: this one's name.",
+    )
+
+
 class Jail(Spec):
     """The shared root filesystem mounted by every login and worker node."""
 
@@ -495,6 +668,11 @@ class Jail(Spec):
         "docs/security.md). `false` deletes it with the SlurmCluster. A change applies to the existing claim.",
     )
     populate: PopulateJail = Field(default_factory=PopulateJail, description="Populate Job settings.")
+    backup: JailBackup = Field(default_factory=JailBackup, description="Scheduled backups of the jail (restic).")
+    restore_from: JailRestore | None = Field(
+        default=None,
+        description="Fill a new jail from a backup instead of from the jail image (the populate Job restores it).",
+    )
 
     @model_validator(mode="after")
     def _claim_or_class(self) -> Jail:
@@ -1992,7 +2170,7 @@ class SlurmClusterSpec(Spec):
         named: str | None = getattr(self.images, field)
         return named or default_image(SLURM_IMAGES[component], series or self.slurm_version, self.images.version)
 
-    def own_image(self, component: Literal["mariadb", "exporter"]) -> str:
+    def own_image(self, component: Literal["mariadb", "exporter", "backup"]) -> str:
         """The image of a component without Slurm: the one the spec names, else Warden's own (the exporter
         ships in the operator's image)."""
         named: str | None = getattr(self.images, component)
@@ -2082,7 +2260,6 @@ class WorkerGroupStatus(BaseModel):
         default=None,
         description="Pods on an older template wait for the maintenance window opening then (spec.maintenanceWindow).",
     )
-
 
 
 class DrainedNode(BaseModel):

@@ -70,6 +70,8 @@ IDENTITY_PASSWORD_KEY = "password"
 #: sshd's AuthorizedKeysCommand on login nodes with a directory: the keys SSSD read from it
 SSH_KEYS_COMMAND = "/usr/bin/sss_ssh_authorizedkeys"
 JAIL_MOUNT = "/mnt/jail"
+#: where the backup and restore containers mount a repository's PVC (``spec.jail.backup.repository.claimName``)
+BACKUP_REPOSITORY_MOUNT = "/repository"
 STATE_SAVE_LOCATION = "/var/spool/slurmctld"
 SLURMD_SPOOL_DIR = "/var/spool/slurmd"
 SLURM_RUN_DIR = "/run/slurm"
@@ -274,6 +276,11 @@ class Names:
     @property
     def populate_jail(self) -> str:
         return f"{self.cluster}-populate-jail"
+
+    @property
+    def jail_backup(self) -> str:
+        """The CronJob backing the jail up (``spec.jail.backup``) and its NetworkPolicy."""
+        return f"{self.cluster}-jail-backup"
 
     # --- accounting ---------------------------------------------------------------------------
     @property

@@ -23,6 +23,9 @@ class Case:
     unknown: bool = False
 
 
+_REPO = {"url": "s3:https://s3.example.com/bucket/warden", "credentialsSecret": "jail-backup"}
+
+
 def _with(**changes: Any) -> dict[str, Any]:
     spec = copy.deepcopy(BASE)
     spec.update(copy.deepcopy(changes))
@@ -243,5 +246,30 @@ CASES = [
         "bridge-scheduler-name",
         bridge_spec(bridge={"enabled": True, "workerGroups": ["cpu"], "schedulerName": "Warden Slurm"}),
         "schedulerName",
+    ),
+    Case("backup-without-repository", _with(jail={"backup": {"enabled": True}}), "jail.backup.repository"),
+    Case(
+        "backup-two-repositories",
+        _with(jail={"backup": {"enabled": True, "repository": {**_REPO, "claimName": "backups"}}}),
+        "jail.backup.repository.url",
+    ),
+    Case(
+        "backup-password-in-url",
+        _with(jail={"backup": {"repository": {**_REPO, "url": "rest:https://admin:hunter2@backup.example.com/"}}}),
+        "jail.backup.repository.url",
+    ),
+    Case("backup-url-with-space", _with(jail={"backup": {"repository": {**_REPO, "url": "s3:x y"}}}), "url"),
+    Case(
+        "backup-keeps-nothing",
+        _with(jail={"backup": {"keep": {"daily": 0, "weekly": 0, "monthly": 0}}}),
+        "jail.backup.keep",
+    ),
+    Case("backup-schedule", _with(jail={"backup": {"schedule": "daily"}}), "jail.backup.schedule"),
+    Case("backup-exclude-relative", _with(jail={"backup": {"exclude": ["tmp"]}}), "exclude"),
+    Case("backup-without-secret", _with(jail={"backup": {"repository": {"claimName": "b"}}}), "credentialsSecret"),
+    Case(
+        "restore-snapshot",
+        _with(jail={"restoreFrom": {"repository": _REPO, "snapshot": "newest"}}),
+        "jail.restoreFrom.snapshot",
     ),
 ]

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from warden.render import (
     accounting,
+    backup,
     bridge,
     budgets,
     configmaps,
@@ -42,6 +43,7 @@ def render(cluster: Cluster) -> Rendered:
     if (identity := configmaps.identity(cluster)) is not None:
         objects.append(identity)
     objects += jail.render(cluster)
+    objects += backup.render(cluster)
     objects += accounting.render(cluster)
     objects += controller.render(cluster)
     objects += restapi.render(cluster)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from warden import naming
+from warden.render import backup
 from warden.render.context import Cluster
 from warden.render.pods import (
     POD_DEFAULTS,
@@ -44,7 +45,10 @@ def populate_job(cluster: Cluster) -> Manifest:
     image = populate_image(cluster)
     overwrite = spec.jail.populate.overwrite
     series = cluster.slurm_series("populateJail")
-    template_hash = content_hash(image, overwrite, series)
+    restore = spec.jail.restore_from
+    template_hash = content_hash(
+        image, overwrite, series, *([restore.model_dump(), backup.image(cluster)] if restore else [])
+    )
     container: Manifest = {
         "name": "populate-jail",
         "image": image,
@@ -58,6 +62,16 @@ def populate_job(cluster: Cluster) -> Manifest:
         "volumeMounts": [mount("jail", naming.JAIL_MOUNT)],
     }
     labels = names.labels(COMPONENT)
+    pod: Manifest = {
+        **POD_DEFAULTS,
+        "restartPolicy": "OnFailure",
+        "containers": [container],
+        "volumes": [jail_volume(cluster)],
+    }
+    if restore is not None:
+        # a new jail gets the snapshot first; the copy then finds it populated (and upgrades its Slurm if older)
+        pod["initContainers"] = [backup.restore_container(cluster, restore)]
+        pod["volumes"] += backup.restore_volumes(restore)
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -69,17 +83,7 @@ def populate_job(cluster: Cluster) -> Manifest:
             "backoffLimit": 3,
             "template": {
                 "metadata": {"labels": labels},
-                "spec": runtime_files_outside_jail(
-                    placed(
-                        {
-                            **POD_DEFAULTS,
-                            "restartPolicy": "OnFailure",
-                            "containers": [container],
-                            "volumes": [jail_volume(cluster)],
-                        },
-                        spec.jail.populate,
-                    )
-                ),
+                "spec": runtime_files_outside_jail(placed(pod, spec.jail.populate)),
             },
         },
     }

@@ -7,6 +7,8 @@ Every pod of the cluster is isolated both ways, then allowed exactly this (docs/
 - SSH into the login pods and the REST API from anywhere (both authenticate every caller).
 - The in-cluster database: only slurmdbd, on its port. An external database: slurmdbd, on its port.
 - The NCCL check's Job: anywhere (it writes its report through the Kubernetes API).
+- The jail's backup Job, and the populate Job while it restores a backup, when their restic repository is a
+  URL: anywhere, and DNS (``warden.render.backup``).
 - Slurm's check of a new configuration (its Job's pods, component `config-check`: ``warden.configcheck``):
   nothing, either way; the cluster's isolation alone selects them.
 - The metrics exporter: scraped from anywhere on its port; it reaches its read gate's port, slurmdbd's
@@ -34,6 +36,7 @@ DIRECTORY_COMPONENTS = ("controller", "accounting", "worker", "login")
 #: where users' code runs (job steps, SSH sessions)
 USER_COMPONENTS = ("worker", "login")
 EVERYWHERE = [{"ipBlock": {"cidr": "0.0.0.0/0"}}, {"ipBlock": {"cidr": "::/0"}}]
+DNS: Manifest = {"ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]}
 
 
 def _policy(cluster: Cluster, suffix: str, selector: Manifest, spec: Manifest) -> Manifest:
@@ -64,7 +67,7 @@ def render(cluster: Cluster) -> list[Manifest]:
     if not spec.network_policy.enabled:
         return []
     slurm = _components(cluster, *SLURM_COMPONENTS)
-    dns = {"ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]}
+    dns = DNS
     out = [
         _policy(
             cluster,
