@@ -22,7 +22,16 @@ from kubernetes import client
 
 from tests.support.bridge import CLUSTER, BridgeProcess, opt_in
 from tests.support.fake_slurmrestd import FakeSlurmrestd
-from warden.naming import BRIDGE_EXTERNAL_NODE_LABEL, BRIDGE_JOB_LABEL, BRIDGE_NAMESPACE_LABEL, BRIDGE_USER
+from warden.model import API_GROUP, API_VERSION
+from warden.naming import (
+    BRIDGE_ACCOUNTS_KEY,
+    BRIDGE_EXTERNAL_NODE_LABEL,
+    BRIDGE_JOB_LABEL,
+    BRIDGE_NAMESPACE_LABEL,
+    BRIDGE_USER,
+    Names,
+    bridge_account,
+)
 from warden_dev.controlplane import ControlPlane, wait_for
 
 JWT_KEY = b"k" * 32
@@ -438,3 +447,36 @@ def test_a_kubernetes_node_is_an_external_node_only_when_an_admin_says_so(
     assert not core.read_namespaced_pod("p", workloads).spec.node_name
     core.patch_node(node, {"metadata": {"labels": {BRIDGE_EXTERNAL_NODE_LABEL: f"{slurm.namespace}.{CLUSTER}"}}})
     assert wait_running(core, workloads, "p", bridge) == node
+
+
+def test_with_accounting_a_namespaces_pods_are_charged_to_its_own_account_once_it_is_made(
+    api_client: Any, cluster_namespace: str, workloads: str, slurm: FakeSlurmrestd, bridge: BridgeProcess
+) -> None:
+    """On a cluster with accounting, the bridge lists the namespaces opted in to it in the ConfigMap the
+    operator made for it, and submits each namespace's jobs with its own account (k8s-<namespace>). Until
+    that account is made (by slurmctld's pod, from the list: images/controller), Slurm refuses the job and
+    the pod says so in Slurm's words; once it is, the pod runs within seconds, its job in that account."""
+    core: Any = client.CoreV1Api(api_client)  # manifests as plain dicts
+    names = Names(cluster=CLUSTER, namespace=cluster_namespace)
+    core.create_namespaced_config_map(cluster_namespace, {"metadata": {"name": names.bridge_accounts}})
+    slurm.accounts = set()  # accounting enforced, and no account made yet
+    client.CustomObjectsApi(api_client).patch_namespaced_custom_object(
+        API_GROUP,
+        API_VERSION,
+        cluster_namespace,
+        "slurmclusters",
+        CLUSTER,
+        {"spec": {"accounting": {"mode": "InCluster"}}},
+    )
+
+    def listed() -> bool:
+        data = core.read_namespaced_config_map(names.bridge_accounts, cluster_namespace).data or {}
+        return bool(data.get(BRIDGE_ACCOUNTS_KEY) == f"{workloads}\n")
+
+    wait_for("the bridge lists the opted-in namespace", listed, TIMEOUT, on_fail=bridge.log_tail)
+    core.create_namespaced_pod(workloads, pod_body("p"))
+    wait_unschedulable(core, workloads, "p", "SlurmRefused",
+                       "Invalid account or account/partition combination specified", bridge)  # fmt: skip
+    slurm.accounts.add(bridge_account(workloads))  # what slurmctld's pod does with the list
+    wait_running(core, workloads, "p", bridge)
+    assert slurm.job(job_of(core, workloads, "p") or 0)["account"] == f"k8s-{workloads}"

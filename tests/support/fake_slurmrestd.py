@@ -39,9 +39,11 @@ What the bridge does, at v0.0.44, as Slurm 26.05.5 answered it in those captures
   registered node has, the answer warns "Requested partition configuration not available now" (twice,
   as slurmrestd does) and the job stays PENDING with reason ``PartitionConfig``. ``partitions`` (None:
   any) names the partitions there are; another is refused (HTTP 422, "Invalid partition name
-  specified"). Jobs without ``EXTERNAL_JOB`` are not taken (this stand-in runs no batch scripts). At
-  v0.0.42 ``EXTERNAL_JOB`` is an unknown flag, refused with the data_parser's words (the real slurmrestd
-  drops the flag and submits the job without it).
+  specified"). ``accounts`` (None: any) names the accounts the submitting user has an association in
+  (accounting enforced); a job in another, or in none, is refused (HTTP 422, "Invalid account or
+  account/partition combination specified", ESLURM_INVALID_ACCOUNT). Jobs without ``EXTERNAL_JOB`` are
+  not taken (this stand-in runs no batch scripts). At v0.0.42 ``EXTERNAL_JOB`` is an unknown flag, refused
+  with the data_parser's words (the real slurmrestd drops the flag and submits the job without it).
 - ``schedule()``, after every submit, cancel, end, preemption and node change: the PENDING jobs in id
   order, each placed first-fit: ``tasks`` tasks of ``cpus_per_task`` CPUs on the registered nodes'
   free CPUs (``tasks_per_node`` at most per node, ``maximum_nodes`` nodes at most), all or nothing,
@@ -151,6 +153,7 @@ class _Job:
     state: str
     submit_time: float
     partition: str = ""
+    account: str = ""
     comment: str = ""
     flags: list[str] | None = None  # None: the captured record's
     tasks: int = 1
@@ -227,6 +230,8 @@ class FakeSlurmrestd:
         self.jwt_key: bytes | None = None
         #: the partitions a submit may name; None: any
         self.partitions: set[str] | None = None
+        #: the accounts a submit may name (associations enforced); None: any, or none
+        self.accounts: set[str] | None = None
         #: PrivateData=jobs: users other than ADMINS list only their own jobs
         self.private_jobs = True
         self._server: JsonServer | None = None
@@ -485,6 +490,7 @@ class FakeSlurmrestd:
             name=job.name,
             user_name=job.user,
             partition=job.partition,
+            account=job.account,
             job_state=[job.state],
             state_reason=job.reason,
             nodes=",".join(names),
@@ -561,12 +567,16 @@ class FakeSlurmrestd:
         partition = str(desc.get("partition") or "")
         if self.partitions is not None and partition not in self.partitions:
             return self._submit_refused(422, "Invalid partition name specified", 2000)
+        account = str(desc.get("account") or "")
+        if self.accounts is not None and account not in self.accounts:
+            return self._submit_refused(422, "Invalid account or account/partition combination specified", 2045)
         excluded = desc.get("excluded_nodes") or []
         excluded = excluded.split(",") if isinstance(excluded, str) else [str(n) for n in excluded]
         if self.nodes and set(self.nodes) <= set(excluded):  # every node excluded: Slurm refuses at once
             return self._submit_refused(422, "Requested node configuration is not available", 2014)
         job = self._new_job(user, str(desc.get("name") or ""), time.time())
         job.partition, job.comment, job.flags = partition, str(desc.get("comment") or ""), flags
+        job.account = account
         job.tasks = _count(desc.get("tasks"), 1) or 1
         job.cpus_per_task = _count(desc.get("cpus_per_task"), 1) or 1
         job.tasks_per_node = _count(desc.get("tasks_per_node"), None)
