@@ -35,6 +35,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from tests.integration.test_metrics import scrape, total
 from tests.support.fake_slurmrestd import Action, FakeSlurmrestd
 from tests.support.operator import OperatorProcess, apply_cluster, get_cluster, load_example, wait_ready
 from warden import tokens
@@ -323,6 +324,11 @@ def test_a_node_condition_drains_the_slurm_node_and_its_clearing_resumes_it(
     assert slurm.actions == [Action("drain", w, reason) for w in on_it] + [Action("resume", w) for w in on_it]
     assert slurm.actions_on(second) == []
     _wait_condition(core, ns, second, "False", "Drained", op, "hands off")
+    # counted as the operator's other actions on Slurm nodes, by the Event reason that announced them
+    samples = scrape(op.metrics_url)
+    for action in ("NodeConditionDrained", "NodeConditionCleared"):
+        counted = total(samples, "warden_slurm_actions_total", action=action, result="ok")
+        assert counted == len(on_it), (action, counted)
 
 
 def test_a_silent_slurmctld_is_told_and_so_is_its_return(
