@@ -10,8 +10,9 @@
 # Only a jail that was never populated is restored into: one with .warden-populated is left as it is
 # (exit 0), so the Job made again over a live jail changes nothing. A marker (.warden-restoring) is held
 # while the restore runs: a restore cut short is done again by the next try, never taken for a jail.
-# The restored jail keeps the snapshot's .warden-populated: the populate program then copies nothing,
-# or upgrades the jail's Slurm in place when its image carries a newer one.
+# The restored jail keeps the snapshot's .warden-populated, put in place last (login and worker pods wait
+# for it): the populate program then copies nothing, or upgrades the jail's Slurm in place when its image
+# carries a newer one.
 # The repository is restic's environment (RESTIC_REPOSITORY, RESTIC_PASSWORD, the backend's keys).
 set -euo pipefail
 log() { printf '[jail-restore] %s\n' "$*" >&2; }
@@ -25,7 +26,7 @@ while [ $# -gt 0 ]; do
         --host) host="${2:?--host needs a name}"; shift 2 ;;
         --snapshot) snapshot="${2:?--snapshot needs latest or an ID}"; shift 2 ;;
         --path) path="${2:?--path needs a path}"; shift 2 ;;
-        -h | --help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h | --help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) log "error: unknown argument '$1'"; exit 2 ;;
     esac
 done
@@ -58,11 +59,23 @@ if [ -z "$id" ]; then
 fi
 start=$SECONDS
 log "restoring snapshot $id ($host, $path) into $jail"
-restic restore "$id:$path" --target "$jail"
+# The sentinel last: login and worker pods wait for it (a jail with it is whole), so it is left out of
+# the restore and put in place by rename once everything else is there
+restic restore "$id:$path" --target "$jail" --exclude /.warden-populated
+if restic dump "$id" "$path/.warden-populated" >"$jail/.warden-populated.tmp" 2>/dev/null; then
+    restored_sentinel=1
+else
+    rm -f "$jail/.warden-populated.tmp"
+    restored_sentinel=0
+fi
 # what sshd's ChrootDirectory needs of the jail's root, whatever the volume made it
 chown 0:0 "$jail"
 chmod 0755 "$jail"
 sync -f "$jail" 2>/dev/null || true
+if [ "$restored_sentinel" = 1 ]; then
+    mv -f "$jail/.warden-populated.tmp" "$jail/.warden-populated"
+else
+    log "warning: snapshot $id holds no .warden-populated: the populate Job copies the jail image over it"
+fi
 rm -f "$marker"
-[ -f "$jail/.warden-populated" ] || log "warning: snapshot $id holds no .warden-populated: the populate Job copies the jail image over it"
 log "restored snapshot $id in $((SECONDS - start))s ($(du -sh --one-file-system "$jail" 2>/dev/null | cut -f1))"
