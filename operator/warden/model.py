@@ -2325,6 +2325,22 @@ class HealthCheckStatus(BaseModel):
     )
 
 
+class JailBackupStatus(BaseModel):
+    """The jail's backups (spec.jail.backup), as their CronJob and its last finished run say."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True)
+
+    last_schedule_time: str | None = Field(default=None, description="When the CronJob last started a run.")
+    last_successful_time: str | None = Field(default=None, description="When a run last succeeded.")
+    last_run: str | None = Field(
+        default=None,
+        description="What the last finished run said (its termination message): `snapshot <id> saved in ...: "
+        "processed ..., added ...; ... snapshots kept`, or why it failed.",
+    )
+    last_run_succeeded: bool | None = Field(default=None, description="Whether the last finished run succeeded.")
+    last_run_time: str | None = Field(default=None, description="When the last finished run ended.")
+
+
 class SlurmVersionStatus(BaseModel):
     """The Slurm series the cluster runs, part by part (``warden.slurmupgrade``)."""
 
@@ -2367,6 +2383,9 @@ class SlurmClusterStatus(BaseModel):
     jail_populated: bool = False
     worker_groups: list[WorkerGroupStatus] = Field(default_factory=list)
     health_check: HealthCheckStatus = Field(default_factory=HealthCheckStatus)
+    jail_backup: JailBackupStatus | None = Field(
+        default=None, description="The jail's backups; absent without spec.jail.backup."
+    )
     slurm_nodes: SlurmNodesStatus | None = Field(
         default=None, description="Worker nodes as slurmctld sees them; absent until slurmrestd answered once."
     )

@@ -9,11 +9,12 @@ from warden import slurmupgrade
 from warden.kube.client import Kube
 from warden.model import API_GROUP, API_VERSION, WORKER_SET_KIND
 from warden.naming import SLURM_SERIES_ENV
+from warden.render.backup import COMPONENT as BACKUP_COMPONENT
 from warden.render.context import Cluster
 from warden.render.health import REPORT_KEY
 from warden.render.pods import Manifest
 from warden.slurm import confighash
-from warden.status import ImagePull, Observed, Workload
+from warden.status import ImagePull, Observed, Workload, backup_status
 
 #: the pods whose Slurm series an upgrade follows, by their component label
 SLURM_PARTS = ("accounting", "controller", "restapi", "worker", "login")
@@ -174,6 +175,14 @@ def observe(kube: Kube, cluster: Cluster, slurmd_versions: dict[str, int] | None
     }
     pods = kube.list("v1", "Pod", ns, names.instance_selector())
     slurm_config = kube.get("v1", "ConfigMap", ns, names.slurm_config)
+    jail_backup = None
+    if cluster.spec.jail.backup.enabled:
+        runs = [
+            p
+            for p in pods
+            if (p["metadata"].get("labels") or {}).get("app.kubernetes.io/component") == BACKUP_COMPONENT
+        ]
+        jail_backup = backup_status(kube.get("batch/v1", "CronJob", ns, names.jail_backup), runs)
     return Observed(
         controller=controller,
         restapi=restapi,
@@ -185,5 +194,6 @@ def observe(kube: Kube, cluster: Cluster, slurmd_versions: dict[str, int] | None
         health_report=report,
         parts=slurm_parts(pods, job, desired, slurmd_versions),
         image_pulls=tuple(f for pod in pods for f in image_pull_failures(pod)),
+        jail_backup=jail_backup,
         config_stamp=confighash.of_text(((slurm_config or {}).get("data") or {}).get(confighash.SLURM_CONF, "")),
     )

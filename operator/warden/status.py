@@ -16,6 +16,7 @@ from warden.model import (
     Condition,
     DrainedNode,
     HealthCheckStatus,
+    JailBackupStatus,
     SlurmClusterSpec,
     SlurmClusterStatus,
     SlurmNodesStatus,
@@ -90,6 +91,8 @@ class Observed:
     config_check: Verdict | None = None
     #: the stamp of the Slurm files the cluster's ConfigMap holds (``warden.slurm.confighash``); "" when none
     config_stamp: str = ""
+    #: the jail's backups (``backup_status``); None without spec.jail.backup
+    jail_backup: JailBackupStatus | None = None
 
 
 def _condition(
@@ -379,6 +382,7 @@ def fold(
         jail_populated=observed.jail_populated,
         worker_groups=groups,
         health_check=health_status(observed.health_report, previous),
+        jail_backup=observed.jail_backup,
         slurm_nodes=slurm,
         slurm=slurm_status(spec, upgrade, observed.parts, slurm),
         slurmctld_in_charge=in_charge,
@@ -524,4 +528,23 @@ def invalid_spec_status(
     others = [c for c in base.conditions if c.type != "Ready"]
     return base.model_copy(
         update={"phase": "Failed", "observed_generation": generation, "conditions": [ready, *others]}
+    )
+
+
+def backup_status(cronjob: dict[str, Any] | None, pods: list[dict[str, Any]]) -> JailBackupStatus:
+    """The jail's backups: the CronJob's own times, and what the last finished backup pod said when it
+    ended (its termination message, ``warden-jail-backup``'s summary)."""
+    cron = (cronjob or {}).get("status") or {}
+    last: tuple[str, dict[str, Any]] | None = None
+    for pod in pods:
+        for c in (pod.get("status") or {}).get("containerStatuses") or []:
+            ended = (c.get("state") or {}).get("terminated")
+            if ended and ended.get("finishedAt") and (last is None or ended["finishedAt"] > last[0]):
+                last = (ended["finishedAt"], ended)
+    return JailBackupStatus(
+        last_schedule_time=cron.get("lastScheduleTime"),
+        last_successful_time=cron.get("lastSuccessfulTime"),
+        last_run=(str(last[1].get("message") or "").strip() or None) if last else None,
+        last_run_succeeded=last[1].get("exitCode") == 0 if last else None,
+        last_run_time=last[0] if last else None,
     )

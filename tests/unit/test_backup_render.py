@@ -9,6 +9,7 @@ from warden import naming
 from warden.model import parse_spec
 from warden.render.cluster import render
 from warden.render.context import Cluster
+from warden.status import backup_status
 
 SECRET = "jail-backup"
 BASE: dict[str, Any] = {"workerGroups": [{"name": "cpu", "replicas": 2}]}
@@ -135,3 +136,27 @@ def test_no_other_pod_gets_the_repository_secret() -> None:
     assert backup_pod(objs)["imagePullSecrets"] == [{"name": "regcred"}]
     policy = objs["NetworkPolicy/demo-jail-backup"]["spec"]
     assert policy["podSelector"]["matchExpressions"][0]["values"] == ["jail-backup", "jail"]
+
+
+def _run(finished: str, exit_code: int, message: str) -> dict[str, Any]:
+    terminated = {"finishedAt": finished, "exitCode": exit_code, "message": message}
+    return {
+        "metadata": {"name": f"run-{finished}"},
+        "status": {"containerStatuses": [{"state": {"terminated": terminated}}]},
+    }
+
+
+def test_status_says_when_the_last_backup_ran_and_what_it_saved() -> None:
+    cron = {"status": {"lastScheduleTime": "2026-11-29T03:00:00Z", "lastSuccessfulTime": "2026-11-28T03:01:10Z"}}
+    saved = "snapshot 3f2a1c9e saved in 14s: processed 11893 files, added 1.204 MiB; 7 snapshots of demo kept"
+    failed = "failed: cannot open the repository (restic exit 12): wrong password or no key found"
+    running = {"metadata": {"name": "now"}, "status": {"containerStatuses": [{"state": {"running": {}}}]}}
+    status = backup_status(
+        cron, [_run("2026-11-28T03:01:10Z", 0, saved), _run("2026-11-29T03:00:40Z", 12, failed), running]
+    )
+    assert status.last_schedule_time == "2026-11-29T03:00:00Z"
+    assert status.last_successful_time == "2026-11-28T03:01:10Z"
+    assert (status.last_run, status.last_run_succeeded) == (failed, False)
+    assert status.model_dump(by_alias=True)["lastRunTime"] == "2026-11-29T03:00:40Z"
+    # before any run: nothing said
+    assert backup_status({}, []).last_run is None and backup_status(None, []).last_run_succeeded is None
