@@ -23,6 +23,7 @@ The tests share one installation (module fixture) and run in file order: each bu
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import shlex
@@ -611,6 +612,21 @@ def test_kubectl_drain_waits_for_the_running_job_and_takes_idle_workers_at_once(
     assert status["status"]["phase"] == "Ready"
 
 
+def _all_replaced(installed: Installed, workerset: str, uids: dict[str, str]) -> bool:
+    """Whether every pod named in ``uids`` was made again from the WorkerSet's current template, its
+    Slurm node registered and usable."""
+    kube, ns = installed.kube, installed.namespace
+    target = kube.json("-n", ns, "get", "workerset", workerset)["status"].get("updateRevision")
+    pods = kube.json("-n", ns, "get", "pods", "-l", f"{INSTANCE},app.kubernetes.io/component=worker")["items"]
+    mine = [p for p in pods if p["metadata"]["name"].startswith(f"{workerset}-")]
+    return len(mine) == len(uids) and all(
+        p["metadata"]["annotations"].get("slurm.warden.dev/pod-template") == target
+        and p["metadata"]["uid"] != uids[p["metadata"]["name"]]
+        and _slurm_condition(installed, p["metadata"]["name"]).get("status") == "True"
+        for p in mine
+    )
+
+
 def test_worker_upgrade_waits_for_a_two_node_job_and_moves_every_pod(installed: Installed) -> None:
     """A worker pod-template change (`helm upgrade` of the group's resources) with a job running on both
     workers: no pod is replaced while the job runs; it completes and writes its output; then the pods
@@ -651,19 +667,83 @@ def test_worker_upgrade_waits_for_a_two_node_job_and_moves_every_pod(installed: 
     assert _wait_job(installed, job) == "COMPLETED", "the job was disturbed"
     assert installed.ssh(f"cat /root/upgrade-{job}.out").stdout.split() == ["across", "across"]
 
-    def all_moved() -> bool:
-        target = kube.json("-n", ns, "get", "workerset", sts)["status"].get("updateRevision")
-        pods = kube.json("-n", ns, "get", "pods", "-l", f"{INSTANCE},app.kubernetes.io/component=worker")["items"]
-        mine = [p for p in pods if p["metadata"]["name"].startswith(f"{sts}-")]
-        return len(mine) == 2 and all(
-            p["metadata"]["annotations"].get("slurm.warden.dev/pod-template") == target
-            and p["metadata"]["uid"] != uids[p["metadata"]["name"]]
-            and _slurm_condition(installed, p["metadata"]["name"]).get("status") == "True"
-            for p in mine
-        )
-
-    _eventually("every worker on the new revision, registered and usable", all_moved, timeout=300, interval=3)
+    _eventually("every worker on the new revision, registered and usable", lambda: _all_replaced(installed, sts, uids),
+                timeout=300, interval=3)  # fmt: skip
     assert any(sts in m for m in _events(installed, "UpgradeReplacing"))
+
+
+def test_a_worker_upgrade_waits_for_the_maintenance_window_with_its_nodes_kept_free_and_no_job_killed(
+    installed: Installed,
+) -> None:
+    """An admin sets a maintenance window opening in a few minutes and changes the worker template in the same
+    `helm upgrade`: nothing is drained or replaced before the window; status says when the upgrade starts; a
+    Slurm reservation keeps both workers free from then, so a job that would run past the start waits
+    ("Reserved for maintenance") while a short one still runs; when the window opens, both pods are replaced
+    at once, the reservation goes, and the waiting job runs on the new pods: every job completes."""
+    kube, ns = installed.kube, installed.namespace
+    sts = f"{NAME}-worker-cpu"
+    pods = (f"{sts}-0", f"{sts}-1")
+    uids = {p: kube.json("-n", ns, "get", "pod", p)["metadata"]["uid"] for p in pods}
+    now = datetime.datetime.now(datetime.UTC)
+    opens = (now + datetime.timedelta(minutes=4)).replace(second=0, microsecond=0)
+    stamp = opens.strftime("%Y-%m-%dT%H:%M:%SZ")
+    group = installed.values["workerGroups"][0]
+    group["resources"] = {**group["resources"], "limits": {**group["resources"]["limits"], "cpu": "850m"}}
+    installed.values["maintenanceWindow"] = {"start": opens.strftime("%H:%M"), "durationMinutes": 30}
+    reservation = f"warden-maintenance-{sts}"
+    try:
+        installed.helm_upgrade()
+
+        def waiting() -> bool:
+            ws = kube.json("-n", ns, "get", "workerset", sts)["status"]
+            cluster = kube.json("-n", ns, "get", "slurmcluster", NAME)["status"]
+            group_status = next(g for g in cluster.get("workerGroups", []) if g["name"] == "cpu")
+            return bool(ws.get("upgradeWaitsForWindow") == stamp and group_status.get("upgradeWaitsForWindow") == stamp)
+
+        _eventually(f"status: the upgrade waits for the window at {stamp}", waiting, timeout=90, interval=2)
+        shown = _eventually(
+            f"Slurm's reservation {reservation}",
+            lambda: (out := installed.ssh(f"scontrol show reservation {reservation}")).returncode == 0 and out.stdout,
+            timeout=30,
+        )
+        assert "MAINT" in shown and "IGNORE_JOBS" in shown and f"{sts}-[0-1]" in shown, shown
+        assert any(reservation in m for m in _events(installed, "MaintenanceReserved"))
+        # before the window: no worker drained for the upgrade, no pod replaced
+        assert {p: kube.json("-n", ns, "get", "pod", p)["metadata"]["uid"] for p in pods} == uids
+        assert not any("warden: upgrade" in _slurm_condition(installed, p).get("message", "") for p in pods)
+
+        # a job that would run into the window waits; a short one ends before it and runs now
+        long = installed.ssh("sbatch --parsable -t 10 -o /root/window-%j.out --wrap 'echo after'")
+        short = installed.ssh("sbatch --parsable -t 1 -o /root/window-%j.out --wrap 'echo before'")
+        assert long.returncode == 0 and short.returncode == 0, long.stderr + short.stderr
+        long_job, short_job = long.stdout.strip().split(";")[0], short.stdout.strip().split(";")[0]
+        assert _wait_job(installed, short_job) == "COMPLETED"
+        assert installed.ssh(f"cat /root/window-{short_job}.out").stdout.strip() == "before"
+        reason = _eventually(
+            f"job {long_job} held off by the reservation",
+            lambda: "Reserved" in (r := installed.ssh(f"squeue -h -j {long_job} -o '%T %r'").stdout) and r,
+            timeout=60,
+        )
+        assert reason.startswith("PENDING"), reason
+        assert {p: kube.json("-n", ns, "get", "pod", p)["metadata"]["uid"] for p in pods} == uids
+
+        # the window opens: both replaced at once, the reservation gone, the waiting job runs on the new pods
+        _eventually("both workers replaced once the window opened", lambda: _all_replaced(installed, sts, uids),
+                    timeout=420, interval=3)  # fmt: skip
+        assert datetime.datetime.now(datetime.UTC) >= opens
+        assert _wait_job(installed, long_job, timeout=300) == "COMPLETED"
+        assert installed.ssh(f"cat /root/window-{long_job}.out").stdout.strip() == "after"
+        assert installed.ssh(f"scontrol show reservation {reservation}").returncode != 0
+        assert any(reservation in m for m in _events(installed, "MaintenanceReservationEnded"))
+        _eventually(
+            "the waiting upgrade gone from status",
+            lambda: "upgradeWaitsForWindow" not in kube.json("-n", ns, "get", "workerset", sts)["status"],
+            timeout=60,
+        )
+    finally:
+        installed.values.pop("maintenanceWindow", None)
+        installed.helm_upgrade()
+        installed.ssh(f"scontrol delete reservation {reservation}")
 
 
 def test_user_made_right_after_ready_logs_in_and_runs_jobs(installed: Installed) -> None:
