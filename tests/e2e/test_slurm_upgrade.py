@@ -114,27 +114,33 @@ def test_slurm_upgraded_from_24_11_to_26_05_under_running_and_queued_jobs(instal
     installed.kube.kubectl(
         *ctl, "sh", "-c", "sacctmgr -i add account lab >/dev/null; sacctmgr -i add user alice account=lab"
     )
-    deadline = time.monotonic() + 60
-    while "UserName=alice(" not in installed.kube.kubectl(*ctl, "scontrol", "show", "assoc_mgr", "flags=assoc",
-                                                          "users=alice", check=False):  # fmt: skip
-        assert time.monotonic() < deadline, "slurmctld never learnt alice's association"
-        time.sleep(2)
+    assoc = ("scontrol", "show", "assoc_mgr", "flags=assoc", "users=alice")
+    _eventually(
+        "slurmctld knows alice's association",
+        lambda: "UserName=alice(" in installed.kube.kubectl(*ctl, *assoc, check=False),
+        timeout=60,
+        interval=2,
+    )
     _as(installed, "alice", alice, "echo kept > ~/before-upgrade.txt")
     assert " 24.11.5" in _as(installed, "alice", alice, "srun --version")  # "slurm-wlm 24.11.5"
 
     # jobs with accounting on, one finished before the upgrade
     done = _as(installed, "alice", alice, "sbatch --parsable --wrap 'hostname'").strip()
-    deadline = time.monotonic() + 180
-    while _job_states(installed, "alice", alice, [done]).get(done) != "COMPLETED":
-        assert time.monotonic() < deadline, _job_states(installed, "alice", alice, [done])
-        time.sleep(3)
+    _eventually(
+        f"job {done} completed",
+        lambda: _job_states(installed, "alice", alice, [done]).get(done) == "COMPLETED",
+        timeout=180,
+        interval=3,
+    )
     # a two-node job that runs through the upgrade, and one queued behind it (it needs the same nodes)
     through = f"sbatch --parsable -N{WORKERS} -o ~/running-%j.out --wrap 'srun sleep 150; echo finished'"
     running = _as(installed, "alice", alice, through).strip()
-    deadline = time.monotonic() + 120
-    while _job_states(installed, "alice", alice, [running]).get(running) != "RUNNING":
-        assert time.monotonic() < deadline, _job_states(installed, "alice", alice, [running])
-        time.sleep(2)
+    _eventually(
+        f"job {running} running",
+        lambda: _job_states(installed, "alice", alice, [running]).get(running) == "RUNNING",
+        timeout=120,
+        interval=2,
+    )
     queued = _as(installed, "alice", alice, f"sbatch --parsable -N{WORKERS} --wrap 'srun hostname'").strip()
     assert _job_states(installed, "alice", alice, [queued]).get(queued) == "PENDING"
     workers_while_running = _worker_pods(installed)

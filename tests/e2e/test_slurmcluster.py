@@ -42,6 +42,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support import directory, jailmounts, registry
 from tests.support.dashboard import dashboard_expressions, load_dashboard, promql_metric_names
+from tests.support.eventually import until
 from warden import naming
 from warden.opmetrics import exposed_names
 from warden.slurm import confighash
@@ -332,14 +333,7 @@ def test_helm_install_makes_a_ready_slurmcluster(installed: Installed) -> None:
 SLURM_CONDITION = "slurm.warden.dev/SlurmNode"
 
 
-def _eventually(what: str, check: Callable[[], Any], timeout: float = 60, interval: float = 1) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        got = check()
-        if got:
-            return got
-        assert time.monotonic() < deadline, f"{what}: not within {timeout:.0f}s"
-        time.sleep(interval)
+_eventually = until  # the tier's one way to wait (tests.support.eventually); the other modules import it here
 
 
 def _slurm_condition(installed: Installed, pod: str) -> dict[str, Any]:
@@ -758,16 +752,14 @@ def test_user_made_right_after_ready_logs_in_and_runs_jobs(installed: Installed)
 
 
 def _wait_job(installed: Installed, job: str, timeout: float = 180) -> str:
-    deadline = time.monotonic() + timeout
-    state = ""
-    while time.monotonic() < deadline:
+    """The job's final state, once it has one."""
+
+    def ended() -> str | None:
         out = installed.ssh(f"scontrol show job -o {job}")
-        fields = dict(f.split("=", 1) for f in out.stdout.split() if "=" in f)
-        state = fields.get("JobState", "")
-        if state in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY"):
-            return state
-        time.sleep(2)
-    raise AssertionError(f"job {job} still {state or 'unknown'} after {timeout}s")
+        state = dict(f.split("=", 1) for f in out.stdout.split() if "=" in f).get("JobState", "")
+        return state if state in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY") else None
+
+    return str(until(f"job {job} ended", ended, timeout=timeout, interval=2))
 
 
 def test_accounting_is_on_and_a_users_finished_jobs_are_hers_in_sacct(installed: Installed) -> None:

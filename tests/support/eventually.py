@@ -1,9 +1,11 @@
-"""Waiting for a positive marker: a probe's output polled until it says what is waited for."""
+"""Waiting for a positive marker: a probe's output polled until it says what is waited for (``eventually``),
+or a check polled until it returns something true (``until``: the e2e tier's one way to wait)."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import Any
 
 
 def eventually(what: str, probe: Callable[[], str], ok: Callable[[str], bool], timeout: float = 30) -> str:
@@ -16,3 +18,15 @@ def eventually(what: str, probe: Callable[[], str], ok: Callable[[str], bool], t
         out = probe()
     assert ok(out), f"{what}: {out!r}"
     return out
+
+
+def until(what: str, check: Callable[[], Any], timeout: float = 60, interval: float = 1) -> Any:
+    """``check()`` every ``interval`` s until it returns something true (returned), or fail after
+    ``timeout`` s naming ``what``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        got = check()
+        if got:
+            return got
+        assert time.monotonic() < deadline, f"{what}: not within {timeout:.0f}s (last: {got!r})"
+        time.sleep(interval)
