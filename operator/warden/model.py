@@ -589,7 +589,7 @@ class JailBackup(Placed):
         json_schema_extra={
             "x-kubernetes-validations": [
                 {
-                    "rule": "!self.enabled || has(self.repository)",
+                    "rule": "!has(self.enabled) || !self.enabled || has(self.repository)",
                     "message": "a backup needs a repository: set repository.url or repository.claimName",
                     "fieldPath": ".repository",
                 }
