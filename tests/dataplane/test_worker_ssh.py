@@ -10,19 +10,31 @@ from __future__ import annotations
 import re
 import shlex
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
 from tests.support import failures
 from tests.support.dockerfixture import running_for_tests
 from tests.support.jailuser import JailUser
+from warden import naming
+from warden.model import parse_spec
+from warden.render import config
+from warden.render import secrets as render_secrets
+from warden.render.context import Cluster
 from warden_dev.dockercluster import DockerCluster, wait_for
 
-SPEC = {
+#: root's key pair for the workers (spec.workerSsh.rootAuthorizedKeys), which an admin keeps on the login node
+ROOT_KEY = render_secrets.ssh_host_key()
+SPEC: dict[str, Any] = {
     "login": {"replicas": 1},
     "workerGroups": [{"name": "cpu", "replicas": 2, "resources": {"limits": {"cpu": "2", "memory": "1Gi"}}}],
     "accounting": {"mode": "Disabled"},
-    "workerSsh": {"enabled": True},
+    "workerSsh": {
+        "enabled": True,
+        "admins": ["erin"],
+        "rootAuthorizedKeys": [ROOT_KEY[f"{naming.SSH_HOST_KEY}.pub"].strip()],
+    },
 }
 DENIED = "Access denied by pam_slurm_adopt: you have no active jobs on this node"
 #: the ssh client of a login session: the worker's host key checked against the known hosts the login pod
@@ -134,17 +146,52 @@ def test_the_session_ends_when_the_job_is_cancelled(cluster: DockerCluster, caro
     wait_for(f"job {job} gone", lambda: carol.ssh(f"squeue -h -j {job} -o %T").strip() == "", timeout=60)
 
 
-def test_root_is_refused_without_a_key_in_the_spec(cluster: DockerCluster) -> None:
-    """spec.workerSsh.rootAuthorizedKeys is empty: root's own key, even one in the jail's /root, which every
-    node shows, lets nobody in as root on a worker."""
+def test_root_gets_in_with_the_specs_key_only(cluster: DockerCluster) -> None:
+    """root's own key, even one in the jail's /root/.ssh/authorized_keys, which every node shows, lets
+    nobody in as root on a worker; the key of spec.workerSsh.rootAuthorizedKeys does, into the jail, with no
+    job there (pam_slurm_adopt leaves root alone)."""
     node = _worker(cluster, 0)
     r = cluster.ssh(
         "root",
         "mkdir -p -m 700 /root/.ssh && { test -f /root/.ssh/id_ed25519 || ssh-keygen -q -t ed25519 -N '' "
         "-f /root/.ssh/id_ed25519; } && cat /root/.ssh/id_ed25519.pub >> /root/.ssh/authorized_keys; "
-        f"{SSH} {node} true 2>&1; echo rc=$?",
+        f"{SSH} -i /root/.ssh/id_ed25519 {node} true 2>&1; echo rc=$?",
     )
     try:
         assert "rc=255" in r.out and "Permission denied" in r.out, r.out
+        admin_key = shlex.quote(ROOT_KEY[naming.SSH_HOST_KEY])
+        out = cluster.ssh(
+            "root",
+            f"umask 077; printf '%s' {admin_key} > /root/.ssh/id_workers; "
+            f"{SSH} -i /root/.ssh/id_workers {node} "
+            "'id -un; hostname; test -f /etc/warden-jail-release && echo in-jail'",
+        ).out
+        assert out.split() == ["root", node, "in-jail"], out
     finally:
-        cluster.ssh("root", "rm -f /root/.ssh/authorized_keys /root/.ssh/id_ed25519 /root/.ssh/id_ed25519.pub")
+        cluster.ssh("root", "rm -f /root/.ssh/authorized_keys /root/.ssh/id_ed25519* /root/.ssh/id_workers")
+
+
+def test_an_admin_gets_in_without_a_job_and_the_list_follows_the_spec(cluster: DockerCluster, dave: JailUser) -> None:
+    """erin (spec.workerSsh.admins) logs in to a worker where she runs nothing, in no job's cgroup; dave,
+    refused, gets in once an admin adds him to the list: the worker's sshd takes the changed ConfigMap
+    without a restart (and refuses him again once he is taken off)."""
+    erin = _user(cluster, "erin")
+    node = _worker(cluster, 1)
+    out = erin.ssh(f"{SSH} {node} 'id -un; cat /proc/self/cgroup'")
+    assert out.splitlines()[0] == "erin" and "/job_" not in out, out
+
+    def admins(names: list[str]) -> None:
+        spec = parse_spec({**SPEC, "workerSsh": {**SPEC["workerSsh"], "admins": names}})
+        files = config.worker_ssh_files(Cluster(cluster.name, cluster.namespace, spec))
+        assert cluster.update_configmap(cluster.names.worker_sshd_config, files)
+
+    def dave_gets_in() -> bool:
+        return "rc=0" in dave.ssh(f"{SSH} {node} true 2>&1; echo rc=$?", check=False)
+
+    assert not dave_gets_in()
+    admins(["erin", "dave"])
+    try:
+        wait_for("dave, now an admin, gets onto the worker", dave_gets_in, timeout=30)
+    finally:
+        admins(["erin"])
+    wait_for("dave, no admin again, refused", lambda: not dave_gets_in(), timeout=30)
