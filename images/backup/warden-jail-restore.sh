@@ -34,6 +34,10 @@ done
 [[ "$snapshot" =~ ^(latest|[0-9a-f]{8,64})$ ]] || { log "error: --snapshot '$snapshot' (want latest or an ID)"; exit 2; }
 [ -d "$jail" ] || { log "error: $jail is not a directory (mount the jail volume there)"; exit 1; }
 : "${RESTIC_REPOSITORY:?the repository (RESTIC_REPOSITORY) is not set}"
+[ -n "${RESTIC_PASSWORD:-}${RESTIC_PASSWORD_FILE:-}" ] || {
+    log "error: no RESTIC_PASSWORD: the repository's Secret (spec.jail.restoreFrom.repository.credentialsSecret) lacks it"
+    exit 2
+}
 marker="$jail/.warden-restoring"
 
 if [ -f "$jail/.warden-populated" ] && [ ! -f "$marker" ]; then
