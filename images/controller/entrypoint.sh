@@ -61,11 +61,14 @@ if [ -n "$ha" ]; then
 fi
 # With AccountingStorageEnforce (spec.accounting.enforce), a slurmctld that has no association state of its
 # own yet (its first start) stops at once unless slurmdbd answers ("fatal: slurmdbd and/or database must be
-# up at slurmctld start time"): on a new cluster slurmdbd waits for its database. Wait for slurmdbd rather
-# than be restarted (sacctmgr reaches slurmdbd itself, as root).
+# up at slurmctld start time"): on a new cluster slurmdbd waits for its database. Wait until slurmdbd
+# listens (it does once its database answers) rather than be restarted. (No Slurm client can ask it yet:
+# they authenticate through slurmctld's socket.)
 if grep -q '^AccountingStorageEnforce=' "$SLURM_ETC/slurm.conf" && [ ! -e "$state/assoc_mgr_state" ]; then
+    dbd_host="$(sed -n 's/^AccountingStorageHost=//p' "$SLURM_ETC/slurm.conf" | tail -n 1)"
+    dbd_port="$(sed -n 's/^AccountingStoragePort=//p' "$SLURM_ETC/slurm.conf" | tail -n 1)"
     waited=0
-    until timeout 10 sacctmgr -n -P list cluster format=cluster >/dev/null 2>&1; do
+    until timeout 3 bash -c ': <"/dev/tcp/$1/$2"' _ "$dbd_host" "${dbd_port:-6819}" 2>/dev/null; do
         [ $((waited % 30)) -eq 0 ] && warden_log "accounting is enforced: waiting for slurmdbd before slurmctld's first start"
         sleep 2
         waited=$((waited + 2))
