@@ -81,3 +81,24 @@ def test_a_user_made_in_the_jail_sees_her_jobs_in_sacct_with_nothing_else_done(c
     sacct = f"sacct -X -n -P -o JobID,State,ExitCode -j {ok},{bad}"
     wait_for(f"{name}'s jobs in sacct", lambda: want <= {tuple(r.split("|")) for r in user.ssh(sacct).split()},
              timeout=60)  # fmt: skip
+
+
+def test_limits_hold_a_new_user_runs_at_once_and_an_unknown_qos_or_account_is_refused(cluster: DockerCluster) -> None:
+    """Accounting enforces associations, limits and QoS (spec.accounting.enforce's default): slurm.conf says
+    so; `warden-useradd` returns once slurmctld knows the new user's association, so her first job runs
+    with nothing else done; a job naming a QoS or an account that does not exist is refused at submission,
+    in Slurm's words, and root's own jobs run (root's association)."""
+    ctl = cluster.names.controller_pod
+    config = cluster.exec(ctl, "scontrol show config").out
+    assert re.search(r"^AccountingStorageEnforce\s*=\s*associations,limits,qos$", config, re.M), config
+    name = f"lim{uuid.uuid4().hex[:6]}"
+    made = cluster.ssh("root", f"warden-useradd {name}")
+    assert f"{name} may run jobs" in made.err, made.err
+    user = JailUser.added_by_root(cluster, name)  # her key (warden-useradd only adds it to the existing user)
+    assert user.ssh("srun -p cpu hostname").strip() in cluster.worker_pods("cpu")
+    refusals = {"--qos=nosuch": "Invalid qos specification",
+                "--account=nosuch": "Invalid account or account/partition combination specified"}  # fmt: skip
+    for option, words in refusals.items():
+        out = cluster.ssh(name, f"sbatch -p cpu {option} --wrap true", check=False, identity=user.identity)
+        assert out.rc != 0 and words in out.err, (option, out.out, out.err)
+    assert "done" in cluster.ssh("root", "srun -p cpu true && echo done").out
