@@ -102,14 +102,21 @@ rm -rf $d""",
     )
 
 
+def _finished(kube: Kube, namespace: str, job: str) -> str:
+    """ "Complete" or "Failed" once the Job ended, else ""."""
+    conditions = kube.json("-n", namespace, "get", "job", job).get("status", {}).get("conditions", [])
+    return next((c["type"] for c in conditions if c["type"] in ("Complete", "Failed") and c["status"] == "True"), "")
+
+
 def _job_figures(kube: Kube, namespace: str, job: str) -> tuple[float, str]:
     """A finished Job's run time (its status) and what its container said last (termination message)."""
     status = kube.json("-n", namespace, "get", "job", job)["status"]
     start = time.strptime(status["startTime"], "%Y-%m-%dT%H:%M:%SZ")
     end = time.strptime(status["completionTime"], "%Y-%m-%dT%H:%M:%SZ")
     pods = kube.json("-n", namespace, "get", "pods", "-l", f"job-name={job}")["items"]
-    terminated = pods[0]["status"]["containerStatuses"][0]["state"].get("terminated", {})
-    return time.mktime(end) - time.mktime(start), str(terminated.get("message", "")).strip()
+    ended = [p["status"]["containerStatuses"][0]["state"].get("terminated") or {} for p in pods]
+    message = next((e.get("message", "") for e in ended if e.get("exitCode") == 0), "")
+    return time.mktime(end) - time.mktime(start), str(message).strip()
 
 
 def test_a_users_home_and_installed_package_come_back_in_a_new_cluster(
@@ -131,7 +138,9 @@ def test_a_users_home_and_installed_package_come_back_in_a_new_cluster(
     cron = kube.json("-n", namespace, "get", "cronjob", f"{NAME}-jail-backup")
     assert cron["spec"]["schedule"] == "0 3 * * *"
     kube.kubectl("-n", namespace, "create", "job", "--from", f"cronjob/{NAME}-jail-backup", "backup-now")
-    kube.kubectl("-n", namespace, "wait", "--for=condition=complete", "job/backup-now", "--timeout=600s", timeout=620)
+    done = _eventually("the backup Job finished", lambda: _finished(kube, namespace, "backup-now"), 600, 2)
+    logs = kube.kubectl("-n", namespace, "logs", "job/backup-now", check=False)
+    assert done == "Complete", f"backup Job {done}:\n{logs[-3000:]}"
     took, summary = _job_figures(kube, namespace, "backup-now")
     print(f"backup: {took:.0f}s; {summary}")
     assert summary.startswith("snapshot ") and " saved " in summary, summary
