@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.test_slurmcluster import NAME, RESOURCES, Installed, _eventually
+from tests.e2e.test_slurmcluster import NAME, RESOURCES, Installed, _eventually, _pod_ip
 from warden_dev.localcluster import Kube, install_charts, new_ssh_key, uninstall_charts, wait_slurmcluster_ready
 
 DENIED = "Access denied by pam_slurm_adopt: you have no active jobs on this node"
@@ -139,3 +139,34 @@ def test_the_session_dies_with_the_job(carol: User) -> None:
     waited = re.search(r"waited=(\d+)", out)
     assert waited is not None and "started" in out and "rc=0" not in out, out
     assert int(waited.group(1)) < 60, f"the session outlived its job:\n{out}"
+
+
+def test_another_workload_cannot_reach_the_workers_sshd(installed: Installed, carol: User) -> None:
+    """No Service, and the NetworkPolicies: a pod of another workload in the namespace gets no connection
+    to a worker's port 22, which the login node's sessions reach (the tests above)."""
+    ns, node = installed.namespace, _worker(0)
+    operator = installed.kube.json("-n", ns, "get", "deploy", "-l", "app.kubernetes.io/name=slurm-operator")
+    image = operator["items"][0]["spec"]["template"]["spec"]["containers"][0]["image"]
+    container = {"name": "main", "image": image, "imagePullPolicy": "IfNotPresent",
+                 "command": ["python3", "-c", "import time; time.sleep(3600)"]}  # fmt: skip
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "stranger", "namespace": ns, "labels": {"app": "x"}},
+           "spec": {"containers": [container], "terminationGracePeriodSeconds": 0}}  # fmt: skip
+    installed.kube.apply([pod])
+    try:
+        installed.kube.kubectl("-n", ns, "wait", "--for=condition=Ready", "pod/stranger", "--timeout=120s",
+                               timeout=150)  # fmt: skip
+        probe = (
+            "import socket, sys\n"
+            "try:\n"
+            "    socket.create_connection((sys.argv[1], 22), timeout=1).close(); print('open')\n"
+            "except OSError as e:\n"
+            "    print(type(e).__name__)\n"
+        )
+        out = installed.kube.kubectl(
+            "-n", ns, "exec", "stranger", "--", "python3", "-c", probe, _pod_ip(installed, node)
+        )
+        assert out.strip() in ("ConnectionRefusedError", "TimeoutError"), out
+        # while from the login node the same port answers
+        assert "SSH-2.0-OpenSSH" in carol.run(f"timeout 5 bash -c 'exec 3<>/dev/tcp/{node}/22; head -c 20 <&3'")
+    finally:
+        installed.kube.kubectl("-n", ns, "delete", "pod", "stranger", "--wait=false", check=False)
