@@ -465,9 +465,14 @@ def test_a_node_condition_drains_its_workers_with_its_words_and_clearing_it_resu
         # the kubelet's own conditions are there beside it
         conditions = {c["type"]: c["status"] for c in kube.json("get", "node", k8s_node)["status"]["conditions"]}
         assert conditions[NODE_CONDITION] == "True" and conditions["Ready"] == "True", conditions
-        # said on the pod and in a Warning Event about the cluster, related to the pod
-        cond = _slurm_condition(installed, other)
-        assert (cond["status"], cond["reason"]) == ("False", "Drained") and why in cond["message"], cond
+        # said on the pod (the sync round after the drain reads it back) and in a Warning Event about the
+        # cluster, related to the pod
+        cond = _eventually(
+            f"{other}'s pod condition says Drained",
+            lambda: (c := _slurm_condition(installed, other)).get("reason") == "Drained" and c,
+            timeout=30,
+        )
+        assert cond["status"] == "False" and why in cond["message"], cond
         _eventually("a NodeConditionDrained Event", lambda: f"{other}: drained: {why}" in _events(
             installed, "NodeConditionDrained"))  # fmt: skip
         items = kube.json("-n", ns, "get", "events.events.k8s.io")["items"]
