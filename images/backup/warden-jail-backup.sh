@@ -92,4 +92,4 @@ if [ "$rc" != 0 ]; then
     summary "snapshot $snapshot saved$incomplete, but restic forget --prune failed (exit $rc)"
     exit "$rc"
 fi
-summary "snapshot $snapshot saved in ${took}s$incomplete: processed $processed, added $added; forget+prune $((SECONDS - start))s, $kept snapshots of $host kept"
+summary "snapshot $snapshot saved in ${took}s$incomplete: processed $processed, added $added; forget+prune $((SECONDS - start))s, snapshots of $host kept: $kept"
