@@ -59,8 +59,10 @@ warden_worker_ssh_root() {
 
 warden_worker_ssh_start() {
     install -d -m 0755 /run/sshd
-    # daemonizes; PID 1 (warden.node) reaps it should it end, and the next poll starts it again
-    /usr/sbin/sshd -e -f /etc/ssh/sshd_config && warden_log "ssh: sshd listening (spec.workerSsh)"
+    # in the background, logging to the container's stderr (a daemonized sshd's logs would go nowhere: no
+    # syslog here); the next poll starts it again should it end
+    /usr/sbin/sshd -D -e -f /etc/ssh/sshd_config &
+    warden_log "ssh: sshd ($!) started (spec.workerSsh)"
 }
 
 warden_worker_ssh_running() {
