@@ -100,3 +100,28 @@ def test_a_directorys_servers_are_reached_on_their_ports_by_the_pods_running_sss
         assert not allowed(policies, pods[who], OUTSIDE["apiserver"], 6443), who
     for who in ("restapi", "exporter", "read-gate", "database"):
         assert not allowed(policies, pods[who], directory, 636), who
+
+
+def test_the_jail_backup_reaches_its_repository_and_opens_nothing_else() -> None:
+    """With a repository by URL the backup pods (and the populate Job while it restores) reach it, and DNS; no
+    other pod gains a way out, and nothing reaches the backup pods."""
+    repo = {"url": "s3:https://s3.example.com/bucket/warden", "credentialsSecret": "jail-backup"}
+    pods = _pods()
+    names = Names("demo", "hpc")
+    backup = Endpoint("10.244.1.99", "hpc", names.labels("jail-backup"), {"kubernetes.io/metadata.name": "hpc"})
+    s3, dns, stranger = OUTSIDE["internet"], OUTSIDE["dns"], OUTSIDE["stranger"]
+    restoring = _policies(
+        {**SPEC, "jail": {"backup": {"enabled": True, "repository": repo}, "restoreFrom": {"repository": repo}}}
+    )
+    assert allowed(restoring, backup, s3, 443) and allowed(restoring, backup, dns, 53, "UDP")
+    assert allowed(restoring, pods["populate"], s3, 443)
+    for key in ("worker", "login", "controller", "exporter"):
+        assert not allowed(restoring, pods[key], s3, 443), key
+    assert not allowed(restoring, stranger, backup, 8080) and not allowed(restoring, pods["login"], backup, 8080)
+    # backing up only: the populate Job keeps no way out
+    backing_up = _policies({**SPEC, "jail": {"backup": {"enabled": True, "repository": repo}}})
+    assert allowed(backing_up, backup, s3, 443) and not allowed(backing_up, pods["populate"], s3, 443)
+    # a backup volume: no way out at all
+    volume = {"claimName": "jail-backups", "credentialsSecret": "jail-backup"}
+    on_a_volume = _policies({**SPEC, "jail": {"backup": {"enabled": True, "repository": volume}}})
+    assert not allowed(on_a_volume, backup, s3, 443)
