@@ -119,6 +119,14 @@ _DIRECTORY = {
     ),
     "SlurmConfigTaken": Reason(False, "Observe", "every worker's slurmd runs the ConfigMap's configuration again"),
 }
+_BACKUP = {
+    "JailBackedUp": Reason(
+        False, "Backup", "a run of the jail's backup saved a snapshot (the note: what it saved, how many are kept)"
+    ),
+    "JailBackupFailed": Reason(
+        True, "Backup", "a run of the jail's backup failed (the note: why); the next schedule tries again"
+    ),
+}
 #: the bridge's, about the pods it schedules (``warden.bridge``); the first two are kube-scheduler's words
 _BRIDGE = {
     "Scheduled": Reason(False, "Bind", "Slurm's job for the pod runs: the pod was bound to a node of its allocation"),
@@ -131,7 +139,7 @@ _BRIDGE = {
     "SlurmJobGone": Reason(True, "Delete", "Slurm no longer lists the bound pod's job: the pod is deleted"),
 }
 #: every reason the operator posts; a reason not listed here is a programming error
-REASONS: dict[str, Reason] = {**_RECONCILE, **_HEALTH, **_SLURM, **_UPGRADE, **_DIRECTORY, **_BRIDGE}
+REASONS: dict[str, Reason] = {**_RECONCILE, **_HEALTH, **_SLURM, **_UPGRADE, **_DIRECTORY, **_BACKUP, **_BRIDGE}
 
 
 @dataclass(frozen=True)

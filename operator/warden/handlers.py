@@ -51,6 +51,7 @@ from warden.model import (
     PLURAL,
     WORKER_SET_KIND,
     WORKER_SET_PLURAL,
+    SlurmClusterStatus,
     SlurmNodesStatus,
     parse_spec,
     previous_status,
@@ -61,7 +62,7 @@ from warden.reconcile import Outcome, observed_blocks, pin_images, reconcile, re
 from warden.render.context import Cluster, ServiceAccountRef
 from warden.slurmactions import SlurmActions
 from warden.slurmsync import Settings, SlurmSync
-from warden.status import CONFIG_RUNNING, Slurmctld
+from warden.status import CONFIG_RUNNING, Slurmctld, new_backup_run
 from warden.workers.controller import WorkerSets
 
 log = logging.getLogger(__name__)
@@ -345,6 +346,7 @@ def _refresh_locked(
         directory=directory,
     )
     _post_config_running(body, previous, status)
+    _post_jail_backup(body, previous, status)
     upgrading = status.slurm is not None and status.slurm.phase == "Upgrading"
     # A Slurm upgrade moves on when what it waits for is observed: reconcile, which releases the next
     # step once the current one runs the new series (``warden.slurmupgrade``). Workers' nodes in a block
@@ -360,6 +362,17 @@ def _refresh_locked(
                 _post_events(fresh, outcome.result)
             if _checking(outcome):
                 _recheck_later(namespace, name)
+
+
+def _post_jail_backup(body: Mapping[str, Any], previous: SlurmClusterStatus | None, status: SlurmClusterStatus) -> None:
+    """One Event per finished run of the jail's backup, once status shows it: what it saved, or why it failed."""
+    run = new_backup_run(previous, status)
+    if run is None:
+        return
+    if run.last_run_succeeded:
+        _say(body, "JailBackedUp", run.last_run or "a snapshot was saved")
+    else:
+        _say(body, "JailBackupFailed", run.last_run or "the backup pod ended without a summary: see its log")
 
 
 def _post_config_running(body: Mapping[str, Any], previous: Any, status: Any) -> None:

@@ -548,3 +548,15 @@ def backup_status(cronjob: dict[str, Any] | None, pods: list[dict[str, Any]]) ->
         last_run_succeeded=last[1].get("exitCode") == 0 if last else None,
         last_run_time=last[0] if last else None,
     )
+
+
+def new_backup_run(previous: SlurmClusterStatus | None, status: SlurmClusterStatus) -> JailBackupStatus | None:
+    """The jail's backups as ``status`` shows them when it shows a finished run ``previous`` did not (told
+    once, as an Event), else None."""
+    now = status.jail_backup
+    before = previous.jail_backup if previous is not None else None
+    if now is None or now.last_run_time is None:
+        return None
+    if before is not None and before.last_run_time == now.last_run_time:
+        return None
+    return now

@@ -6,10 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 from warden import naming
-from warden.model import parse_spec
+from warden.model import JailBackupStatus, SlurmClusterStatus, parse_spec
 from warden.render.cluster import render
 from warden.render.context import Cluster
-from warden.status import backup_status
+from warden.status import backup_status, new_backup_run
 
 SECRET = "jail-backup"
 BASE: dict[str, Any] = {"workerGroups": [{"name": "cpu", "replicas": 2}]}
@@ -160,3 +160,16 @@ def test_status_says_when_the_last_backup_ran_and_what_it_saved() -> None:
     assert status.model_dump(by_alias=True)["lastRunTime"] == "2026-11-29T03:00:40Z"
     # before any run: nothing said
     assert backup_status({}, []).last_run is None and backup_status(None, []).last_run_succeeded is None
+
+
+def test_each_finished_backup_run_is_told_once() -> None:
+    def status(run_time: str | None, ok: bool = True) -> SlurmClusterStatus:
+        backup = JailBackupStatus(last_run_time=run_time, last_run_succeeded=ok, last_run="snapshot 1a2b3c4d saved")
+        return SlurmClusterStatus(jail_backup=backup if run_time != "none" else None)
+
+    first = status("2026-11-29T03:00:40Z")
+    assert new_backup_run(None, first) == first.jail_backup
+    assert new_backup_run(first, status("2026-11-29T03:00:40Z")) is None  # the same run, refreshed again
+    failed = new_backup_run(first, status("2026-11-30T03:00:40Z", ok=False))
+    assert failed is not None and failed.last_run_succeeded is False
+    assert new_backup_run(first, status(None)) is None and new_backup_run(first, status("none")) is None
