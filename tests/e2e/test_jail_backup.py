@@ -145,12 +145,14 @@ def test_a_users_home_and_installed_package_come_back_in_a_new_cluster(
     print(f"backup: {took:.0f}s; {summary}")
     assert summary.startswith("snapshot ") and " saved " in summary, summary
     snapshot = summary.split()[1]
-    # the SlurmCluster's status says it too
+    # the SlurmCluster's status and an Event say it too
     _eventually(
         "status.jailBackup.lastRun naming the snapshot",
         lambda: snapshot in str(kube.json("-n", namespace, "get", "slurmcluster", NAME)["status"].get("jailBackup")),
         120,
     )
+    events = ("-n", namespace, "get", "events", "--field-selector", "reason=JailBackedUp", "-o", "name")
+    _eventually("a JailBackedUp Event", lambda: kube.kubectl(*events).strip(), 120)
 
     # the cluster uninstalled, its jail deleted with it (retainOnDelete: false)
     old_claim = kube.json("-n", namespace, "get", "pvc", f"{NAME}-jail")["metadata"]["uid"]
