@@ -457,10 +457,12 @@ def test_a_node_condition_drains_its_workers_with_its_words_and_clearing_it_resu
     assert out.returncode == 0, out.stderr
     why = f"warden-condition: {NODE_CONDITION} (Xid79): GPU has fallen off the bus (node {k8s_node})"
     try:
+        t0 = time.monotonic()
         _node_condition(installed, k8s_node, "True", "Xid79", "GPU has fallen off the bus")
         reasons = _eventually(
             f"{other} drained for {NODE_CONDITION}", lambda: (r := _sinfo_reasons(installed)).get(other) == why and r
         )
+        drained_after = time.monotonic() - t0
         assert reasons[mine] == "alice: swapping a disk", "the person's drain was overwritten"
         # the kubelet's own conditions are there beside it
         conditions = {c["type"]: c["status"] for c in kube.json("get", "node", k8s_node)["status"]["conditions"]}
@@ -483,13 +485,20 @@ def test_a_node_condition_drains_its_workers_with_its_words_and_clearing_it_resu
         held = installed.ssh(f"srun --immediate=5 -w {other} true")
         assert held.returncode != 0, held.stdout
         # the fault cleared, as Node Problem Detector clears it: the status turns False
+        t0 = time.monotonic()
         _node_condition(installed, k8s_node, "False", "NoXid", "")
         _eventually(f"{other} resumed", lambda: other not in _sinfo_reasons(installed))
+        print(f"\n{NODE_CONDITION}: drained {drained_after:.1f}s after it was set, resumed"
+              f" {time.monotonic() - t0:.1f}s after it cleared")  # fmt: skip
     finally:
         _node_condition(installed, k8s_node, None)
         installed.ssh(f"scontrol update nodename={mine} state=resume")
     assert any(f"{other}: conditions cleared on {k8s_node}: resumed" in m
                for m in _events(installed, "NodeConditionCleared"))  # fmt: skip
+    # drained once while the condition held (Slurm keeps the reason as given: no drain again each round)
+    drains = [e for e in kube.json("-n", ns, "get", "events.events.k8s.io")["items"]
+              if e["reason"] == "NodeConditionDrained" and e["related"]["name"] == other]  # fmt: skip
+    assert len(drains) == 1 and not drains[0].get("series"), drains
     ran = installed.ssh(f"srun --immediate=30 -w {other} hostname")
     assert ran.returncode == 0 and ran.stdout.strip(), ran.stderr
     _eventually(f"{mine} usable again", lambda: _slurm_condition(installed, mine).get("status") == "True", timeout=30)
