@@ -2,7 +2,8 @@
 on worker 0, `ssh <worker>` from a login session lands in the jail, in the job's cgroup; the session ends
 when the job is cancelled; a user without a job on a node, and root, are refused.
 
-A cluster of its own (two CPU workers, a login node, no accounting), not the session's: PrologFlags=Contain
+A cluster of its own (two CPU workers, a GPU worker with two stand-in GPUs, a login node, no accounting),
+not the session's: PrologFlags=Contain
 gives every job an extern step, which the other dataplane tests need not run with."""
 
 from __future__ import annotations
@@ -28,7 +29,10 @@ from warden_dev.dockercluster import DockerCluster, wait_for
 ROOT_KEY = render_secrets.ssh_host_key()
 SPEC: dict[str, Any] = {
     "login": {"replicas": 1},
-    "workerGroups": [{"name": "cpu", "replicas": 2, "resources": {"limits": {"cpu": "2", "memory": "1Gi"}}}],
+    "workerGroups": [
+        {"name": "cpu", "replicas": 2, "resources": {"limits": {"cpu": "2", "memory": "1Gi"}}},
+        {"name": "gpu", "replicas": 1, "gpus": {"count": 2, "type": "fake"}, "resources": {"limits": {"cpu": "2"}}},
+    ],
     "accounting": {"mode": "Disabled"},
     "workerSsh": {
         "enabled": True,
@@ -71,9 +75,9 @@ def _worker(cluster: DockerCluster, i: int) -> str:
     return f"{cluster.names.worker('cpu')}-{i}"
 
 
-def _job_on(user: JailUser, node: str) -> str:
+def _job_on(user: JailUser, node: str, options: str = "") -> str:
     """A job of ``user`` running on ``node`` (sbatch from their login session); its id."""
-    job = user.ssh(f"sbatch --parsable -w {node} -t 10 --wrap 'sleep 600'").strip()
+    job = user.ssh(f"sbatch --parsable -w {node} -t 10 {options} --wrap 'sleep 600'").strip()
     assert job.isdigit(), job
     wait_for(f"job {job} running on {node}",
              lambda: user.ssh(f"squeue -h -j {job} -o '%T %N'").split() == ["RUNNING", node], timeout=60)  # fmt: skip
@@ -106,6 +110,22 @@ def test_a_user_with_a_job_there_lands_in_the_jail_inside_the_jobs_cgroup(
             assert f"/job_{job}/step_extern" in line, (controller, out)
         # the job's step list shows the adopted session's processes under the extern step
         assert f"{job}.extern" in carol.ssh(f"squeue -h -s -j {job} -o %i")
+    finally:
+        carol.ssh(f"scancel {job}", check=False)
+
+
+def test_a_session_on_a_gpu_worker_sees_the_nodes_driver_and_the_jobs_gpus_only(
+    cluster: DockerCluster, carol: JailUser
+) -> None:
+    """What `watch nvidia-smi` from the login node needs: the session has the node's driver (its
+    `nvidia-smi`, not the jail's stub), and of the node's two GPUs the one the job got (the job's devices
+    cgroup, which the session is in)."""
+    node = f"{cluster.names.worker('gpu')}-0"
+    job = _job_on(carol, node, "--gres=gpu:1")
+    try:
+        out = carol.ssh(f"{SSH} {node} 'nvidia-smi -L'")
+        assert len(out.splitlines()) == 1 and out.startswith("GPU 0: "), out
+        assert cluster.exec(node, "ls /dev/nvidia[0-9]*").out.split() == ["/dev/nvidia0", "/dev/nvidia1"]
     finally:
         carol.ssh(f"scancel {job}", check=False)
 
