@@ -16,8 +16,9 @@ from __future__ import annotations
 import re
 
 #: the first release of Warden's images with each job's own /tmp and /dev/shm and the process limit
-#: (the plugin's jobtmpfs= and nproc=), login sessions' per-user limits, the /proc switch and
-#: Slurm's check of a configuration change (warden-config-check in the controller image)
+#: (the plugin's jobtmpfs= and nproc=), login sessions' per-user limits, the /proc switch,
+#: Slurm's check of a configuration change (warden-config-check in the controller image) and the
+#: workers' sshd (spec.workerSsh)
 LIMITS_RELEASE = (0, 2, 0)
 
 _RELEASE = re.compile(r"^v?(\d+)\.(\d+)\.(\d+)(?:[-+].*)?$")

@@ -64,6 +64,18 @@ def test_off_by_default_nothing_of_it_is_rendered() -> None:
     assert parse(config.slurm_conf(_cluster(_spec()))).get("PrologFlags") is None
 
 
+def test_a_cluster_held_on_older_images_gets_none_of_it() -> None:
+    """Images of a release before the workers' sshd (spec.images.version 0.1.0) would ignore its config:
+    nothing of it is rendered until the images are moved on (docs/operations.md)."""
+    spec = _spec(workerSsh={"enabled": True}, images={"version": "0.1.0"})
+    rendered, names = _render(spec), Names("demo", "hpc")
+    assert names.worker_ssh_host_keys not in [s.name for s in rendered.secrets]
+    assert not [o for o in rendered.objects if o["metadata"]["name"] == names.worker_sshd_config]
+    assert parse(config.slurm_conf(_cluster(spec))).get("PrologFlags") is None
+    login = _pod_spec(_object(rendered, "StatefulSet", names.login))
+    assert "WARDEN_WORKER_SSH_HOSTS" not in {e["name"] for e in login["containers"][0]["env"]}
+
+
 def test_slurm_makes_every_job_an_extern_step_for_pam_slurm_adopt() -> None:
     """PrologFlags=Contain: each job's extern step exists on every node of the allocation from its start,
     so a session has a cgroup to be adopted into; with dcgm's job mapping the same one line (Contain

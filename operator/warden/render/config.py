@@ -94,7 +94,7 @@ def slurm_conf(cluster: Cluster) -> str:
             if spec.metrics.dcgm_job_mapping.enabled
             else None
         ),
-        contain=spec.worker_ssh.enabled,
+        contain=cluster.worker_ssh,
         nodesets=[{"name": nodeset_name(g.name), "feature": group_feature(g.name)} for g in spec.worker_groups],
         standby=[standby_nodes(names.worker(g.name), g) for g in spec.worker_groups if g.autoscaled],
         partitions=partitions,

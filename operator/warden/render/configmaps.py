@@ -22,7 +22,7 @@ def sshd_config(cluster: Cluster) -> Manifest:
 
 def worker_sshd_config(cluster: Cluster) -> Manifest | None:
     """The workers' sshd_config, root's keys and the admins (spec.workerSsh); None while it is off."""
-    if not cluster.spec.worker_ssh.enabled:
+    if not cluster.worker_ssh:
         return None
     data = config.worker_ssh_files(cluster)
     return _config_map(cluster, cluster.names.worker_sshd_config, "worker", data)

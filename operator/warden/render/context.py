@@ -49,6 +49,12 @@ class Cluster:
         login sessions' limits, the /proc switch, the config check): ``warden.imagecompat``."""
         return imagecompat.has_limits(self.spec.images.version)
 
+    @property
+    def worker_ssh(self) -> bool:
+        """SSH to the workers (spec.workerSsh), where the cluster's images have it (this release's: an older
+        worker image would ignore the config, an older login image the workers' host key)."""
+        return self.spec.worker_ssh.enabled and self.has_limits
+
     def image(self, component: str) -> str:
         """The image of a Slurm-carrying component (``model.SLURM_IMAGES`` key): every renderer asks here."""
         if component in self.slurm_images:

@@ -157,7 +157,7 @@ WORKER_SSH_HOST_KEYS_VOLUME = "worker-ssh-host-keys"
 def _worker_ssh(cluster: Cluster) -> tuple[list[Manifest], list[Manifest]]:
     """(volumes, mounts) of a worker's sshd (spec.workerSsh): its config and its host key. Nothing while
     it is off: the entrypoint starts sshd only when the config is there."""
-    if not cluster.spec.worker_ssh.enabled:
+    if not cluster.worker_ssh:
         return [], []
     names = cluster.names
     volumes = [
@@ -175,7 +175,7 @@ def _login_knows_workers(cluster: Cluster) -> tuple[list[Manifest], list[Manifes
     """(volumes, mounts, env) that let the ssh client of a login session check the workers' host key
     (spec.workerSsh): the key's public half alone (the Secret's other key, the private one, is not
     projected into the login pod) and the names it is known by."""
-    if not cluster.spec.worker_ssh.enabled:
+    if not cluster.worker_ssh:
         return [], [], []
     public = f"{naming.SSH_HOST_KEY}.pub"
     volume = secret_volume("worker-ssh-known-key", cluster.names.worker_ssh_host_keys, mode=0o444)

@@ -60,7 +60,7 @@ def secret_specs(cluster: Cluster) -> list[SecretSpec]:
         _secret(cluster, names.jwt_key, "slurm", jwt_key),
         _secret(cluster, names.ssh_host_keys, "login", ssh_host_key),
     ]
-    if cluster.spec.worker_ssh.enabled:
+    if cluster.worker_ssh:
         # the workers' own host key: a worker holds no key a login node shows its users
         out.append(_secret(cluster, names.worker_ssh_host_keys, "worker", ssh_host_key))
     if cluster.spec.accounting.mode == "InCluster":
