@@ -3,8 +3,10 @@ backup volume, a user's file in their home and a package root installed in the j
 run now (`kubectl create job --from=cronjob/...`), the cluster uninstalled with its jail deleted, a new
 cluster installed with `jail.restoreFrom`, and the user logs in again: the file and the package are back.
 
-The store is made here: a PVC holding a restic repository (restic's local backend) and the Secret with its
-password. Its own installation (module fixture); one test, as its steps depend on each other.
+The stores are made here: a PVC holding a restic repository (restic's local backend) and the Secret with its
+password; and a remote one for the restored cluster's own backups, restic's REST protocol served by
+tests/support/restic_rest.py in a pod (a URL repository: credentials from the Secret, reached through the
+backup's egress policy). Its own installation (module fixture); one test, as its steps depend on each other.
 """
 
 from __future__ import annotations
@@ -25,6 +27,10 @@ SECRET = "jail-backup"
 STORE = "jail-backups"
 REPOSITORY = {"claimName": STORE, "credentialsSecret": SECRET}
 PACKAGE = "warden-e2e-tool"
+#: a remote store: restic's REST protocol served by tests/support/restic_rest.py in a pod of its own
+REST = "restic-rest"
+REST_SECRET = "jail-backup-rest"
+REST_SERVER = Path(__file__).resolve().parents[1] / "support" / "restic_rest.py"
 
 
 def _values(pubkey: str, **jail: Any) -> dict[str, Any]:
@@ -36,10 +42,60 @@ def _values(pubkey: str, **jail: Any) -> dict[str, Any]:
     }
 
 
-def _store(kube: Kube, namespace: str) -> None:
-    """The backup volume and the repository's password: what an admin makes before enabling backups."""
+def _store(kube: Kube, namespace: str, operator: str) -> None:
+    """The backup volume and the repository's password: what an admin makes before enabling backups; and a
+    remote store (a REST server with its own user and password, in the operator's image: it has Python)."""
+    image = kube.json("-n", namespace, "get", "deployment", f"{operator}-slurm-operator")["spec"]["template"]
+    image = image["spec"]["containers"][0]["image"]
+    rest_user = {"RESTIC_REST_USERNAME": "backup", "RESTIC_REST_PASSWORD": uuid.uuid4().hex}
+    labels = {"app": REST}
     kube.apply(
         [
+            {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": REST, "namespace": namespace},
+                "data": {"restic_rest.py": REST_SERVER.read_text()},
+            },
+            {
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "metadata": {"name": f"{REST}-users", "namespace": namespace},
+                "stringData": rest_user,
+            },
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": REST, "namespace": namespace, "labels": labels},
+                "spec": {
+                    "containers": [
+                        {
+                            "name": "server",
+                            "image": image,
+                            "command": ["/opt/warden/bin/python3", "/srv/restic_rest.py", "/store", "8000"],
+                            "envFrom": [{"secretRef": {"name": f"{REST}-users"}}],
+                            "ports": [{"containerPort": 8000}],
+                            "volumeMounts": [
+                                {"name": "code", "mountPath": "/srv"},
+                                {"name": "store", "mountPath": "/store"},
+                            ],
+                        }
+                    ],
+                    "volumes": [{"name": "code", "configMap": {"name": REST}}, {"name": "store", "emptyDir": {}}],
+                },
+            },
+            {
+                "apiVersion": "v1",
+                "kind": "Service",
+                "metadata": {"name": REST, "namespace": namespace},
+                "spec": {"selector": labels, "ports": [{"port": 8000, "targetPort": 8000}]},
+            },
+            {
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "metadata": {"name": REST_SECRET, "namespace": namespace},
+                "stringData": {"RESTIC_PASSWORD": uuid.uuid4().hex, **rest_user},
+            },
             {
                 "apiVersion": "v1",
                 "kind": "PersistentVolumeClaim",
@@ -62,9 +118,11 @@ def setup(kube: Kube, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tupl
     suffix = uuid.uuid4().hex[:6]
     namespace = f"warden-backup-{suffix}"
     operator = f"op-{suffix}"
-    kube.apply([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}])
     try:
-        _store(kube, namespace)
+        # the operator first: its image serves the REST store
+        install_charts(kube, namespace, namespace, {}, tmp / "values.json", operator_release=operator, crds="chart",
+                       cluster=False)  # fmt: skip
+        _store(kube, namespace, operator)
         yield kube, namespace, operator, tmp
     finally:
         uninstall_charts(kube, namespace, NAME, operator, "slurm-operator-crds")
@@ -163,14 +221,19 @@ def test_a_users_home_and_installed_package_come_back_in_a_new_cluster(
         300,
     )
 
-    # a new cluster restored from the backup (its latest snapshot: the one just made)
-    second = _install(setup, key, restoreFrom={"repository": REPOSITORY})
+    # a new cluster restored from the backup (its latest snapshot: the one just made), backing up to a remote
+    # store from now on
+    rest = {"url": f"rest:http://{REST}.{namespace}.svc.cluster.local:8000/", "credentialsSecret": REST_SECRET}
+    second = _install(
+        setup,
+        key,
+        restoreFrom={"repository": REPOSITORY},
+        backup={"enabled": True, "keep": {"last": 2}, "repository": rest},
+    )
     assert kube.json("-n", namespace, "get", "pvc", f"{NAME}-jail")["metadata"]["uid"] != old_claim
     logs = kube.kubectl("-n", namespace, "logs", f"job/{NAME}-populate-jail", "-c", "restore-jail")
     print(f"restore: {logs.strip().splitlines()[-1]}")
     assert f"restored snapshot {snapshot}" in logs, logs
-    # no CronJob: this cluster's values enable no backup
-    assert not kube.kubectl("-n", namespace, "get", "cronjob", f"{NAME}-jail-backup", "--ignore-not-found").strip()
 
     # the user logs in with their key (passwd and authorized_keys came back) and finds their file, theirs alone
     home = _ok(second.ssh("cat ~/results.txt; stat -c '%U %a' ~/results.txt", key=user_key, user="hana"))
@@ -178,4 +241,16 @@ def test_a_users_home_and_installed_package_come_back_in_a_new_cluster(
     # root's package: dpkg knows it and its program runs
     status = _ok(second.ssh(f"dpkg-query -W -f '${{Status}} ${{Version}}' {PACKAGE}; echo; {PACKAGE}"))
     assert status.split("\n")[:2] == ["install ok installed 1.0", token], status
+
+    # the restored jail backed up to the REST store, over the network: its egress policy lets the backup pod out
+    assert kube.json("-n", namespace, "get", "networkpolicy", f"{NAME}-jail-backup")["spec"]["policyTypes"] == [
+        "Egress"
+    ]
+    kube.kubectl("-n", namespace, "create", "job", "--from", f"cronjob/{NAME}-jail-backup", "backup-rest")
+    done = _eventually("the backup Job finished", lambda: _finished(kube, namespace, "backup-rest"), 600, 2)
+    logs = kube.kubectl("-n", namespace, "logs", "job/backup-rest", check=False)
+    assert done == "Complete", f"backup Job {done}:\n{logs[-3000:]}"
+    took_rest, summary_rest = _job_figures(kube, namespace, "backup-rest")
+    print(f"backup to the REST store: {took_rest:.0f}s; {summary_rest}")
+    assert summary_rest.startswith("snapshot ") and "kept: 1" in summary_rest, summary_rest
     print(json.dumps({"snapshot": snapshot, "backup_s": took}))

@@ -164,7 +164,8 @@ def network_policy(cluster: Cluster, components: list[str]) -> Manifest:
                 "matchExpressions": [{"key": "app.kubernetes.io/component", "operator": "In", "values": components}],
             },
             "policyTypes": ["Egress"],
-            "egress": [{"to": EVERYWHERE}, DNS],
+            # addresses outside the cluster, and any pod (a store run in the cluster: ipBlock need not match pods)
+            "egress": [{"to": [*EVERYWHERE, {"namespaceSelector": {}}]}, DNS],
         },
     }
 
