@@ -272,4 +272,12 @@ CASES = [
         _with(jail={"restoreFrom": {"repository": _REPO, "snapshot": "newest"}}),
         "jail.restoreFrom.snapshot",
     ),
+    # SSH to the workers: root gets in by the spec's keys only, never as an admin; admins are user names
+    Case("worker-ssh-root-admin", _with(workerSsh={"enabled": True, "admins": ["root"]}), "admins"),
+    Case("worker-ssh-admin-name", _with(workerSsh={"enabled": True, "admins": ["Bad Name"]}), "admins"),
+    Case(
+        "worker-ssh-root-key",
+        _with(workerSsh={"enabled": True, "rootAuthorizedKeys": ["not a key"]}),
+        "rootAuthorizedKeys",
+    ),
 ]
