@@ -114,6 +114,25 @@ def test_a_user_with_a_job_there_lands_in_the_jail_inside_the_jobs_cgroup(
         carol.ssh(f"scancel {job}", check=False)
 
 
+def test_a_session_runs_under_the_job_steps_filter(cluster: DockerCluster, carol: JailUser) -> None:
+    """Every process a user starts on a worker is filtered (docs/security.md, "What a job step may do"), an
+    SSH session's too: one seccomp filter more than the worker container, no namespaces (`unshare -U`
+    refused), without no_new_privs (setuid programs of the jail keep working); a pty and srun work."""
+    node = _worker(cluster, 0)
+    container = cluster.exec(node, "grep '^Seccomp_filters:' /proc/1/status").out.split()[1]
+    job = _job_on(carol, node)
+    try:
+        out = carol.ssh(f"{SSH} -tt {node} " + shlex.quote(
+            "grep -E '^(Seccomp_filters|NoNewPrivs):' /proc/self/status; unshare -U true 2>&1; echo unshare=$?; "
+            "tty; srun --overlap --jobid=$SLURM_JOB_ID hostname"
+        ))  # fmt: skip
+        assert f"Seccomp_filters:\t{int(container) + 1}" in out and "NoNewPrivs:\t0" in out, out
+        assert "Operation not permitted" in out and "unshare=1" in out, out
+        assert "/dev/pts/" in out and out.rstrip().endswith(node), out
+    finally:
+        carol.ssh(f"scancel {job}", check=False)
+
+
 def test_a_session_on_a_gpu_worker_sees_the_nodes_driver_and_the_jobs_gpus_only(
     cluster: DockerCluster, carol: JailUser
 ) -> None:
@@ -187,6 +206,11 @@ def test_root_gets_in_with_the_specs_key_only(cluster: DockerCluster) -> None:
             "'id -un; hostname; test -f /etc/warden-jail-release && echo in-jail'",
         ).out
         assert out.split() == ["root", node, "in-jail"], out
+        # root's sessions are not filtered, as root's job steps are not
+        filters = cluster.ssh(
+            "root", f"{SSH} -i /root/.ssh/id_workers {node} \"grep '^Seccomp_filters:' /proc/self/status\""
+        ).out.split()[1]
+        assert filters == cluster.exec(node, "grep '^Seccomp_filters:' /proc/1/status").out.split()[1]
     finally:
         cluster.ssh("root", "rm -f /root/.ssh/authorized_keys /root/.ssh/id_ed25519* /root/.ssh/id_workers")
 

@@ -182,7 +182,8 @@ def test_the_workers_sshd_is_reached_by_the_clusters_own_pods_only() -> None:
 
 def test_the_worker_images_pam_stack_lets_admins_in_then_asks_slurm() -> None:
     """images/worker/pam-sshd: no password ever; in the account stack the admins' list, then
-    pam_slurm_adopt for this node, refusing whenever it cannot adopt the session into a job."""
+    pam_slurm_adopt for this node, refusing whenever it cannot adopt the session into a job; the session
+    under the job steps' filter."""
     lines = [line.split() for line in (ROOT / "images/worker/pam-sshd").read_text().splitlines()]
     stack = [w for w in lines if w and not w[0].startswith("#")]
     assert ["auth", "required", "pam_deny.so"] in stack
@@ -192,3 +193,6 @@ def test_the_worker_images_pam_stack_lets_admins_in_then_asks_slurm() -> None:
     assert listfile[1] == "sufficient" and f"file={naming.WORKER_SSH_ADMINS}" in listfile
     assert adopt[1] == "required"
     assert {"nodename=@NODE@", "action_adopt_failure=deny", "action_generic_failure=deny"} <= set(adopt[3:])
+    # the session: under the job steps' seccomp filter first (spank/pam_warden_filter.c), refused without it
+    session = [w for w in stack if w[0] == "session"]
+    assert session[0][1:] == ["required", "/usr/lib/warden/pam_warden_filter.so"], session
