@@ -259,6 +259,47 @@ def test_client_deletes_a_dynamic_node(cluster: DockerCluster, rest: SlurmRest) 
     rest.delete_node(name)  # already gone: nothing to do
 
 
+def test_client_makes_changes_and_deletes_a_maintenance_reservation_that_holds_jobs_off(
+    cluster: DockerCluster, rest: SlurmRest, erin: JailUser
+) -> None:
+    """What a maintenance window's reservation does (warden.workers.maintenance), through the operator's client:
+    made over both workers from a start a few minutes ahead, read back as made; a job that would run into it
+    waits ("Reserved for maintenance") while a short one runs; moved later, the held job still waits; deleted,
+    it runs."""
+    workers = cluster.worker_pods("cpu")
+    name = f"warden-maintenance-test-{uuid.uuid4().hex[:6]}"
+    start = int(time.time()) + 300
+    job = ""
+    try:
+        rest.put_reservation(name, start, 30, workers, ("MAINT", "IGNORE_JOBS"), ["root"])
+        (made,) = [r for r in rest.reservations() if r.name == name]
+        assert (made.start, made.minutes, sorted(made.nodes)) == (start, 30, sorted(workers)), made
+        assert {"MAINT", "IGNORE_JOBS"} <= made.flags, made
+        short = erin.ssh("sbatch --parsable -t 1 --wrap true").strip()
+        job = erin.ssh("sbatch --parsable -t 20 --wrap true").strip()
+        wait_for(f"job {short} completed", lambda: erin.ssh(f"sacct -n -X -j {short} -o State").strip() == "COMPLETED",
+                 90)  # fmt: skip
+
+        def held() -> str:
+            return erin.ssh(f"squeue -h -j {job} -o '%T %r'").strip()
+
+        wait_for(f"job {job} held off by the reservation", lambda: "Reserved for maintenance" in held(), 60)
+        assert held().startswith("PENDING"), held()
+
+        rest.put_reservation(name, start + 600, 45, workers, ("MAINT", "IGNORE_JOBS"), ["root"])
+        (moved,) = [r for r in rest.reservations() if r.name == name]
+        assert (moved.start, moved.minutes) == (start + 600, 45), moved
+        rest.delete_reservation(name)
+        assert name not in [r.name for r in rest.reservations()]
+        rest.delete_reservation(name)  # already gone: nothing to do
+        wait_for(f"job {job} ran once the reservation went",
+                 lambda: erin.ssh(f"sacct -n -X -j {job} -o State").strip() == "COMPLETED", 90)  # fmt: skip
+    finally:
+        cluster.exec(cluster.names.controller_pod, f"scontrol delete reservation {name}", check=False)
+        if job:
+            erin.ssh(f"scancel {job}", check=False)
+
+
 def test_client_tells_unknown_nodes_and_refusals_apart(cluster: DockerCluster, rest: SlurmRest, erin: JailUser) -> None:
     with pytest.raises(SlurmNodeUnknown):
         rest.drain("no-such-node", "x")
