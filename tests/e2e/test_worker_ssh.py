@@ -100,11 +100,14 @@ def test_ssh_to_the_worker_of_your_job_lands_in_the_jail_inside_the_jobs_cgroup(
     try:
         out = carol.run(f"{SSH} {node} " + shlex.quote(
             'hostname; id -un; echo "job=$SLURM_JOB_ID"; test -f /etc/warden-jail-release && echo in-jail; '
-            "for p in /etc/warden /mnt/jail; do [ -e $p ] && echo VISIBLE $p; done; cat /proc/self/cgroup"
+            "for p in /etc/warden /mnt/jail; do [ -e $p ] && echo VISIBLE $p; done; cat /proc/self/cgroup; "
+            "unshare -U true 2>&1; echo unshare=$?"
         ))  # fmt: skip
         lines = out.splitlines()
         assert lines[:4] == [node, "carol", f"job={job}", "in-jail"], out
         assert "VISIBLE" not in out, out
+        # under the job steps' seccomp filter: no namespaces
+        assert "Operation not permitted" in out and "unshare=1" in out, out
         cgroups = [line for line in lines if re.match(r"^\d+:", line)]
         assert any(f"/job_{job}/step_extern" in c for c in cgroups), f"not in job {job}'s cgroup:\n{out}"
         if any(":memory:" in c for c in cgroups):  # cgroup v1: the job's memory and cores
