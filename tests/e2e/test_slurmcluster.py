@@ -970,11 +970,6 @@ def _opt_in(installed: Installed, team: str) -> None:
         "name": team, "labels": {naming.BRIDGE_NAMESPACE_LABEL: f"{installed.namespace}.{NAME}"}}}])  # fmt: skip
 
 
-def _printed(installed: Installed, command: str, line: str) -> bool:
-    """Whether ``command`` (as root on the login node) prints ``line``."""
-    return line in installed.ssh(command).stdout.split()
-
-
 def _succeeded(installed: Installed, team: str, job: str) -> bool:
     return bool(installed.kube.json("-n", team, "get", "job", job)["status"].get("succeeded") == 1)
 
@@ -1034,26 +1029,38 @@ def test_a_users_job_in_the_bridges_partition_is_refused(installed: Installed) -
         assert "partition k8s takes the bridge's placeholders for Kubernetes pods only" in out.stderr, out.stderr
 
 
+def _placeholders(installed: Installed, command: str, team: str) -> list[list[str]]:
+    """The lines ``command`` (as root on the login node; `JobName|...` ones) prints for ``team``'s placeholder
+    jobs (named `k8s:<namespace>/<pod>` for a single pod), split at `|`."""
+    lines = installed.ssh(command).stdout.split()
+    return [line.split("|") for line in lines if line.startswith(f"k8s:{team}/")]
+
+
 def test_each_opted_in_namespaces_pods_are_charged_to_its_own_slurm_account(installed: Installed) -> None:
     """Two namespaces opted in to the bridge: each is a Slurm account of its own (k8s-<namespace>, made on
-    its own), so a Job's pods in either run and `sacct -A` shows the Job's placeholder in its namespace's
-    account only: fair share and an admin's limits apply per team."""
+    its own), so a Job's pod in either runs, `squeue` shows its placeholder in its namespace's account
+    while it runs, and `sacct -A` once it is done: fair share and an admin's limits apply per team."""
     kube, ns = installed.kube, installed.namespace
     teams = [f"{ns}-blue", f"{ns}-green"]
     image = _image(installed)
     try:
         for team in teams:
             _opt_in(installed, team)
-            kube.apply([{**_bridge_job("work", 1, image, "true", {}), "metadata": {"name": "work", "namespace": team}}])
+            job = _bridge_job("work", 1, image, "sleep 60", {})
+            kube.apply([{**job, "metadata": {"name": "work", "namespace": team}}])
         for team in teams:
-            _eventually(f"the Job in {team} complete", partial(_succeeded, installed, team, "work"), timeout=240)
+            queued = partial(_placeholders, installed, "squeue -h -o '%j|%a|%u'", team)
+            [(_, account, user)] = _eventually(f"the placeholder of {team}'s pod in squeue", queued, timeout=240)
+            assert (account, user) == (naming.bridge_account(team), naming.BRIDGE_USER)
         for team in teams:
+            _eventually(f"the Job in {team} complete", partial(_succeeded, installed, team, "work"), timeout=120)
+        sacct = "sacct -a -X -n -P -S now-1hours -o JobName,Account,User -A {}"
+        for team, other in zip(teams, reversed(teams), strict=True):
             account = naming.bridge_account(team)
-            query = f"sacct -a -X -n -P -A {account} -o JobName,Account,User"
-            placeholder = f"k8s:{team}/work|{account}|{naming.BRIDGE_USER}"
-            _eventually(f"the placeholder of {team}/work in sacct -A {account}",
-                        partial(_printed, installed, query, placeholder), timeout=60)  # fmt: skip
-            assert all(line.startswith(f"k8s:{team}/") for line in installed.ssh(query).stdout.split()), team
+            done = partial(_placeholders, installed, sacct.format(account), team)
+            [(_, charged, user)] = _eventually(f"{team}'s placeholder in sacct -A {account}", done, timeout=60)
+            assert (charged, user) == (account, naming.BRIDGE_USER)
+            assert not _placeholders(installed, sacct.format(naming.bridge_account(other)), team), "charged to another"
     finally:
         for team in teams:
             kube.kubectl("delete", "namespace", team, "--wait=false", check=False)
