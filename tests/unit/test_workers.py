@@ -7,13 +7,14 @@ from __future__ import annotations
 import copy
 import datetime
 import tracemalloc
+from dataclasses import replace
 from typing import Any, cast
 
 from warden.events import Event, Ref
 from warden.kube import events
 from warden.kube.client import Kube
 from warden.kube.fanout import Fanout
-from warden.slurm.model import Node
+from warden.slurm.model import Node, Reservation
 from warden.slurm.rest import SlurmRest
 from warden.slurmactions import SlurmActions
 from warden.workers import podset, registration
@@ -69,12 +70,24 @@ class FakeKube:
         return True
 
     def patch_status(self, name: str, namespace: str, status: dict[str, Any], kind: str = "") -> None:
-        self.workerset["status"] = status
+        """A merge patch, as the API server applies it: a field named with null goes."""
+        merged = {**self.workerset.get("status", {}), **status}
+        self.workerset["status"] = {k: v for k, v in merged.items() if v is not None}
 
 
 class FakeRest:
     def __init__(self) -> None:
         self.drained: list[tuple[str, str]] = []
+        self.held: dict[str, Reservation] = {}
+
+    def reservations(self) -> list[Reservation]:
+        return list(self.held.values())
+
+    def put_reservation(self, name: str, start: int, minutes: int, nodes: Any, flags: Any, users: Any) -> None:
+        self.held[name] = Reservation(name, start, start + 60 * minutes, tuple(nodes), frozenset(flags))
+
+    def delete_reservation(self, name: str) -> None:
+        self.held.pop(name, None)
 
     def drain(self, node: str, reason: str) -> None:
         self.drained.append((node, reason))
@@ -215,3 +228,42 @@ def test_ten_thousand_pods_are_made_without_ten_thousand_manifests_held_at_once(
 def test_pods_are_named_after_their_set_and_ordinal() -> None:
     assert podset.ordinal("demo-worker-cpu", "demo-worker-cpu-12") == 12
     assert podset.ordinal("demo-worker-cpu", "demo-worker-cpu-012") is None
+
+
+def test_an_upgrade_waits_for_the_maintenance_window_with_the_nodes_reserved_then_goes_at_once() -> None:
+    """NOW is 12:00 UTC; the window opens at 12:30 for an hour. The template changes: nothing is drained, the
+    reservation covers both nodes from 12:30, status says so; at 12:31 both drain at once and the reservation
+    goes; once every pod runs the new template, status says nothing waits any more."""
+    controller, kube, recorded = _controller(2)
+    controller.sync("hpc", "demo-worker-cpu")
+    kube.workerset["spec"]["maintenanceWindow"] = {"start": "12:30", "durationMinutes": 60}
+    kube.workerset["spec"]["template"]["spec"]["containers"][0]["image"] = "worker:new"
+    rest, nodes = FakeRest(), [_node("demo-worker-cpu-0"), _node("demo-worker-cpu-1")]
+    _view(controller, 1, nodes, rest)
+    controller.sync("hpc", "demo-worker-cpu")
+    assert rest.drained == []
+    (held,) = rest.held.values()
+    opens = datetime.datetime(2026, 11, 26, 12, 30, tzinfo=datetime.UTC)
+    assert (held.name, held.start, held.minutes) == ("warden-maintenance-demo-worker-cpu", int(opens.timestamp()), 60)
+    assert sorted(held.nodes) == ["demo-worker-cpu-0", "demo-worker-cpu-1"] and "MAINT" in held.flags
+    assert kube.workerset["status"]["upgradeWaitsForWindow"] == "2026-11-26T12:30:00Z"
+    assert [e.reason for e in recorded.events] == ["MaintenanceReserved"]
+
+    opened = SlurmView(2, CLUSTER, {n.name: n for n in nodes}, cast(SlurmRest, rest), opens.replace(minute=31))
+    controller.observed(opened, [])
+    controller.sync("hpc", "demo-worker-cpu")
+    assert sorted(n for n, _ in rest.drained) == ["demo-worker-cpu-0", "demo-worker-cpu-1"]
+    assert rest.held == {} and "MaintenanceReservationEnded" in [e.reason for e in recorded.events]
+
+    # the drained nodes are idle: both pods go, the set makes them again from the new template
+    drained = [
+        replace(n, flags=frozenset({"DRAIN"}), reason=why)
+        for n, (_, why) in zip(nodes, sorted(rest.drained), strict=True)
+    ]
+    later = SlurmView(3, CLUSTER, {n.name: n for n in drained}, cast(SlurmRest, rest), opens.replace(minute=32))
+    controller.observed(later, [])
+    controller.sync("hpc", "demo-worker-cpu")
+    controller.sync("hpc", "demo-worker-cpu")
+    status = kube.workerset["status"]
+    assert status["updatedReplicas"] == status["replicas"] == 2, status
+    assert "upgradeWaitsForWindow" not in status

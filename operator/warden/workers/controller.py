@@ -377,8 +377,11 @@ class WorkerSets:
             waits = self._window_waits.get((ws["metadata"]["namespace"], ws["metadata"]["name"]))
         if waits is not None and status["updatedReplicas"] < status["replicas"]:
             status["upgradeWaitsForWindow"] = waits
-        if ws.get("status") != status:
-            self.kube.patch_status(ws["metadata"]["name"], ws["metadata"]["namespace"], status, kind=WORKER_SET_KIND)
+        before = ws.get("status") or {}
+        if before != status:
+            # a merge patch: a field status had and has no more is named with null
+            patch = {**status, **{k: None for k in before if k not in status}}
+            self.kube.patch_status(ws["metadata"]["name"], ws["metadata"]["namespace"], patch, kind=WORKER_SET_KIND)
 
 
 def _live(read: Live, deleting: bool = False) -> Live:
