@@ -136,7 +136,8 @@ def test_a_job_refused_for_its_account_is_tried_again_within_seconds_other_refus
 
     def after(seconds: float, message: str) -> list[Any]:
         refused = {w.uid: Refused(NOW - seconds, message, pods)}
-        return plan([w], [], "warden-bridge", Defaults("k8s", accounts=True), {}, {}.get, refused, NOW)
+        nowhere: dict[str, str] = {}
+        return plan([w], [], "warden-bridge", Defaults("k8s", accounts=True), {}, nowhere.get, refused, NOW)
 
     account = "Slurm refused the job: Invalid account or account/partition combination specified"
     [waits] = after(5, account)
