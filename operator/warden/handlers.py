@@ -56,7 +56,7 @@ from warden.model import (
     parse_spec,
     previous_status,
 )
-from warden.naming import FIELD_MANAGER
+from warden.naming import BRIDGE_FIELD_MANAGER, FIELD_MANAGER
 from warden.observe import health_report, image_pull_failures
 from warden.reconcile import Outcome, observed_blocks, pin_images, reconcile, refresh_status
 from warden.render.context import Cluster, ServiceAccountRef
@@ -461,14 +461,15 @@ def _owner_name(owner_references: list[dict[str, Any]] | None) -> str | None:
 
 def drifted(type: str | None, meta: kopf.Meta) -> bool:
     """Whether a child's event means it no longer is what the operator made: deleted, or last written
-    (outside its status) by another field manager than the operator's."""
+    (outside its status) by another field manager than the operator's or the bridge's (which writes only
+    the data of the ConfigMap of its namespaces, which the operator leaves to it)."""
     if type == "DELETED":
         return True
     if type != "MODIFIED":
         return False
     entries = [e for e in meta.get("managedFields") or [] if not e.get("subresource") and e.get("time")]
     ours = max((e["time"] for e in entries if e.get("manager") == FIELD_MANAGER), default="")
-    return any(e["time"] >= ours for e in entries if e.get("manager") != FIELD_MANAGER)
+    return any(e["time"] >= ours for e in entries if e.get("manager") not in (FIELD_MANAGER, BRIDGE_FIELD_MANAGER))
 
 
 def _heal(namespace: str, name: str, what: str) -> None:

@@ -11,6 +11,9 @@ from dataclasses import dataclass
 from warden.model import API_GROUP
 
 FIELD_MANAGER = "warden"
+#: the bridge's field manager: its writes to the one child of a cluster it writes (the ConfigMap of its
+#: namespaces, ``Names.bridge_accounts``) are no drift for the operator to put back
+BRIDGE_FIELD_MANAGER = "warden-bridge"
 
 
 def token_dir(component: str) -> str:

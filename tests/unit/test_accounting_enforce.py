@@ -208,3 +208,17 @@ def test_a_list_not_written_is_tried_again_at_the_next_read() -> None:
     bridge._read_clusters()
     assert api.writes == [("PATCH", "/api/v1/namespaces/hpc/configmaps/a-bridge-accounts",
                            {"data": {naming.BRIDGE_ACCOUNTS_KEY: "team\n"}})]  # fmt: skip
+
+
+def test_the_bridges_list_is_no_drift_for_the_operator_to_put_back_a_persons_edit_is() -> None:
+    """The operator reconciles a cluster whose child someone else changed; the bridge writing its namespaces
+    into the ConfigMap the operator made for it is not such a change (no reconcile at each opt-in)."""
+    from warden.handlers import drifted
+
+    def fields(*writers: tuple[str, str]) -> Any:  # kopf.Meta: the object's metadata
+        return {"managedFields": [{"manager": m, "operation": "Update", "time": t} for m, t in writers]}
+
+    made = ("warden", "2026-11-29T10:00:00Z")
+    assert not drifted("MODIFIED", fields(made, (naming.BRIDGE_FIELD_MANAGER, "2026-11-29T10:00:05Z")))
+    assert drifted("MODIFIED", fields(made, ("kubectl-edit", "2026-11-29T10:00:05Z")))
+    assert drifted("DELETED", fields(made))

@@ -213,6 +213,7 @@ class Bridge:
             self.kube.call(
                 "PATCH", Kube.path("v1", "ConfigMap", target.namespace, names.bridge_accounts),
                 body={"data": {naming.BRIDGE_ACCOUNTS_KEY: text}}, content_type="application/merge-patch+json",
+                query=[("fieldManager", naming.BRIDGE_FIELD_MANAGER)],
             )  # fmt: skip
         except ApiException as e:  # tried again next read; said once
             said = f"ConfigMap {target.namespace}/{names.bridge_accounts} not written: {e.status} {e.reason}"
