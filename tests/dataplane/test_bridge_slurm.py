@@ -177,8 +177,18 @@ def slurmd_log(cluster: DockerCluster, worker: str) -> str:
     return logs.stdout + logs.stderr
 
 
+@pytest.fixture(scope="module")
+def slurm_user_association(cluster: DockerCluster) -> None:
+    """The session's cluster enforces associations (spec.accounting.enforce's default): SlurmUser, whom these
+    tests submit as (the bridge is `warden-bridge` with its namespaces' accounts), gets one in `root`."""
+    ctl = cluster.names.controller_pod
+    cluster.exec(ctl, "sacctmgr -i add user slurm account=root", check=False)  # there already: fine
+    shown = "scontrol show assoc_mgr flags=assoc users=slurm"
+    wait_for("slurmctld knows SlurmUser's association", lambda: "UserName=slurm(" in cluster.exec(ctl, shown).out, 60)
+
+
 @pytest.fixture
-def placeholders(cluster: DockerCluster) -> Iterator[list[int]]:
+def placeholders(cluster: DockerCluster, slurm_user_association: None) -> Iterator[list[int]]:
     """Ids of external jobs a test submits on the session's cluster: cancelled when it ends."""
     ids: list[int] = []
     yield ids
@@ -327,7 +337,7 @@ def test_an_external_job_excludes_the_nodes_the_bridge_names(cluster: DockerClus
     assert status != 200 and errors(doc) == ["Requested node configuration is not available"], (status, doc)
 
 
-def test_an_external_job_needs_v0044_and_no_script(cluster: DockerCluster) -> None:
+def test_an_external_job_needs_v0044_and_no_script(cluster: DockerCluster, slurm_user_association: None) -> None:
     rest = Rest(cluster)
     status, doc = rest.submit(external("k8s:default/old", 1, 1, 10, partition="cpu"), api="/slurm/v0.0.42")
     assert status != 200 and "job_id" not in doc, (status, doc)
