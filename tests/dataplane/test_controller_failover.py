@@ -113,7 +113,8 @@ def _long_job(c: DockerCluster, user: JailUser, seconds: int) -> str:
     pod = next(p for p in _pods(c) if _running(c, p))
     since = float(c.exec(pod, "date +%s.%N").out)
     user.ssh(f"scontrol update jobid={job} comment=running")  # a change: saved within seconds
-    saved = f"stat -c %.9Y {naming.STATE_SAVE_LOCATION}/job_state"
+    # (no job_state yet on a new cluster: slurmctld writes it a few seconds after the first change)
+    saved = f"stat -c %.9Y {naming.STATE_SAVE_LOCATION}/job_state 2>/dev/null || echo 0"
     eventually("the running job saved", lambda: c.exec(pod, saved).out.strip(), lambda m: float(m) > since, 30)
     return job
 
