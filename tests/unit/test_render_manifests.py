@@ -202,6 +202,18 @@ def test_login_and_workers_get_the_apparmor_profile_the_spec_chooses(
     assert pod_spec(objs["WorkerSet/c-worker-cpu"])["containers"][0]["securityContext"]["appArmorProfile"] == worker
 
 
+def test_a_cluster_held_on_the_previous_releases_images_keeps_its_login_pods_apparmor_template() -> None:
+    """Login pods are unconfined by default from this release on; a cluster whose images are an older
+    release's (held at an operator upgrade) keeps a login template without it: the upgrade replaces no pod."""
+    spec = {"workerGroups": [{"name": "cpu"}], "images": {"version": "0.1.0"}}
+    objs = objects(Cluster(name="c", namespace="ns", spec=parse_spec(spec)))
+    assert "appArmorProfile" not in pod_spec(objs["StatefulSet/c-login"])["containers"][0]["securityContext"]
+    unconfined = {**spec, "security": {"appArmorProfile": "Unconfined"}}
+    objs = objects(Cluster(name="c", namespace="ns", spec=parse_spec(unconfined)))
+    login = pod_spec(objs["StatefulSet/c-login"])["containers"][0]["securityContext"]
+    assert login["appArmorProfile"] == {"type": "Unconfined"}, "asked for: given"
+
+
 def test_gpu_worker_group_pod() -> None:
     objs = objects(load("gpu-two-groups"))
     sts = objs["WorkerSet/gpu-worker-h100"]

@@ -67,9 +67,23 @@ def app_armor(cluster: Cluster, component: str) -> Manifest | None:
     sec = cluster.spec.security
     if sec.app_armor_profile == "Warden":
         return {"type": "Localhost", "localhostProfile": f"warden-{component}"}
-    if sec.app_armor_profile == "Unconfined" or component == "login" or sec.worker_app_armor_unconfined:
+    if component == "login":
+        # unconfined by default where the images are this release's: a cluster held on older images keeps its
+        # login pods' template (an operator upgrade replaces no pod of it)
+        return {"type": "Unconfined"} if sec.app_armor_profile == "Unconfined" or cluster.has_limits else None
+    if sec.app_armor_profile == "Unconfined" or sec.worker_app_armor_unconfined:
         return {"type": "Unconfined"}
     return None
+
+
+def login_security(cluster: Cluster) -> Manifest:
+    """The login container's securityContext: SYS_ADMIN (its sessions' jail mounts), and its AppArmor profile
+    when there is one to name."""
+    out: Manifest = {"capabilities": {"add": ["SYS_ADMIN"]}}
+    armor = app_armor(cluster, "login")
+    if armor is not None:
+        out["appArmorProfile"] = armor
+    return out
 
 
 def _process_env(cluster: Cluster) -> list[Manifest]:
@@ -314,7 +328,7 @@ def login_statefulset(cluster: Cluster) -> Manifest:
         ],
         # Sessions are chrooted into the jail; the entrypoint binds Slurm's client config (without
         # the key), the auth socket of sackd and the pod's DNS files into it, in this pod only.
-        "securityContext": {"capabilities": {"add": ["SYS_ADMIN"]}, "appArmorProfile": app_armor(cluster, "login")},
+        "securityContext": login_security(cluster),
         **daemon_probes(naming.SSH_PORT, liveness_delay=30),
         "resources": resources(spec.login.resources),
     }
