@@ -12,7 +12,9 @@ from tests.support import directory
 #: worker claims 2 CPUs and 1 GiB, which every CI machine has. The conformance tier runs SchedMD's suite
 #: on this one: its tests count nodes and partitions.
 BASE_SPEC: dict[str, Any] = {
-    "login": {"replicas": 1},
+    # SchedMD's test_138_2 starts 1000 sinfo and squeue at once in one session, each with its threads: past
+    # the login's default per-user limit of 1024 processes and threads some fail with EAGAIN
+    "login": {"replicas": 1, "userLimits": {"processes": 16384}},
     "workerGroups": [
         {"name": "cpu", "replicas": 2, "resources": {"limits": {"cpu": "2", "memory": "1Gi"}}},
         {
