@@ -37,7 +37,7 @@ from warden import naming
 
 log = logging.getLogger("warden.readgate")
 
-#: what the exporter reads (``warden.exporter.SlurmCollector``)
+#: what the exporter reads (``warden.exporter.main.SlurmCollector``)
 READS = frozenset({"ping", "nodes", "jobs", "diag"})
 #: the Slurm user the gate asks as (its token's)
 GATE_USER = "slurm"

@@ -1,7 +1,7 @@
 """The Grafana dashboard the slurm-operator chart ships, and docs/observability.md, against the code.
 
 - every metric a query of the dashboard names (panels, panels of collapsed rows, template variables)
-  is one the Slurm exporter (``warden.slurmmetrics``) or the operator (``warden.opmetrics.REGISTRY``,
+  is one the Slurm exporter (``warden.exporter.metrics``) or the operator (``warden.opmetrics.REGISTRY``,
   process metrics included) exposes, and every query of a metric carrying ``slurm_cluster`` is
   filtered by the ``$slurm_cluster`` variable;
 - the panels the dashboard is for are there (node states, drain reasons, GPU allocation, the queue,
@@ -38,8 +38,8 @@ from tests.support.dashboard import (
     promql_selectors,
 )
 from warden import opmetrics
+from warden.exporter.metrics import JOB_EVENTS, SCHEDULER_STATS, Snapshot, families
 from warden.slurm.model import Job, Node
-from warden.slurmmetrics import JOB_EVENTS, SCHEDULER_STATS, Snapshot, families
 
 REPO = Path(__file__).resolve().parents[2]
 DOC = REPO / "docs" / "observability.md"

@@ -1,4 +1,4 @@
-"""The Slurm metrics (``warden.slurmmetrics``) from slurmrestd's real answers (fixtures captured from
+"""The Slurm metrics (``warden.exporter.metrics``) from slurmrestd's real answers (fixtures captured from
 Slurm 24.11.5's slurmrestd in the dataplane cluster: three workers, one drained by root with "hands off",
 one GPU worker with one of its two GPUs held), read back through Prometheus's own text parser."""
 
@@ -13,10 +13,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
 from warden import naming
+from warden.exporter.metrics import Snapshot, families, node_state
 from warden.slurm import reasons
 from warden.slurm.model import Job, Node, diag_from_doc, jobs_from_doc, nodes_from_doc
 from warden.slurm.reasons import reason_class
-from warden.slurmmetrics import Snapshot, families, node_state
 
 FIXTURES = Path(__file__).parent / "fixtures" / "slurm"
 

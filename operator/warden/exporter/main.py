@@ -4,7 +4,7 @@ One per SlurmCluster (Deployment ``<cluster>-exporter``, port ``naming.EXPORTER_
 ``/metrics``). At each scrape it asks slurmrestd (``warden.slurm.rest``, as ``warden-reader`` with the
 token the operator keeps fresh in Secret ``<cluster>-exporter-token``: no signing key, ``warden.tokens``)
 for the nodes, the jobs and the scheduler statistics, tries slurmdbd's port
-when the cluster keeps accounting, and serves ``warden.slurmmetrics.families`` plus the process's
+when the cluster keeps accounting, and serves ``warden.exporter.metrics.families`` plus the process's
 own figures (``process_resident_memory_bytes``...). Nothing is cached: a scrape shows Slurm as it is.
 
 Why not a maintained exporter: the public Slurm exporters are not served by the Go module proxy here,
@@ -29,9 +29,9 @@ from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
 from warden import naming
+from warden.exporter.metrics import Snapshot, families
 from warden.slurm.model import SlurmError
 from warden.slurm.rest import SlurmRest, SlurmUnreachable
-from warden.slurmmetrics import Snapshot, families
 
 log = logging.getLogger("warden.exporter")
 
@@ -46,7 +46,7 @@ def tcp_answers(host: str, port: int, timeout: float) -> bool:
 
 
 class SlurmCollector(Collector):
-    """Reads Slurm at each ``collect`` (one scrape) and yields every family of ``warden.slurmmetrics``."""
+    """Reads Slurm at each ``collect`` (one scrape) and yields every family of ``warden.exporter.metrics``."""
 
     def __init__(
         self,

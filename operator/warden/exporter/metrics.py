@@ -1,6 +1,6 @@
 """Slurm's state as Prometheus metric families: pure functions of what slurmrestd answered.
 
-``warden.exporter`` reads a ``Snapshot`` (nodes, jobs, scheduler statistics, slurmdbd's reachability)
+``warden.exporter.main`` reads a ``Snapshot`` (nodes, jobs, scheduler statistics, slurmdbd's reachability)
 at each scrape and serves ``families(snapshot)``. Every family is always there (with no samples when
 Slurm did not answer), so a dashboard's query never names a metric that is missing.
 
