@@ -5,7 +5,7 @@ list, however many nodes), plan (``warden.nodesync``) and
 carry out what concerns the whole cluster: pod conditions, drains and resumes for cordoned Kubernetes
 nodes and for the node conditions the spec names (``warden.nodeconditions``), ghost node records
 deleted, Events, and the status's Slurm view. With backup controllers it also
-pings them and marks the controller pods with which slurmctld is in charge (``warden.controllersync``).
+pings them and marks the controller pods with which slurmctld is in charge (``warden.ha.incharge``).
 Then the round is handed to the WorkerSet controller (``warden.workers``), whose sets act on it:
 scale-in, upgrades, pods that never registered.
 
@@ -29,9 +29,10 @@ from functools import partial
 
 from kubernetes.client.exceptions import ApiException
 
-from warden import controllersync, naming, opmetrics, tokens, topology
-from warden.controllersync import ControllerPod
+from warden import naming, opmetrics, tokens, topology
 from warden.events import Event, Ref
+from warden.ha import incharge
+from warden.ha.incharge import ControllerPod
 from warden.kube.apply import Owner
 from warden.kube.client import Kube
 from warden.kube.events import EventRecorder
@@ -107,7 +108,7 @@ def controller_pod(pod: Manifest) -> ControllerPod:
     meta = pod["metadata"]
     return ControllerPod(
         name=meta["name"],
-        condition=pod_condition(pod, controllersync.CONDITION),
+        condition=pod_condition(pod, incharge.CONDITION),
         deleting=bool(meta.get("deletionTimestamp")),
     )
 
@@ -244,7 +245,7 @@ class SlurmSync:
         cluster = Ref.of(body)
         if charge is not None:
             for pod_name, cond in charge.conditions.items():
-                api.set_pod_condition(namespace, pod_name, condition_manifest(controllersync.CONDITION, cond, stamp))
+                api.set_pod_condition(namespace, pod_name, condition_manifest(incharge.CONDITION, cond, stamp))
             for event in charge.events:
                 self.recorder.post_event(Event(cluster, event.reason, event.message, Ref.pod(namespace, event.pod)))
         pods = [worker_pod(p) for p in api.list("v1", "Pod", namespace, names.selector("worker"))]
@@ -349,7 +350,7 @@ class SlurmSync:
             return None
         return status
 
-    def _ask_controllers(self, body: Manifest, rest: SlurmRest) -> controllersync.Plan | None:
+    def _ask_controllers(self, body: Manifest, rest: SlurmRest) -> incharge.Plan | None:
         """With backup controllers: which slurmctld is in charge (slurmrestd's ping), planned against the
         controller pods' conditions and the one status recorded. None when the ping itself failed: the
         reads just answered, so that is a passing doubt; pods and status keep what they say."""
@@ -362,7 +363,7 @@ class SlurmSync:
         names = Names(cluster=meta["name"], namespace=meta["namespace"])
         raw_pods = self.kube.list("v1", "Pod", meta["namespace"], names.selector("controller"))
         previous = (body.get("status") or {}).get("slurmctldInCharge")
-        return controllersync.plan([controller_pod(p) for p in raw_pods], pings, previous)
+        return incharge.plan([controller_pod(p) for p in raw_pods], pings, previous)
 
     def _tell_slurmctld(self, body: Manifest, slurmctld: Slurmctld) -> None:
         """An Event when slurmctld stopped or started answering again, as told by the status this round

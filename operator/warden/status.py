@@ -44,7 +44,7 @@ class Workload:
 class Slurmctld:
     """Whether slurmctld answered the operator's reads through slurmrestd this round (``warden.slurmsync``):
     a node read and a job read. ``why``: what did not answer, when it did not. ``in_charge``: with backup
-    controllers, the controller pod whose slurmctld is in charge (``warden.controllersync``); None: not
+    controllers, the controller pod whose slurmctld is in charge (``warden.ha.incharge``); None: not
     asked this round (the last answer stands)."""
 
     answers: bool
@@ -195,7 +195,7 @@ def fold(
             return cond(type_, True, f"{reason}Ready", f"{what} is ready")
         return cond(type_, False, f"{reason}NotReady", f"{waiting_for or what} is not ready yet")
 
-    # With backup controllers: the one in charge, as the Slurm sync last saw it (``warden.controllersync``)
+    # With backup controllers: the one in charge, as the Slurm sync last saw it (``warden.ha.incharge``)
     in_charge: str | None = None
     if spec.controller.has_backup:
         if observed.slurmctld is not None and observed.slurmctld.in_charge is not None:

@@ -127,7 +127,7 @@ CONTROLLER_SILENT = ("Socket timed out on send/recv operation", "Unable to conta
 @dataclass(frozen=True)
 class ControllerPing:
     """One slurmctld as slurmrestd's ping found it. ``pings()`` lists them in SlurmctldHost order; which
-    one is in charge is the first that responds (``warden.controllersync``): the answer's ``primary``
+    one is in charge is the first that responds (``warden.ha.incharge``): the answer's ``primary``
     and ``mode`` name the position in that list only."""
 
     hostname: str

@@ -1,4 +1,4 @@
-"""Which slurmctld is in charge with backup controllers (``warden.controllersync``), and how the Slurm sync
+"""Which slurmctld is in charge with backup controllers (``warden.ha.incharge``), and how the Slurm sync
 carries it out (``warden.slurmsync``): pod conditions, a takeover Event, the status's record of it.
 
 The planner is pure; the sync's part runs against fakes of the Kubernetes API and a loopback stand-in
@@ -15,8 +15,8 @@ import pytest
 
 from tests.support.jsonserver import JsonServer
 from warden import naming
-from warden.controllersync import CONDITION, ControllerPod, condition_of, in_charge, plan
 from warden.events import Event
+from warden.ha.incharge import CONDITION, ControllerPod, condition_of, in_charge, plan
 from warden.kube.client import Kube
 from warden.kube.events import EventRecorder
 from warden.kube.fanout import Fanout
