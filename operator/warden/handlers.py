@@ -34,7 +34,7 @@ from typing import Any
 
 import kopf
 
-from warden import __version__, opmetrics, slurmupgrade
+from warden import __version__, opmetrics
 from warden.configcheck.render import COMPONENT as CONFIG_CHECK
 from warden.directorysync import DirectorySync
 from warden.directorysync import Settings as DirectorySettings
@@ -63,6 +63,7 @@ from warden.render.context import Cluster, ServiceAccountRef
 from warden.slurmactions import SlurmActions
 from warden.slurmsync import Settings, SlurmSync
 from warden.status import CONFIG_RUNNING, Slurmctld, new_backup_run
+from warden.upgrade import planner
 from warden.workers.controller import WorkerSets
 
 log = logging.getLogger(__name__)
@@ -195,18 +196,18 @@ def upgrade_notes(outcome: Outcome) -> list[str]:
     plan = outcome.upgrade
     if plan is None or plan.refusal is not None:
         return []
-    steps = slurmupgrade.STEP_NAMES
+    steps = planner.STEP_NAMES
     notes = []
     for step, what in plan.changes:
         number = f"{steps.index(step) + 1}/{len(steps)}"
         if what == "begun":
             notes.append(
-                f"Slurm {plan.target}: step {number} {step} begun: {slurmupgrade.describe_step(step)} get "
+                f"Slurm {plan.target}: step {number} {step} begun: {planner.describe_step(step)} get "
                 f"{plan.target}'s images"
             )
         else:
             notes.append(
-                f"Slurm {plan.target}: step {number} {step} done: {slurmupgrade.describe_step(step)} run "
+                f"Slurm {plan.target}: step {number} {step} done: {planner.describe_step(step)} run "
                 f"{plan.target}" + (f"; Slurm {plan.target} runs everywhere" if step == steps[-1] else "")
             )
     return notes
@@ -349,7 +350,7 @@ def _refresh_locked(
     _post_jail_backup(body, previous, status)
     upgrading = status.slurm is not None and status.slurm.phase == "Upgrading"
     # A Slurm upgrade moves on when what it waits for is observed: reconcile, which releases the next
-    # step once the current one runs the new series (``warden.slurmupgrade``). Workers' nodes in a block
+    # step once the current one runs the new series (``warden.upgrade.planner``). Workers' nodes in a block
     # topology.conf does not name yet: reconcile, which writes it (``warden.topology``).
     new_blocks = spec.topology is not None and observed_blocks(status) != observed_blocks(previous)
     if upgrading or new_blocks:

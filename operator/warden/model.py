@@ -2342,7 +2342,7 @@ class JailBackupStatus(BaseModel):
 
 
 class SlurmVersionStatus(BaseModel):
-    """The Slurm series the cluster runs, part by part (``warden.slurmupgrade``)."""
+    """The Slurm series the cluster runs, part by part (``warden.upgrade.planner``)."""
 
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True)
 

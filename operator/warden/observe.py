@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from warden import slurmupgrade
 from warden.kube.client import Kube
 from warden.model import API_GROUP, API_VERSION, WORKER_SET_KIND
 from warden.naming import SLURM_SERIES_ENV
@@ -15,6 +14,7 @@ from warden.render.health import REPORT_KEY
 from warden.render.pods import Manifest
 from warden.slurm import confighash
 from warden.status import ImagePull, Observed, Workload, backup_status
+from warden.upgrade import planner
 
 #: the pods whose Slurm series an upgrade follows, by their component label
 SLURM_PARTS = ("accounting", "controller", "restapi", "worker", "login")
@@ -53,7 +53,7 @@ def container_series(pod_spec: Manifest) -> tuple[str | None, str | None]:
     return None, None
 
 
-def pod_series(pod: Manifest) -> slurmupgrade.PodSeries:
+def pod_series(pod: Manifest) -> planner.PodSeries:
     """A pod as an upgrade sees it: its series, Ready, and whether its Slurm container ever ran."""
     spec, status = pod.get("spec") or {}, pod.get("status") or {}
     container, series = container_series(spec)
@@ -65,7 +65,7 @@ def pod_series(pod: Manifest) -> slurmupgrade.PodSeries:
         state, last = cs.get("state") or {}, cs.get("lastState") or {}
         ran = ran or bool(state.get("running") or state.get("terminated") or last.get("terminated"))
         ran = ran or int(cs.get("restartCount", 0)) > 0
-    return slurmupgrade.PodSeries(
+    return planner.PodSeries(
         name=pod["metadata"]["name"],
         series=series,
         ready=ready,
@@ -76,9 +76,9 @@ def pod_series(pod: Manifest) -> slurmupgrade.PodSeries:
 
 def slurm_parts(
     pods: list[Manifest], job: Manifest | None, desired: dict[str, int], slurmd_versions: dict[str, int]
-) -> slurmupgrade.Observation:
+) -> planner.Observation:
     """What a Slurm upgrade looks at: every Slurm pod's series, the populate Job's."""
-    by_part: dict[str, list[slurmupgrade.PodSeries]] = {part: [] for part in SLURM_PARTS}
+    by_part: dict[str, list[planner.PodSeries]] = {part: [] for part in SLURM_PARTS}
     for pod in pods:
         part = (pod["metadata"].get("labels") or {}).get("app.kubernetes.io/component", "")
         phase = (pod.get("status") or {}).get("phase")
@@ -87,7 +87,7 @@ def slurm_parts(
     jail_series = None
     if job is not None:
         _, jail_series = container_series(((job.get("spec") or {}).get("template") or {}).get("spec") or {})
-    return slurmupgrade.Observation(
+    return planner.Observation(
         pods={part: tuple(sorted(p, key=lambda x: x.name)) for part, p in by_part.items()},
         desired=desired,
         jail_series=jail_series,

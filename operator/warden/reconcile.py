@@ -17,7 +17,7 @@ from functools import partial
 
 from pydantic import ValidationError
 
-from warden import __version__, naming, opmetrics, slurmupgrade
+from warden import __version__, naming, opmetrics
 from warden.configcheck.gate import gate
 from warden.configcheck.render import Verdict
 from warden.kube.apply import Applier, ApplyResult, Owner, run_steps, with_owner
@@ -53,6 +53,7 @@ from warden.status import (
     settled_before,
     spec_images,
 )
+from warden.upgrade import planner
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +93,7 @@ class Outcome:
     result: ApplyResult | None
     invalid: str | None = None
     #: the Slurm upgrade plan this reconcile carried out (or the refusal it stopped at)
-    upgrade: slurmupgrade.Plan | None = None
+    upgrade: planner.Plan | None = None
     #: a refusal the status did not show before this reconcile (told once, as a Warning Event)
     new_refusal: bool = False
     #: fields of the spec this operator does not know and left out (a CRD newer than the operator)
@@ -289,9 +290,7 @@ def _reconcile(
             for c in previous.conditions
         )
         return Outcome(status=status, result=None, upgrade=upgrade, new_refusal=not told, unknown=tuple(unknown))
-    cluster = dataclasses.replace(
-        cluster, slurm_images=slurmupgrade.images(upgrade, spec_images(spec), upgrade.settled)
-    )
+    cluster = dataclasses.replace(cluster, slurm_images=planner.images(upgrade, spec_images(spec), upgrade.settled))
     owner = Owner(name=cluster.name, namespace=cluster.namespace, uid=meta["uid"])
     try:
         rendered = render(cluster)
@@ -371,14 +370,14 @@ def held_images(spec: SlurmClusterSpec) -> dict[str, dict[str, str]]:
     return {series: {key: spec.image(key, series) for key in SLURM_IMAGES} for series in SLURM_SERIES}
 
 
-def plan_upgrade(kube: Kube, cluster: Cluster, previous: SlurmClusterStatus | None) -> slurmupgrade.Plan:
-    """Which parts get the spec's Slurm series this time (``warden.slurmupgrade``), from what status
+def plan_upgrade(kube: Kube, cluster: Cluster, previous: SlurmClusterStatus | None) -> planner.Plan:
+    """Which parts get the spec's Slurm series this time (``warden.upgrade.planner``), from what status
     settled and what the pods run now."""
     spec = cluster.spec
     versions = previous.slurm_nodes.slurmd_versions if previous is not None and previous.slurm_nodes else {}
     parts = observe(kube, cluster, dict(versions)).parts
-    settled = settled_before(previous) or slurmupgrade.settled_from_pods(parts, held_images(spec))
-    return slurmupgrade.plan(spec.slurm_version, settled, parts, accounting=spec.accounting.mode != "Disabled")
+    settled = settled_before(previous) or planner.settled_from_pods(parts, held_images(spec))
+    return planner.plan(spec.slurm_version, settled, parts, accounting=spec.accounting.mode != "Disabled")
 
 
 def refresh_status(
@@ -391,7 +390,7 @@ def refresh_status(
     slurm: SlurmNodesStatus | None = None,
     slurm_required: bool = False,
     slurmctld: Slurmctld | None = None,
-    upgrade: slurmupgrade.Plan | None = None,
+    upgrade: planner.Plan | None = None,
     directory: DirectoryCheck | None = None,
     config_check: Verdict | None = None,
 ) -> SlurmClusterStatus:

@@ -8,7 +8,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from warden import slurmupgrade
 from warden.configcheck.render import Verdict
 from warden.ldapcheck import DirectoryCheck
 from warden.model import (
@@ -23,6 +22,7 @@ from warden.model import (
     SlurmVersionStatus,
     WorkerGroupStatus,
 )
+from warden.upgrade import planner
 
 
 @dataclass(frozen=True)
@@ -80,8 +80,8 @@ class Observed:
     slurm: SlurmNodesStatus | None = None
     #: whether slurmctld answered reads; None: not asked this time (the last answer stands)
     slurmctld: Slurmctld | None = None
-    #: the series every Slurm pod and the populate Job were given (``warden.slurmupgrade``)
-    parts: slurmupgrade.Observation = field(default_factory=slurmupgrade.Observation)
+    #: the series every Slurm pod and the populate Job were given (``warden.upgrade.planner``)
+    parts: planner.Observation = field(default_factory=planner.Observation)
     #: how spec.identity.ldap's directory answered (``warden.directorysync``); None: not checked this time
     directory: DirectoryCheck | None = None
     #: the containers whose image cannot be pulled now
@@ -160,10 +160,10 @@ def fold(
     errors: list[str] | None = None,
     waiting: list[str] | None = None,
     slurm_required: bool = False,
-    upgrade: slurmupgrade.Plan | None = None,
+    upgrade: planner.Plan | None = None,
 ) -> SlurmClusterStatus:
     """``upgrade``: the Slurm upgrade plan the reconcile that just ran carried out; None: looked at
-    again from ``previous`` without moving on (``warden.slurmupgrade``).
+    again from ``previous`` without moving on (``warden.upgrade.planner``).
 
     ``slurm_required``: the operator reads Slurm's node states (always, unless started with
     ``--slurm-sync-interval=0``): then Ready waits for slurmctld's word that the workers registered.
@@ -297,14 +297,14 @@ def fold(
 
     accounting_on = spec.accounting.mode != "Disabled"
     if upgrade is None:
-        upgrade = slurmupgrade.plan(
+        upgrade = planner.plan(
             spec.slurm_version,
             settled_before(previous),
             observed.parts,
             accounting=accounting_on,
             advance=False,
         )
-    ok, reason, message = slurmupgrade.condition(upgrade, observed.parts, accounting_on)
+    ok, reason, message = planner.condition(upgrade, observed.parts, accounting_on)
     version = cond("SlurmVersion", ok, reason, message)
 
     # Directory users (spec.identity.ldap): the last check stands until the next; never part of Ready (the
@@ -467,18 +467,18 @@ def spec_images(spec: SlurmClusterSpec) -> dict[str, str]:
     return {key: spec.image(key) for key in SLURM_IMAGES}
 
 
-def settled_before(previous: SlurmClusterStatus | None) -> slurmupgrade.Previous | None:
+def settled_before(previous: SlurmClusterStatus | None) -> planner.Previous | None:
     """What status recorded of the Slurm series (None: nothing yet)."""
     if previous is None or previous.slurm is None:
         return None
     s = previous.slurm
-    return slurmupgrade.Previous(version=s.version, target=s.target, step=s.step, images=dict(s.images))
+    return planner.Previous(version=s.version, target=s.target, step=s.step, images=dict(s.images))
 
 
 def slurm_status(
     spec: SlurmClusterSpec,
-    upgrade: slurmupgrade.Plan,
-    parts: slurmupgrade.Observation,
+    upgrade: planner.Plan,
+    parts: planner.Observation,
     nodes: SlurmNodesStatus | None,
 ) -> SlurmVersionStatus:
     """status.slurm: the settled series and its images, the upgrade's progress, what each part runs."""
@@ -495,12 +495,12 @@ def slurm_status(
         phase=phase,
         step=upgrade.step,
         images=images,
-        accounting=slurmupgrade.part_series("accounting", parts) if spec.accounting.mode != "Disabled" else None,
-        controller=slurmupgrade.part_series("controller", parts),
-        restapi=slurmupgrade.part_series("restapi", parts),
-        workers=slurmupgrade.workers_series(parts),
-        login=slurmupgrade.part_series("login", parts),
-        jail=slurmupgrade.jail_series(parts),
+        accounting=planner.part_series("accounting", parts) if spec.accounting.mode != "Disabled" else None,
+        controller=planner.part_series("controller", parts),
+        restapi=planner.part_series("restapi", parts),
+        workers=planner.workers_series(parts),
+        login=planner.part_series("login", parts),
+        jail=planner.jail_series(parts),
     )
 
 

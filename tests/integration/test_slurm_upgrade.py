@@ -16,7 +16,7 @@ from tests.support.operator import OperatorProcess, apply_cluster, get_cluster, 
 from warden import __version__
 from warden.model import WORKER_SET_PLURAL
 from warden.naming import Names
-from warden.slurmupgrade import STEP_NAMES
+from warden.upgrade.planner import STEP_NAMES
 from warden_dev.controlplane import wait_for
 
 GROUP, VERSION = "slurm.warden.dev", "v1alpha1"

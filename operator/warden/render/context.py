@@ -30,7 +30,7 @@ class Cluster:
     #: the API serves monitoring.coreos.com/v1 ServiceMonitors (``metrics.serviceMonitor.mode: Auto``)
     service_monitor_crd: bool = False
     #: (image, Slurm series) by spec.images key of the Slurm-carrying images, as a Slurm upgrade releases
-    #: them (``warden.slurmupgrade``); a key not here: the spec's image of ``spec.slurmVersion``
+    #: them (``warden.upgrade.planner``); a key not here: the spec's image of ``spec.slurmVersion``
     slurm_images: Mapping[str, tuple[str, str]] = field(default_factory=dict, hash=False, compare=False)
     #: the blocks some worker's Kubernetes node is labelled with, as the Slurm sync last saw them
     #: (status.slurmNodes.topology.blocks): topology.conf names them (``warden.topology``)

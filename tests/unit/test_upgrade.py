@@ -1,4 +1,4 @@
-"""Slurm upgrades in Slurm's order (warden.slurmupgrade): which parts get the new series when, what is
+"""Slurm upgrades in Slurm's order (warden.upgrade.planner): which parts get the new series when, what is
 refused, and what status and Events say."""
 
 from __future__ import annotations
@@ -7,12 +7,13 @@ import dataclasses
 
 import pytest
 
-from warden import __version__, slurmupgrade
+from warden import __version__
 from warden.model import SLURM_IMAGES, SlurmNodesStatus, parse_spec
 from warden.render.cluster import render
 from warden.render.context import Cluster
-from warden.slurmupgrade import Observation, PodSeries, Previous, plan
 from warden.status import Observed, Workload, fold, spec_images
+from warden.upgrade import planner
+from warden.upgrade.planner import Observation, PodSeries, Previous, plan
 
 OLD, NEW = "24.11", "26.05"
 OLD_IMAGES = {key: f"warden/{name}:{__version__}-slurm24.11" for key, name in SLURM_IMAGES.items()}
@@ -66,7 +67,7 @@ def test_a_newer_series_releases_accounting_alone_first() -> None:
     assert (p.settled, p.step) == (OLD, "Accounting")
     assert p.released == {"accounting"}
     assert p.changes == (("Accounting", "begun"),)
-    images = slurmupgrade.images(p, {k: f"new/{k}" for k in SLURM_IMAGES}, p.settled)
+    images = planner.images(p, {k: f"new/{k}" for k in SLURM_IMAGES}, p.settled)
     assert images["accounting"] == ("new/accounting", NEW)
     # every other part keeps the settled images of status, on the old series
     assert {k: v for k, v in images.items() if k != "accounting"} == {
@@ -170,14 +171,14 @@ def test_more_than_three_releases_at_once_is_refused() -> None:
         "spec.slurmVersion 26.05 is 5 releases ahead of the 23.11 this cluster runs: Slurm upgrades across at most "
         "3 releases at once; upgrade to 25.05 or older first, or set spec.slurmVersion back to 23.11"
     )
-    assert slurmupgrade.refusal(NEW, OLD, Observation()) is None  # 24.11 -> 26.05: two releases
+    assert planner.refusal(NEW, OLD, Observation()) is None  # 24.11 -> 26.05: two releases
 
 
 def test_a_cluster_without_a_recorded_series_settles_on_what_its_pods_run() -> None:
     held = {OLD: OLD_IMAGES}
-    assert slurmupgrade.settled_from_pods(Observation(), held) is None  # new
+    assert planner.settled_from_pods(Observation(), held) is None  # new
     legacy = Observation(pods={"controller": (PodSeries("c", None, True, True),)})
-    assert slurmupgrade.settled_from_pods(legacy, held) == SETTLED_OLD
+    assert planner.settled_from_pods(legacy, held) == SETTLED_OLD
 
 
 # --- images and the pods' series -------------------------------------------------------------------
@@ -220,7 +221,7 @@ def test_images_default_to_the_series_and_every_slurm_pod_is_told_its_series() -
 def test_an_upgrade_renders_released_parts_new_and_the_others_as_settled() -> None:
     spec = parse_spec({"workerGroups": [{"name": "cpu"}], "accounting": {"mode": "InCluster"}})
     p = plan(NEW, SETTLED_OLD, cluster_on(), accounting=True)
-    cluster = Cluster("demo", "ns", spec, slurm_images=slurmupgrade.images(p, spec_images(spec), p.settled))
+    cluster = Cluster("demo", "ns", spec, slurm_images=planner.images(p, spec_images(spec), p.settled))
     by_name = {o["metadata"]["name"]: o for o in render(cluster).objects if o["kind"] in ("StatefulSet", "WorkerSet")}
 
     def container(name: str) -> dict[str, object]:
@@ -270,7 +271,7 @@ def test_status_shows_the_step_and_what_every_part_runs() -> None:
     assert (cond.status, cond.reason) == ("False", "Upgrading")
     assert cond.message.startswith("upgrading Slurm 24.11 -> 26.05: step 1/5 Accounting (slurmdbd)")
     assert status.model_dump(by_alias=True)["slurm"]["step"] == "Accounting"
-    assert slurmupgrade.counted([NEW, OLD, OLD]) == "24.11 x2, 26.05 x1"
+    assert planner.counted([NEW, OLD, OLD]) == "24.11 x2, 26.05 x1"
 
 
 def test_status_when_settled_and_when_something_runs_another_series() -> None:
