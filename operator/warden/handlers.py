@@ -58,11 +58,12 @@ from warden.model import (
 )
 from warden.naming import BRIDGE_FIELD_MANAGER, FIELD_MANAGER
 from warden.observe import health_report, image_pull_failures
-from warden.reconcile import Outcome, observed_blocks, pin_images, reconcile, refresh_status
+from warden.reconcile import Outcome, pin_images, reconcile, refresh_status
 from warden.render.context import Cluster, ServiceAccountRef
 from warden.slurmactions import SlurmActions
 from warden.slurmsync import Settings, SlurmSync
 from warden.status import CONFIG_RUNNING, Slurmctld, new_backup_run
+from warden.topology.planner import observed_blocks
 from warden.upgrade import planner
 from warden.workers.controller import WorkerSets
 
@@ -351,7 +352,7 @@ def _refresh_locked(
     upgrading = status.slurm is not None and status.slurm.phase == "Upgrading"
     # A Slurm upgrade moves on when what it waits for is observed: reconcile, which releases the next
     # step once the current one runs the new series (``warden.upgrade.planner``). Workers' nodes in a block
-    # topology.conf does not name yet: reconcile, which writes it (``warden.topology``).
+    # topology.conf does not name yet: reconcile, which writes it (``warden.topology.planner``).
     new_blocks = spec.topology is not None and observed_blocks(status) != observed_blocks(previous)
     if upgrading or new_blocks:
         fresh = api.kube.get(f"{API_GROUP}/{API_VERSION}", "SlurmCluster", namespace, name)

@@ -2270,7 +2270,7 @@ class DrainedNode(BaseModel):
 
 
 class TopologyStatus(BaseModel):
-    """The topology and node-label features the operator gave Slurm's nodes (``warden.topology``)."""
+    """The topology and node-label features the operator gave Slurm's nodes (``warden.topology.planner``)."""
 
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True)
 

@@ -364,7 +364,7 @@ class Names:
         return {"app.kubernetes.io/instance": self.cluster, "app.kubernetes.io/managed-by": "warden"}
 
 
-#: the switch every tree the operator writes hangs from (``warden.topology``); no label value ends in `_`,
+#: the switch every tree the operator writes hangs from (``warden.topology.planner``); no label value ends in `_`,
 #: so no switch named after one is called so
 TREE_ROOT = "root_"
 #: the block topology.conf names while no worker's node has a block label (Slurm wants at least one)

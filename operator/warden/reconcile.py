@@ -53,6 +53,7 @@ from warden.status import (
     settled_before,
     spec_images,
 )
+from warden.topology.planner import observed_blocks
 from warden.upgrade import planner
 
 log = logging.getLogger(__name__)
@@ -147,12 +148,6 @@ def replaced_pods(live: dict[str, Manifest], objects: list[Manifest]) -> list[st
             if changes:
                 out.append(f"{obj['metadata']['name']}: {'; '.join(changes)}")
     return out
-
-
-def observed_blocks(status: SlurmClusterStatus | None) -> tuple[str, ...]:
-    """The blocks the Slurm sync last saw workers' nodes in (topology.conf names them)."""
-    topology = status.slurm_nodes.topology if status is not None and status.slurm_nodes is not None else None
-    return tuple(sorted(topology.blocks)) if topology is not None else ()
 
 
 def pin_images(spec: SlurmClusterSpec, previous: SlurmClusterStatus | None) -> SlurmClusterSpec:

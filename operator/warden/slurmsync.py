@@ -29,7 +29,7 @@ from functools import partial
 
 from kubernetes.client.exceptions import ApiException
 
-from warden import naming, opmetrics, tokens, topology
+from warden import naming, opmetrics, tokens
 from warden.events import Event, Ref
 from warden.ha import incharge
 from warden.ha.incharge import ControllerPod
@@ -57,6 +57,7 @@ from warden.slurm.model import Node, SlurmError
 from warden.slurm.rest import SlurmRest, SlurmUnreachable, mint_token
 from warden.slurmactions import SlurmActions
 from warden.status import UNRESPONSIVE, Slurmctld
+from warden.topology import planner
 from warden.workers.controller import SlurmView, WorkerSets
 
 log = logging.getLogger(__name__)
@@ -111,11 +112,6 @@ def controller_pod(pod: Manifest) -> ControllerPod:
         condition=pod_condition(pod, incharge.CONDITION),
         deleting=bool(meta.get("deletionTimestamp")),
     )
-
-
-def given_topology(previous: SlurmClusterStatus | None) -> TopologyStatus | None:
-    """What the last round recorded of the places and features it gave (status.slurmNodes.topology)."""
-    return previous.slurm_nodes.topology if previous is not None and previous.slurm_nodes is not None else None
 
 
 def condition_manifest(type_: str, cond: PodCondition, stamp: str) -> Manifest:
@@ -212,10 +208,10 @@ class SlurmSync:
         except ApiException as e:  # the exporter reads nothing until they are written; the round goes on
             log.warning("SlurmCluster %s/%s: Slurm tokens not written: %s %s", namespace, name, e.status, e.reason)
         previous = previous_status(body)
-        given = given_topology(previous)
+        given = planner.given_topology(previous)
         restapi_series = previous.slurm.restapi if previous is not None and previous.slurm is not None else ""
-        placing = topology.placing(spec, given, restapi_series)
-        speaks = topology.speaks_topology(spec, given)
+        placing = planner.placing(spec, given, restapi_series)
+        speaks = planner.speaks_topology(spec, given)
         deployment = api.get("apps/v1", "Deployment", namespace, names.restapi)
         if not deployment or int((deployment.get("status") or {}).get("readyReplicas", 0)) < 1:
             return True
@@ -301,23 +297,23 @@ class SlurmSync:
         speaks: bool,
     ) -> TopologyStatus | None:
         """Give each registered worker node its place in the topology and its node-label features
-        (``warden.topology``): one read of the Kubernetes nodes' labels, then only the nodes that differ.
+        (``warden.topology.planner``): one read of the Kubernetes nodes' labels, then only the nodes that differ.
         What it gave, for status (None: nothing any more)."""
-        keys = topology.wanted_labels(spec.topology, spec.node_label_features)
+        keys = planner.wanted_labels(spec.topology, spec.node_label_features)
         labels = self.kube.node_labels(keys) if keys else {}
         groups = {g.name: config.group_features(g) for g in spec.worker_groups}
         workers = {p.name: p.k8s_node for p in pods if not p.deleting}
         own = {p.name: groups[p.group] for p in pods if not p.deleting and p.group in groups}
         reserved = {naming.group_feature(g.name) for g in spec.worker_groups}
         clear = spec.topology is None and speaks  # spec.topology removed: take the places back
-        planned = topology.plan(spec.topology, spec.node_label_features, reserved, workers, labels, clear)
+        planned = planner.plan(spec.topology, spec.node_label_features, reserved, workers, labels, clear)
         blocks = spec.topology is not None and spec.topology.block is not None
         if blocks:
-            topology.keep_named_blocks(planned, (n.topology for n in nodes if n.topology))
+            planner.keep_named_blocks(planned, (n.topology for n in nodes if n.topology))
         # the blocks the live topology.conf names: a reconcile writes a new one there only once Slurm's check
         # of the file took it (``warden.configcheck``), not at once
         configured = live_blocks(self.kube, body) if blocks else None
-        todo = topology.updates(planned, {n.name: n for n in nodes}, own, configured)
+        todo = planner.updates(planned, {n.name: n for n in nodes}, own, configured)
         key = (body["metadata"]["namespace"], body["metadata"]["name"])
         placed, failed = 0, dict[str, str]()
         for update in todo:
@@ -345,7 +341,7 @@ class SlurmSync:
         status = planned.status(spec.topology)
         cleared = {u.node for u in todo if u.topology == "" and u.node not in failed}
         if clear and any(n.topology and n.name not in cleared for n in nodes):
-            status.plugin = topology.given(given_topology(previous))  # places left to take back: next round
+            status.plugin = planner.given(planner.given_topology(previous))  # places left to take back: next round
         if not status.plugin and not spec.node_label_features:
             return None
         return status

@@ -127,7 +127,7 @@ def config_blocks(blocks: Collection[str]) -> tuple[str, ...]:
 
 
 def topology_conf(cluster: Cluster) -> str:
-    """topology.conf of a cluster with spec.topology (``warden.topology`` places the nodes)."""
+    """topology.conf of a cluster with spec.topology (``warden.topology.planner`` places the nodes)."""
     topology = cluster.spec.topology
     assert topology is not None
     blocks = config_blocks(cluster.blocks)
@@ -470,7 +470,7 @@ def slurmd_node_conf(group: WorkerGroup) -> str:
 
 def group_features(group: WorkerGroup) -> tuple[str, ...]:
     """The features a group's nodes register with: the group's own (its NodeSet selects on it) and
-    spec's; the operator adds the node-label features (``warden.topology``) after registration."""
+    spec's; the operator adds the node-label features (``warden.topology.planner``) after registration."""
     return (group_feature(group.name), *group.features)
 
 

@@ -33,7 +33,7 @@ class Cluster:
     #: them (``warden.upgrade.planner``); a key not here: the spec's image of ``spec.slurmVersion``
     slurm_images: Mapping[str, tuple[str, str]] = field(default_factory=dict, hash=False, compare=False)
     #: the blocks some worker's Kubernetes node is labelled with, as the Slurm sync last saw them
-    #: (status.slurmNodes.topology.blocks): topology.conf names them (``warden.topology``)
+    #: (status.slurmNodes.topology.blocks): topology.conf names them (``warden.topology.planner``)
     blocks: tuple[str, ...] = ()
     #: the bridge's ServiceAccount (the operator's ``--bridge-service-account``): with an enabled
     #: spec.bridge it may read the cluster's bridge token Secret (``warden.render.bridge``); None: no flag

@@ -1,4 +1,4 @@
-"""The topology planner (``warden.topology``): worker pods, their Kubernetes nodes' labels and the spec in;
+"""The topology planner (``warden.topology.planner``): worker pods, their Kubernetes nodes' labels and the spec in;
 each Slurm node's place and features out, and what to change of the nodes Slurm has."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from warden.model import NodeLabelFeature, Topology, TopologyStatus, parse_spec
 from warden.render.config import config_blocks, slurm_config_files
 from warden.render.context import Cluster
 from warden.slurm.model import Node
-from warden.topology import (
+from warden.topology.planner import (
     Update,
     keep_named_blocks,
     placing,

@@ -34,7 +34,14 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from warden import naming
-from warden.model import DrainedNode, NodeLabelFeature, SlurmClusterSpec, Topology, TopologyStatus
+from warden.model import (
+    DrainedNode,
+    NodeLabelFeature,
+    SlurmClusterSpec,
+    SlurmClusterStatus,
+    Topology,
+    TopologyStatus,
+)
 from warden.slurm.model import Node
 
 #: status lists at most this many unplaced workers
@@ -214,3 +221,14 @@ def updates(
         if features is not None or topology is not None:
             out.append(Update(pod, features, topology))
     return out
+
+
+def given_topology(previous: SlurmClusterStatus | None) -> TopologyStatus | None:
+    """What the last round recorded of the places and features it gave (status.slurmNodes.topology)."""
+    return previous.slurm_nodes.topology if previous is not None and previous.slurm_nodes is not None else None
+
+
+def observed_blocks(status: SlurmClusterStatus | None) -> tuple[str, ...]:
+    """The blocks the Slurm sync last saw workers' nodes in (topology.conf names them)."""
+    topology = status.slurm_nodes.topology if status is not None and status.slurm_nodes is not None else None
+    return tuple(sorted(topology.blocks)) if topology is not None else ()

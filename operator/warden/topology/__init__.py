@@ -1,0 +1,8 @@
+"""Where each worker sits in the network (``spec.topology``) and what its Kubernetes node says of it
+(``spec.nodeLabelFeatures``), told to Slurm.
+
+``planner`` (pure): worker pods, their nodes' labels and the spec in; each Slurm node's place and
+features, the blocks topology.conf names and the status out (also what status recorded of them:
+``given_topology``, ``observed_blocks``). The Slurm sync places the nodes (``warden.slurmsync``);
+topology.conf is rendered by ``warden.render.config``.
+"""
