@@ -40,24 +40,21 @@ from warden.model import (
     API_GROUP,
     API_VERSION,
     WORKER_SET_KIND,
-    SlurmClusterSpec,
-    SlurmClusterStatus,
     SlurmNodesStatus,
-    TopologyStatus,
     parse_spec,
     previous_status,
 )
 from warden.naming import Names
 from warden.nodeconditions.sync import NodeConditionDrains
 from warden.nodesync import CONDITION, PodCondition, WorkerPod, plan
-from warden.render import config
 from warden.render.context import Cluster
 from warden.render.pods import Manifest
-from warden.slurm.model import Node, SlurmError
+from warden.slurm.model import SlurmError
 from warden.slurm.rest import SlurmRest, SlurmUnreachable, mint_token
 from warden.slurmactions import SlurmActions
 from warden.status import UNRESPONSIVE, Slurmctld
 from warden.topology import planner
+from warden.topology.sync import NodePlacement
 from warden.workers.controller import SlurmView, WorkerSets
 
 log = logging.getLogger(__name__)
@@ -124,15 +121,6 @@ def condition_manifest(type_: str, cond: PodCondition, stamp: str) -> Manifest:
     }
 
 
-def live_blocks(kube: Kube, body: Manifest) -> set[str]:
-    """The blocks the cluster's live topology.conf (its slurm-config ConfigMap) names."""
-    meta = body["metadata"]
-    names = Names(cluster=meta["name"], namespace=meta["namespace"])
-    cm = kube.get("v1", "ConfigMap", meta["namespace"], names.slurm_config)
-    text = str(((cm or {}).get("data") or {}).get("topology.conf", ""))
-    return {line.split("=", 1)[1].split()[0] for line in text.splitlines() if line.startswith("BlockName=")}
-
-
 class SlurmSync:
     def __init__(
         self,
@@ -154,8 +142,7 @@ class SlurmSync:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._rounds = itertools.count(1)
-        #: worker nodes Slurm refused a place the last round, by cluster
-        self._unplaced: dict[tuple[str, str], set[str]] = {}
+        self.placement = NodePlacement(kube, recorder)
         self.node_conditions = NodeConditionDrains(kube)
 
     def watch(self, namespace: str, name: str) -> None:
@@ -277,7 +264,7 @@ class SlurmSync:
             self.recorder.post_event(Event(cluster, event.reason, event.message, Ref.pod(namespace, event.pod)))
         summary = todo.summary
         if placing:
-            placed = self._place(body, spec, previous, pods, nodes, rest, speaks)
+            placed = self.placement.place(body, spec, previous, pods, nodes, rest, speaks)
             summary = summary.model_copy(update={"topology": placed})
         self.refresh(namespace, name, summary, slurmctld)
         # last: the round goes to the WorkerSet controller, whose sets act on it
@@ -285,66 +272,6 @@ class SlurmSync:
         view = SlurmView(next(self._rounds), cluster, {n.name: n for n in nodes}, rest, now)
         self.workers.observed(view, [ws["metadata"]["name"] for ws in sets])
         return True
-
-    def _place(
-        self,
-        body: Manifest,
-        spec: SlurmClusterSpec,
-        previous: SlurmClusterStatus | None,
-        pods: list[WorkerPod],
-        nodes: list[Node],
-        rest: SlurmRest,
-        speaks: bool,
-    ) -> TopologyStatus | None:
-        """Give each registered worker node its place in the topology and its node-label features
-        (``warden.topology.planner``): one read of the Kubernetes nodes' labels, then only the nodes that differ.
-        What it gave, for status (None: nothing any more)."""
-        keys = planner.wanted_labels(spec.topology, spec.node_label_features)
-        labels = self.kube.node_labels(keys) if keys else {}
-        groups = {g.name: config.group_features(g) for g in spec.worker_groups}
-        workers = {p.name: p.k8s_node for p in pods if not p.deleting}
-        own = {p.name: groups[p.group] for p in pods if not p.deleting and p.group in groups}
-        reserved = {naming.group_feature(g.name) for g in spec.worker_groups}
-        clear = spec.topology is None and speaks  # spec.topology removed: take the places back
-        planned = planner.plan(spec.topology, spec.node_label_features, reserved, workers, labels, clear)
-        blocks = spec.topology is not None and spec.topology.block is not None
-        if blocks:
-            planner.keep_named_blocks(planned, (n.topology for n in nodes if n.topology))
-        # the blocks the live topology.conf names: a reconcile writes a new one there only once Slurm's check
-        # of the file took it (``warden.configcheck``), not at once
-        configured = live_blocks(self.kube, body) if blocks else None
-        todo = planner.updates(planned, {n.name: n for n in nodes}, own, configured)
-        key = (body["metadata"]["namespace"], body["metadata"]["name"])
-        placed, failed = 0, dict[str, str]()
-        for update in todo:
-            try:
-                rest.place(update.node, update.features, update.topology)
-                placed += 1
-            except SlurmError as e:  # level-based: tried again next round
-                failed[update.node] = str(e)
-        cluster = Ref.of(body)
-        if placed:
-            first = next(u for u in todo if u.node not in failed)
-            what = ", ".join(w for w, v in (("place", first.topology), ("features", first.features)) if v is not None)
-            self.recorder.post_event(Event(cluster, "SlurmNodesPlaced", f"{placed} worker nodes given their place"
-                                           f" or features (first: {first.node}: {what})"))  # fmt: skip
-        # a node placed in a block topology.conf has just named may fail once, before slurmctld has the
-        # new file: told when it fails again the next round
-        again = sorted(n for n in failed if n in self._unplaced.get(key, set()))
-        self._unplaced[key] = set(failed)
-        if failed:
-            node = next(iter(failed))
-            log.warning("SlurmCluster %s/%s: %d worker nodes not placed: %s: %s", *key, len(failed), node, failed[node])
-        if again:
-            self.recorder.post_event(Event(cluster, "SlurmNodePlaceFailed", f"{len(again)} worker nodes not"
-                                           f" placed; {again[0]}: {failed[again[0]]}"))  # fmt: skip
-        status = planned.status(spec.topology)
-        cleared = {u.node for u in todo if u.topology == "" and u.node not in failed}
-        if clear and any(n.topology and n.name not in cleared for n in nodes):
-            status.plugin = planner.given(planner.given_topology(previous))  # places left to take back: next round
-        if not status.plugin and not spec.node_label_features:
-            return None
-        return status
 
     def _ask_controllers(self, body: Manifest, rest: SlurmRest) -> incharge.Plan | None:
         """With backup controllers: which slurmctld is in charge (slurmrestd's ping), planned against the
