@@ -2205,19 +2205,23 @@ def test_metrics_endpoints_show_a_job_a_drain_and_the_health_check(installed: In
     assert used - served == set(), f"the dashboard queries series nobody serves: {sorted(used - served)}"
 
     person = f"{NAME}-worker-cpu-1"
-    job = installed.ssh("sbatch --parsable -p cpu -w " + f"{NAME}-worker-cpu-0 --wrap 'sleep 300'").stdout.strip()
+    submitted = installed.ssh("sbatch --parsable -p cpu -w " + f"{NAME}-worker-cpu-0 --wrap 'sleep 300'")
+    job = submitted.stdout.strip()
+    assert submitted.returncode == 0 and job.isdigit(), submitted.stdout + submitted.stderr
     drain = installed.ssh(f"scontrol update nodename={person} state=drain reason='e2e: metrics, ticket 9'")
     assert drain.returncode == 0, drain.stderr
     try:
 
         def shown() -> Samples | None:
+            # one scrape reads the nodes and the jobs one after the other: a job that starts in between is
+            # running in the jobs' series before its CPUs show in the nodes', so wait for both
             samples = _scrape_annotated(installed)[exporter][1]
             running = _sample(samples, "slurm_jobs", partition="cpu", state="running") or 0
+            allocated = _sample(samples, "slurm_partition_cpus_allocated", partition="cpu") or 0
             held = _sample(samples, "slurm_node_reason", node=person, reason_class="person")
-            return samples if running >= 1 and held == 1 else None
+            return samples if running >= 1 and allocated >= 1 and held == 1 else None
 
-        samples = _eventually("the job running and the drain in the exporter's series", shown, timeout=90)
-        assert (_sample(samples, "slurm_partition_cpus_allocated", partition="cpu") or 0) >= 1
+        samples = _eventually("the job running, its CPUs and the drain in the exporter's series", shown, timeout=90)
         assert _sample(samples, "slurm_node_reason", node=person, reason="e2e: metrics, ticket 9") == 1
         assert (_sample(samples, "slurm_nodes", worker_group="cpu", state="drained", reason_class="person") or 0) >= 1
         if installed.gpus:
