@@ -192,33 +192,11 @@ def _say(cluster: Mapping[str, Any], reason: str, note: str, related: Ref | None
     recorder().post_event(Event(Ref.of(cluster), reason, note, related))
 
 
-def upgrade_notes(outcome: Outcome) -> list[str]:
-    """The notes of the SlurmUpgradeStep Events of a reconcile: each step begun or done."""
-    plan = outcome.upgrade
-    if plan is None or plan.refusal is not None:
-        return []
-    steps = planner.STEP_NAMES
-    notes = []
-    for step, what in plan.changes:
-        number = f"{steps.index(step) + 1}/{len(steps)}"
-        if what == "begun":
-            notes.append(
-                f"Slurm {plan.target}: step {number} {step} begun: {planner.describe_step(step)} get "
-                f"{plan.target}'s images"
-            )
-        else:
-            notes.append(
-                f"Slurm {plan.target}: step {number} {step} done: {planner.describe_step(step)} run "
-                f"{plan.target}" + (f"; Slurm {plan.target} runs everywhere" if step == steps[-1] else "")
-            )
-    return notes
-
-
 def _post_upgrade_events(body: Mapping[str, Any], outcome: Outcome) -> None:
     """A Normal Event per upgrade step begun or done; a Warning when a series is refused (once)."""
-    for note in upgrade_notes(outcome):
-        _say(body, "SlurmUpgradeStep", note)
     plan = outcome.upgrade
+    for note in planner.step_notes(plan):
+        _say(body, "SlurmUpgradeStep", note)
     if plan is not None and plan.refusal is not None and outcome.new_refusal:
         if plan.refusal.reason == "DowngradeRefused":
             _say(body, "DowngradeRefused", plan.refusal.message)

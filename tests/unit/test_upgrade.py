@@ -91,6 +91,19 @@ def test_each_step_waits_until_the_previous_runs_the_new_series() -> None:
     assert p.changes == (("Accounting", "done"), ("Controller", "begun"))
 
 
+def test_each_step_begun_or_done_is_one_event_note_in_order_and_a_refusal_none() -> None:
+    p = plan(NEW, upgrading("Accounting"), cluster_on(accounting=NEW), accounting=True)
+    assert planner.step_notes(p) == [
+        "Slurm 26.05: step 1/5 Accounting done: slurmdbd run 26.05",
+        "Slurm 26.05: step 2/5 Controller begun: slurmctld and slurmrestd get 26.05's images",
+    ]
+    done = plan(NEW, upgrading("Jail"), cluster_on(NEW, NEW, NEW, NEW, NEW), accounting=True)
+    assert planner.step_notes(done)[-1].endswith("step 5/5 Jail done: the jail's Slurm client packages (the populate "
+                                                 "Job) run 26.05; Slurm 26.05 runs everywhere")  # fmt: skip
+    assert planner.step_notes(plan("23.11", SETTLED_OLD, cluster_on(), accounting=True)) == []
+    assert planner.step_notes(None) == []
+
+
 def test_workers_wait_for_every_pod_and_for_the_slurmd_versions_slurm_reports() -> None:
     half = cluster_on(accounting=NEW, controller=NEW)
     half = dataclasses.replace(half, pods={**half.pods, "worker": pods(NEW) + pods(OLD, part="w")})

@@ -306,6 +306,24 @@ def describe_step(step: str) -> str:
     return next(s.what for s in STEPS if s.name == step)
 
 
+def step_notes(plan_: Plan | None) -> list[str]:
+    """The notes of the round's SlurmUpgradeStep Events: each step begun or done, in order (none for a
+    refused or settled plan)."""
+    if plan_ is None or plan_.refusal is not None:
+        return []
+    notes = []
+    for step, what in plan_.changes:
+        number = f"{STEP_NAMES.index(step) + 1}/{len(STEP_NAMES)}"
+        if what == "begun":
+            notes.append(f"Slurm {plan_.target}: step {number} {step} begun: {describe_step(step)} get "
+                         f"{plan_.target}'s images")  # fmt: skip
+        else:
+            last = f"; Slurm {plan_.target} runs everywhere" if step == STEP_NAMES[-1] else ""
+            notes.append(f"Slurm {plan_.target}: step {number} {step} done: {describe_step(step)} run "
+                         f"{plan_.target}{last}")  # fmt: skip
+    return notes
+
+
 def condition(plan_: Plan, observation: Observation, accounting: bool) -> tuple[bool, str, str]:
     """(ok, reason, message) of the SlurmVersion condition."""
     if plan_.refusal is not None:
