@@ -41,8 +41,8 @@ from warden.model import (
 from warden.observe import observe
 from warden.render.cluster import render
 from warden.render.context import Cluster, ServiceAccountRef
-from warden.render.controller import state_class_problem
 from warden.render.pods import Manifest, content_hash
+from warden.render.slurmctld import state_class_problem
 from warden.restarts import template_changes
 from warden.status import (
     CONFIG_CONDITION,
@@ -221,7 +221,7 @@ def create_claim(applier: Applier, claim: Manifest, result: ApplyResult) -> None
 
 def state_volume_problem(kube: Kube, cluster: Cluster) -> str | None:
     """With backup controllers: why their shared state volume's StorageClass (named, or the cluster's
-    default) cannot serve it (``warden.render.controller.state_class_problem``), or None."""
+    default) cannot serve it (``warden.render.slurmctld.state_class_problem``), or None."""
     if not cluster.spec.controller.has_backup:
         return None
     name = cluster.spec.controller.state_volume.storage_class_name

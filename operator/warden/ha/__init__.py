@@ -2,6 +2,6 @@
 
 ``incharge``: which slurmctld is in charge (pure: slurmrestd's pings → the controller pods' conditions,
 ``status.slurmctldInCharge``, a ``ControllerTakeover`` Event), carried out by ``warden.slurmsync``. The
-SlurmctldHost list and the shared state claim are rendered by ``warden.render.controller``; handover,
+SlurmctldHost list and the shared state claim are rendered by ``warden.render.slurmctld``; handover,
 fencing and a returning primary standing by are images/controller/warden-ctld-ha.sh's.
 """

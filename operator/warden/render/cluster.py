@@ -10,13 +10,13 @@ from warden.render import (
     bridge,
     budgets,
     configmaps,
-    controller,
     exporter,
     health,
     jail,
     network,
     nodes,
     restapi,
+    slurmctld,
 )
 from warden.render.context import Cluster
 from warden.render.pods import Manifest
@@ -45,7 +45,7 @@ def render(cluster: Cluster) -> Rendered:
     objects += jail.render(cluster)
     objects += backup.render(cluster)
     objects += accounting.render(cluster)
-    objects += controller.render(cluster)
+    objects += slurmctld.render(cluster)
     objects += restapi.render(cluster)
     objects += exporter.render(cluster)
     objects += nodes.render(cluster)

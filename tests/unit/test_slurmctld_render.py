@@ -9,7 +9,7 @@ from warden.model import parse_spec
 from warden.render import config
 from warden.render.cluster import render
 from warden.render.context import Cluster
-from warden.render.controller import state_class_problem
+from warden.render.slurmctld import state_class_problem
 
 
 def cluster(**controller: Any) -> Cluster:
