@@ -12,7 +12,8 @@ from warden.slurm.model import Node, reservations_from_doc
 from warden.slurm.model import Reservation as Held
 from warden.workers import maintenance
 from warden.workers.maintenance import Opening, Window, opening, wanted
-from warden.workers.rollout import Group, Pod, plan, reason
+from warden.workers.pod import WorkerPod
+from warden.workers.rollout import Group, plan, reason
 
 UTC = datetime.UTC
 STS = "demo-worker-cpu"
@@ -86,9 +87,12 @@ def node(i: int, state: str = "IDLE", *flags: str, why: str = "") -> Node:
     return Node(name=f"{STS}-{i}", state=state, flags=frozenset(flags), reason=why, gres="", features=(), partitions=())
 
 
+def pods(*templates: str) -> tuple[WorkerPod, ...]:
+    return tuple(WorkerPod(f"{STS}-{i}", i, template=t) for i, t in enumerate(templates))
+
+
 def test_with_the_window_closed_nothing_is_drained_and_every_old_pod_waits() -> None:
-    g = Group(workerset=STS, update_revision="new", max_unavailable=1,
-              pods=(Pod(f"{STS}-0", 0, "old"), Pod(f"{STS}-1", 1, "old"), Pod(f"{STS}-2", 2, "new")))  # fmt: skip
+    g = Group(workerset=STS, update_revision="new", max_unavailable=1, pods=pods("old", "old", "new"))
     closed = Opening(False, at(29, 10, 5), at(29, 11, 5))
     out = plan([g], {n.name: n for n in (node(0), node(1), node(2))}, closed)
     assert out.drains == [] and out.deletes == []
@@ -96,8 +100,7 @@ def test_with_the_window_closed_nothing_is_drained_and_every_old_pod_waits() -> 
 
 
 def test_once_it_opens_every_old_pod_is_drained_at_once_and_one_drained_in_it_is_replaced_after_it() -> None:
-    g = Group(workerset=STS, update_revision="new", max_unavailable=1,
-              pods=(Pod(f"{STS}-0", 0, "old"), Pod(f"{STS}-1", 1, "old"), Pod(f"{STS}-2", 2, "old")))  # fmt: skip
+    g = Group(workerset=STS, update_revision="new", max_unavailable=1, pods=pods("old", "old", "old"))
     nodes = {n.name: n for n in (node(0), node(1), node(2))}
     opened = Opening(True, at(29, 10, 5), at(29, 11, 5))
     out = plan([g], nodes, opened)

@@ -4,19 +4,21 @@ filled up behind a pod that is still going; status as an HPA reads it."""
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 from warden import naming
 from warden.model import parse_spec
 from warden.render.cluster import render
 from warden.render.context import Cluster
 from warden.workers.controller import WorkQueue
-from warden.workers.podset import Pod, ordinal, plan, pod_manifest, pod_of, status, template_hash
+from warden.workers.pod import WorkerPod, ordinal, read
+from warden.workers.podset import plan, pod_manifest, status, template_hash
 
 WS = "demo-worker-cpu"
 
 
-def pod(i: int, **kw: object) -> Pod:
-    return Pod(name=f"{WS}-{i}", ordinal=i, **kw)  # type: ignore[arg-type]
+def pod(i: int, **kw: object) -> WorkerPod:
+    return WorkerPod(name=f"{WS}-{i}", ordinal=i, **kw)  # type: ignore[arg-type]
 
 
 def worker_set(replicas: int = 2) -> dict:  # type: ignore[type-arg]
@@ -101,11 +103,19 @@ def test_only_the_sets_own_pod_names_have_ordinals() -> None:
     assert (
         ordinal(WS, f"{WS}-x") is None and ordinal(WS, f"{WS}-01") is None and ordinal(WS, "demo-worker-gpu-0") is None
     )
-    raw = {
+    raw: dict[str, Any] = {
         "metadata": {"name": f"{WS}-1", "annotations": {naming.POD_TEMPLATE_ANNOTATION: "h"}},
         "status": {"phase": "Failed", "conditions": [{"type": "Ready", "status": "True"}]},
     }
-    assert pod_of(WS, raw) == Pod(name=f"{WS}-1", ordinal=1, ended="Failed", ready=True, template="h")
+    assert read(WS, raw) == WorkerPod(name=f"{WS}-1", ordinal=1, ended="Failed", ready=True, template="h")
+    # picked by a scale-in, its slurmd running: both as epoch seconds
+    raw["metadata"]["annotations"][naming.LEAVING_ANNOTATION] = "2026-11-29T10:00:00Z"
+    raw["status"]["containerStatuses"] = [
+        {"name": "slurmd", "state": {"running": {"startedAt": "2026-11-29T09:00:00Z"}}},
+        {"name": "other", "state": {"running": {"startedAt": "2026-11-29T08:00:00Z"}}},
+    ]
+    seen = read(WS, raw)
+    assert seen is not None and (seen.leaving_since, seen.slurmd_started) == (1795946400.0, 1795942800.0)
 
 
 def read_while_closing(q: WorkQueue) -> list[object]:

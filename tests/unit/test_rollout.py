@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from warden.slurm.model import Node
 from warden.slurm.reasons import UPGRADE as UPGRADE_PREFIX
-from warden.workers.rollout import Group, Pod, plan, reason
+from warden.workers.pod import WorkerPod
+from warden.workers.rollout import Group, plan, reason
 
 STS = "demo-worker-cpu"
 
@@ -13,12 +14,13 @@ def node(i: int, state: str = "IDLE", *flags: str, why: str = "") -> Node:
     return Node(name=f"{STS}-{i}", state=state, flags=frozenset(flags), reason=why, gres="", features=(), partitions=())
 
 
-def group(*pods: Pod, max_unavailable: int = 1) -> Group:
-    return Group(workerset=STS, update_revision="new", max_unavailable=max_unavailable, pods=pods)
+def group(*pods: WorkerPod, max_unavailable: int = 1, leaving: tuple[int, ...] = ()) -> Group:
+    return Group(workerset=STS, update_revision="new", max_unavailable=max_unavailable, pods=pods,
+                 leaving=frozenset(f"{STS}-{i}" for i in leaving))  # fmt: skip
 
 
-def pod(i: int, revision: str = "old", deleting: bool = False, leaving: bool = False) -> Pod:
-    return Pod(name=f"{STS}-{i}", ordinal=i, revision=revision, deleting=deleting, leaving=leaving)
+def pod(i: int, revision: str = "old", deleting: bool = False) -> WorkerPod:
+    return WorkerPod(name=f"{STS}-{i}", ordinal=i, template=revision, deleting=deleting)
 
 
 def nodes(*items: Node) -> dict[str, Node]:
@@ -50,7 +52,7 @@ def test_the_next_batch_waits_for_the_new_pod_to_register() -> None:
 
 def test_done_when_every_pod_runs_the_new_revision_and_leaving_pods_are_scale_ins() -> None:
     assert plan([group(pod(0, "new"), pod(1, "new"))], nodes(node(0), node(1))) == plan([], {})
-    leaving = group(pod(0, "new"), pod(1, leaving=True))
+    leaving = group(pod(0, "new"), pod(1), leaving=(1,))
     assert plan([leaving], nodes(node(0), node(1))) == plan([], {})
 
 

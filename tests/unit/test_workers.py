@@ -17,21 +17,26 @@ from warden.kube.fanout import Fanout
 from warden.slurm.model import Node, Reservation
 from warden.slurm.rest import SlurmRest
 from warden.slurmactions import SlurmActions
-from warden.workers import podset, registration
+from warden.workers import registration
 from warden.workers.controller import SlurmView, WorkerSets
+from warden.workers.pod import WorkerPod, ordinal
 
 NOW = datetime.datetime(2026, 11, 26, 12, 0, 0, tzinfo=datetime.UTC)
 CLUSTER = Ref("slurm.warden.dev/v1alpha1", "SlurmCluster", "hpc", "demo", "uid-demo")
 
 
 def test_a_pod_that_never_registers_is_made_afresh_after_the_timeout_only() -> None:
-    timeout = 300.0
-    assert registration.overdue([registration.Pod("a", timeout - 1)], set(), timeout) == []
-    assert registration.overdue([registration.Pod("a", None)], set(), timeout) == []
-    [(name, why)] = registration.overdue([registration.Pod("a", timeout + 5)], set(), timeout)
-    assert name == "a" and "without registering" in why
-    assert registration.overdue([registration.Pod("a", timeout + 5)], {"a"}, timeout) == []
-    assert registration.overdue([registration.Pod("a", timeout + 5, deleting=True)], set(), timeout) == []
+    timeout, now = 300.0, 10_000.0
+
+    def started(ago: float | None, deleting: bool = False) -> list[WorkerPod]:
+        return [WorkerPod("a", 0, deleting=deleting, slurmd_started=None if ago is None else now - ago)]
+
+    assert registration.overdue(started(timeout - 1), set(), timeout, now) == []
+    assert registration.overdue(started(None), set(), timeout, now) == []
+    [(name, why)] = registration.overdue(started(timeout + 5), set(), timeout, now)
+    assert name == "a" and "slurmd has run 305s without registering" in why
+    assert registration.overdue(started(timeout + 5), {"a"}, timeout, now) == []
+    assert registration.overdue(started(timeout + 5, deleting=True), set(), timeout, now) == []
 
 
 class FakeKube:
@@ -226,8 +231,8 @@ def test_ten_thousand_pods_are_made_without_ten_thousand_manifests_held_at_once(
 
 
 def test_pods_are_named_after_their_set_and_ordinal() -> None:
-    assert podset.ordinal("demo-worker-cpu", "demo-worker-cpu-12") == 12
-    assert podset.ordinal("demo-worker-cpu", "demo-worker-cpu-012") is None
+    assert ordinal("demo-worker-cpu", "demo-worker-cpu-12") == 12
+    assert ordinal("demo-worker-cpu", "demo-worker-cpu-012") is None
 
 
 def test_an_upgrade_waits_for_the_maintenance_window_with_the_nodes_reserved_then_goes_at_once() -> None:

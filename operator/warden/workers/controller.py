@@ -29,28 +29,16 @@ from warden.slurm.model import Job, Node, Reservation, SlurmError
 from warden.slurm.rest import SlurmRest
 from warden.slurmactions import SlurmActions
 from warden.workers import maintenance, podset, registration, rollout, scalein
+from warden.workers.pod import WorkerPod, read
 
 log = logging.getLogger(__name__)
 
 Key = tuple[str, str]  # (namespace, WorkerSet)
-Live = list[tuple[Manifest, "podset.Pod"]]  # a set's pods as read and as podset sees them
+Live = list[WorkerPod]  # a set's pods, as every step sees them (``warden.workers.pod``)
 
 #: the least time between two looks at one set: each look reads all its pods and may write its status,
 #: so a burst of pod events (10,000 pods turning Ready) costs a look a second, not a look per event
 LOOK_GAP_S = 1.0
-
-
-def parse_time(text: str) -> datetime.datetime:
-    return datetime.datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.UTC)
-
-
-def slurmd_running_for(pod: Manifest, now: datetime.datetime) -> float | None:
-    """Seconds the pod's slurmd container has run; None while it is not running."""
-    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
-        started = ((cs.get("state") or {}).get("running") or {}).get("startedAt")
-        if cs.get("name") == "slurmd" and started:
-            return (now - parse_time(started)).total_seconds()
-    return None
 
 
 @dataclass
@@ -243,15 +231,15 @@ class WorkerSets:
             return view
 
     def _read_pods(self, ws: Manifest) -> Live:
-        """The set's own pods (``<set>-<i>``, ended and leaving ones too), as read and as ``podset`` sees them."""
+        """The set's own pods (``<set>-<i>``, ended and leaving ones too), each read once for every step."""
         name = ws["metadata"]["name"]
         raw = self.kube.list("v1", "Pod", ws["metadata"]["namespace"], ws["spec"]["selector"]["matchLabels"])
-        return [(r, p) for r, p in ((r, podset.pod_of(name, r)) for r in raw) if p is not None]
+        return [p for p in (read(name, r) for r in raw) if p is not None]
 
     def _pods(self, ws: Manifest, read: Live, shrink: bool) -> bool:
         """Step 1: make missing pods, clear ended ones (and, with ``shrink``, those above the size)."""
         namespace, name = ws["metadata"]["namespace"], ws["metadata"]["name"]
-        todo = podset.plan(int(ws["spec"].get("replicas", 0)), [p for _, p in read], shrink)
+        todo = podset.plan(int(ws["spec"].get("replicas", 0)), read, shrink)
         for pod, why in todo.delete:
             log.info("WorkerSet %s/%s: deleting pod %s: %s", namespace, name, pod, why)
             self.kube.delete("v1", "Pod", namespace, pod, "Background")
@@ -283,7 +271,7 @@ class WorkerSets:
         group = scalein.Group(
             workerset=ws["metadata"]["name"],
             desired=int(ws["spec"].get("replicas", 0)),
-            pods=tuple(_scalein_pod(raw, p) for raw, p in live),
+            pods=tuple(live),
             timeout=float(timeout) if timeout is not None else None,
         )
         if len(group.pods) <= group.desired and not any(p.leaving_since for p in group.pods):
@@ -306,14 +294,12 @@ class WorkerSets:
     def _roll(self, ws: Manifest, view: SlurmView, live: Live, leaving: set[str]) -> bool:
         """Step 3: move pods to the set's current template without killing a job (``rollout``)."""
         namespace = ws["metadata"]["namespace"]
-        pods = tuple(
-            rollout.Pod(p.name, p.ordinal, p.template, deleting=p.deleting, leaving=p.name in leaving) for _, p in live
-        )
         group = rollout.Group(
             workerset=ws["metadata"]["name"],
             update_revision=podset.template_hash(ws),
             max_unavailable=int(ws["spec"].get("maxUnavailable", 1)),
-            pods=pods,
+            pods=tuple(live),
+            leaving=frozenset(leaving),
         )
         window = maintenance.Window.of(ws["spec"].get("maintenanceWindow"))
         now = maintenance.opening(window, view.read_at) if window is not None else None
@@ -361,9 +347,8 @@ class WorkerSets:
     def _registration(self, ws: Manifest, view: SlurmView, live: Live) -> bool:
         """Step 4: make afresh the pods whose slurmd never registered (``registration``)."""
         namespace = ws["metadata"]["namespace"]
-        pods = [registration.Pod(p.name, slurmd_running_for(raw, view.read_at), p.deleting) for raw, p in live]
         registered = {n.name for n in view.nodes.values() if n.state != "FUTURE"}  # FUTURE: slurm.conf's, unseen
-        todo = registration.overdue(pods, registered, self.register_timeout)
+        todo = registration.overdue(live, registered, self.register_timeout, view.read_at.timestamp())
         for pod, why in todo:
             note = f"{pod}: {why}; its WorkerSet makes it afresh"
             self._act(view, pod, partial(self._delete_pod, namespace, pod), "WorkerRecreated", note)
@@ -372,7 +357,7 @@ class WorkerSets:
     def _status(self, ws: Manifest, read: Live) -> None:
         """Step 5: the set's status, from its pods as they are after the steps above (and, with a maintenance
         window, when the one its upgrade waits for opens)."""
-        status = podset.status(ws, [p for _, p in read])
+        status = podset.status(ws, read)
         with self._lock:
             waits = self._window_waits.get((ws["metadata"]["namespace"], ws["metadata"]["name"]))
         if waits is not None and status["updatedReplicas"] < status["replicas"]:
@@ -386,14 +371,4 @@ class WorkerSets:
 
 def _live(read: Live, deleting: bool = False) -> Live:
     """The pods that have not ended; with ``deleting``, those going too."""
-    return [(raw, pod) for raw, pod in read if not pod.ended and (deleting or not pod.deleting)]
-
-
-def _scalein_pod(raw: Manifest, pod: podset.Pod) -> scalein.Pod:
-    since = (raw["metadata"].get("annotations") or {}).get(naming.LEAVING_ANNOTATION)
-    return scalein.Pod(
-        name=pod.name,
-        ordinal=pod.ordinal,
-        deleting=pod.deleting,
-        leaving_since=parse_time(since).timestamp() if since else None,
-    )
+    return [pod for pod in read if not pod.ended and (deleting or not pod.deleting)]

@@ -18,16 +18,7 @@ from dataclasses import dataclass, field
 
 from warden import naming
 from warden.render.pods import Manifest, content_hash
-
-
-@dataclass(frozen=True)
-class Pod:
-    name: str
-    ordinal: int
-    deleting: bool = False
-    ended: str = ""  # "Failed" or "Succeeded": the pod will not run again
-    ready: bool = False
-    template: str = ""  # the template hash it was made from
+from warden.workers.pod import WorkerPod
 
 
 @dataclass
@@ -40,32 +31,7 @@ def template_hash(workerset: Manifest) -> str:
     return content_hash(workerset["spec"]["template"])
 
 
-def ordinal(workerset: str, pod: str) -> int | None:
-    """The ordinal of ``<workerset>-<i>``; None for a name of another shape."""
-    head, sep, tail = pod.rpartition("-")
-    if head != workerset or not sep or not tail.isdigit() or (tail != "0" and tail.startswith("0")):
-        return None
-    return int(tail)
-
-
-def pod_of(workerset: str, raw: Manifest) -> Pod | None:
-    meta, status = raw["metadata"], raw.get("status") or {}
-    i = ordinal(workerset, meta["name"])
-    if i is None:
-        return None
-    phase = status.get("phase", "")
-    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
-    return Pod(
-        name=meta["name"],
-        ordinal=i,
-        deleting=bool(meta.get("deletionTimestamp")),
-        ended=phase if phase in ("Failed", "Succeeded") else "",
-        ready=ready,
-        template=(meta.get("annotations") or {}).get(naming.POD_TEMPLATE_ANNOTATION, ""),
-    )
-
-
-def plan(desired: int, pods: Iterable[Pod], shrink: bool) -> PodSetPlan:
+def plan(desired: int, pods: Iterable[WorkerPod], shrink: bool) -> PodSetPlan:
     """Pods to make and to delete so the set has ``desired`` of them.
 
     A pod being deleted still holds its ordinal (its name comes back only once it is gone), and still
@@ -122,7 +88,7 @@ def selector_text(selector: dict[str, str]) -> str:
     return ",".join(f"{k}={v}" for k, v in sorted(selector.items()))
 
 
-def status(workerset: Manifest, pods: Iterable[Pod]) -> Manifest:
+def status(workerset: Manifest, pods: Iterable[WorkerPod]) -> Manifest:
     """``status`` of a WorkerSet: what its scale subresource (an HPA) and `kubectl get` read."""
     current = template_hash(workerset)
     live = [p for p in pods if not p.deleting and not p.ended]

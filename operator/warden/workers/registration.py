@@ -5,22 +5,19 @@ slurmd that cannot reach slurmctld, or registered under another name, would othe
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable
-from dataclasses import dataclass
+
+from warden.workers.pod import WorkerPod
 
 
-@dataclass(frozen=True)
-class Pod:
-    name: str
-    #: seconds slurmd's container has run; None while it is not running
-    running_for: float | None
-    deleting: bool = False
-
-
-def overdue(pods: Iterable[Pod], registered: Collection[str], timeout: float) -> list[tuple[str, str]]:
-    """(pod, why) for each pod to make afresh; ``registered``: the node names slurmctld listed."""
+def overdue(
+    pods: Iterable[WorkerPod], registered: Collection[str], timeout: float, now: float
+) -> list[tuple[str, str]]:
+    """(pod, why) for each pod to make afresh; ``registered``: the node names slurmctld listed at ``now``
+    (epoch seconds)."""
     out = []
     for pod in sorted(pods, key=lambda p: p.name):
-        if pod.deleting or pod.name in registered or pod.running_for is None or pod.running_for <= timeout:
+        ran = None if pod.slurmd_started is None else now - pod.slurmd_started
+        if pod.deleting or pod.name in registered or ran is None or ran <= timeout:
             continue
-        out.append((pod.name, f"slurmd has run {pod.running_for:.0f}s without registering with slurmctld"))
+        out.append((pod.name, f"slurmd has run {ran:.0f}s without registering with slurmctld"))
     return out

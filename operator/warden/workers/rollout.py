@@ -21,15 +21,7 @@ from dataclasses import dataclass, field
 from warden.slurm import reasons
 from warden.slurm.model import Node
 from warden.workers.maintenance import Opening
-
-
-@dataclass(frozen=True)
-class Pod:
-    name: str
-    ordinal: int
-    revision: str
-    deleting: bool = False
-    leaving: bool = False  # picked by a scale-in: it goes, not upgraded
+from warden.workers.pod import WorkerPod
 
 
 @dataclass(frozen=True)
@@ -37,7 +29,9 @@ class Group:
     workerset: str
     update_revision: str
     max_unavailable: int
-    pods: tuple[Pod, ...]
+    pods: tuple[WorkerPod, ...]
+    #: pods a scale-in picked to leave: they go, not upgraded
+    leaving: frozenset[str] = frozenset()
 
 
 @dataclass
@@ -55,19 +49,19 @@ def plan(groups: Iterable[Group], nodes: Mapping[str, Node], window: Opening | N
     """``window``: the maintenance window now (None: upgrades need none)."""
     out = Rollout()
     for g in groups:
-        pods = [p for p in g.pods if not p.leaving]
-        old = sorted((p for p in pods if p.revision != g.update_revision and not p.deleting), key=lambda p: -p.ordinal)
+        pods = [p for p in g.pods if p.name not in g.leaving]
+        old = sorted((p for p in pods if p.template != g.update_revision and not p.deleting), key=lambda p: -p.ordinal)
         if not old or not g.update_revision:
             continue
         # in a window, every pod still to upgrade goes at once
         limit = len(pods) if window is not None else g.max_unavailable
 
-        def usable(p: Pod) -> bool:
+        def usable(p: WorkerPod) -> bool:
             node = nodes.get(p.name)
             return node is not None and not node.drained and not node.down
 
         # out of service for the upgrade: pods going, new ones not registered yet, old ones drained for it
-        unavailable = sum(1 for p in pods if p.deleting or (p.revision == g.update_revision and not usable(p)))
+        unavailable = sum(1 for p in pods if p.deleting or (p.template == g.update_revision and not usable(p)))
         draining = [p for p in old if (n := nodes.get(p.name)) is not None and n.drained
                     and n.reason.startswith(reasons.UPGRADE)]  # fmt: skip
         unavailable += len(draining)

@@ -25,21 +25,14 @@ from dataclasses import dataclass, field
 
 from warden.slurm import reasons
 from warden.slurm.model import Node
-
-
-@dataclass(frozen=True)
-class Pod:
-    name: str
-    ordinal: int
-    deleting: bool = False
-    leaving_since: float | None = None  # epoch seconds, from the pod's annotation
+from warden.workers.pod import WorkerPod
 
 
 @dataclass(frozen=True)
 class Group:
     workerset: str
     desired: int
-    pods: tuple[Pod, ...]
+    pods: tuple[WorkerPod, ...]
     timeout: float | None = None  # seconds a drained, still busy leaving node may wait
 
 
@@ -65,7 +58,7 @@ def ours(node: Node | None) -> bool:
 BUSY_TIER = 4
 
 
-def rank(pod: Pod, node: Node | None, ends: float | None) -> tuple[int, float, int]:
+def rank(pod: WorkerPod, node: Node | None, ends: float | None) -> tuple[int, float, int]:
     """Sort key: lower leaves first (see the module's order)."""
     if pod.leaving_since is not None:
         tier, when = 0, pod.leaving_since
