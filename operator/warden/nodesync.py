@@ -53,7 +53,7 @@ class WorkerPod:
 
 
 @dataclass(frozen=True)
-class Event:
+class PodEvent:
     reason: str  # one of warden.events.REASONS
     pod: str  # the worker pod (and Slurm node) it is about
     message: str
@@ -66,7 +66,7 @@ class Plan:
     drains: list[tuple[str, str]] = field(default_factory=list)  # (node, reason)
     resumes: list[str] = field(default_factory=list)
     delete_nodes: list[str] = field(default_factory=list)
-    events: list[Event] = field(default_factory=list)
+    events: list[PodEvent] = field(default_factory=list)
     summary: SlurmNodesStatus = field(default_factory=SlurmNodesStatus)
 
 
@@ -128,9 +128,9 @@ def plan(
             out.conditions[pod.name] = cond
             before = pod.condition.reason if pod.condition else None
             if cond.reason in UNUSABLE and UNUSABLE.get(before or "") != UNUSABLE[cond.reason]:
-                out.events.append(Event(UNUSABLE[cond.reason], pod.name, f"{pod.name}: {cond.message}"))
+                out.events.append(PodEvent(UNUSABLE[cond.reason], pod.name, f"{pod.name}: {cond.message}"))
             elif cond.status == "True" and before in UNUSABLE:
-                out.events.append(Event("SlurmNodeUsable", pod.name, f"{pod.name}: {cond.message}"))
+                out.events.append(PodEvent("SlurmNodeUsable", pod.name, f"{pod.name}: {cond.message}"))
         busy = node is not None and node.busy
         if busy != pod.busy_label:
             out.busy[pod.name] = busy

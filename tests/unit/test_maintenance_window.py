@@ -12,7 +12,7 @@ from warden.slurm.model import Node, reservations_from_doc
 from warden.slurm.model import Reservation as Held
 from warden.workers import maintenance
 from warden.workers.maintenance import Opening, Window, opening, wanted
-from warden.workers.pod import WorkerPod
+from warden.workers.pod import SetPod
 from warden.workers.rollout import Group, plan, reason
 
 UTC = datetime.UTC
@@ -87,8 +87,8 @@ def node(i: int, state: str = "IDLE", *flags: str, why: str = "") -> Node:
     return Node(name=f"{STS}-{i}", state=state, flags=frozenset(flags), reason=why, gres="", features=(), partitions=())
 
 
-def pods(*templates: str) -> tuple[WorkerPod, ...]:
-    return tuple(WorkerPod(f"{STS}-{i}", i, template=t) for i, t in enumerate(templates))
+def pods(*templates: str) -> tuple[SetPod, ...]:
+    return tuple(SetPod(f"{STS}-{i}", i, template=t) for i, t in enumerate(templates))
 
 
 def test_with_the_window_closed_nothing_is_drained_and_every_old_pod_waits() -> None:

@@ -11,14 +11,14 @@ from warden.model import parse_spec
 from warden.render.cluster import render
 from warden.render.context import Cluster
 from warden.workers.controller import WorkQueue
-from warden.workers.pod import WorkerPod, ordinal, read
+from warden.workers.pod import SetPod, ordinal, read
 from warden.workers.podset import plan, pod_manifest, status, template_hash
 
 WS = "demo-worker-cpu"
 
 
-def pod(i: int, **kw: object) -> WorkerPod:
-    return WorkerPod(name=f"{WS}-{i}", ordinal=i, **kw)  # type: ignore[arg-type]
+def pod(i: int, **kw: object) -> SetPod:
+    return SetPod(name=f"{WS}-{i}", ordinal=i, **kw)  # type: ignore[arg-type]
 
 
 def worker_set(replicas: int = 2) -> dict:  # type: ignore[type-arg]
@@ -107,7 +107,7 @@ def test_only_the_sets_own_pod_names_have_ordinals() -> None:
         "metadata": {"name": f"{WS}-1", "annotations": {naming.POD_TEMPLATE_ANNOTATION: "h"}},
         "status": {"phase": "Failed", "conditions": [{"type": "Ready", "status": "True"}]},
     }
-    assert read(WS, raw) == WorkerPod(name=f"{WS}-1", ordinal=1, ended="Failed", ready=True, template="h")
+    assert read(WS, raw) == SetPod(name=f"{WS}-1", ordinal=1, ended="Failed", ready=True, template="h")
     # picked by a scale-in, its slurmd running: both as epoch seconds
     raw["metadata"]["annotations"][naming.LEAVING_ANNOTATION] = "2026-11-29T10:00:00Z"
     raw["status"]["containerStatuses"] = [

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from warden.slurm.model import Node
 from warden.slurm.reasons import UPGRADE as UPGRADE_PREFIX
-from warden.workers.pod import WorkerPod
+from warden.workers.pod import SetPod
 from warden.workers.rollout import Group, plan, reason
 
 STS = "demo-worker-cpu"
@@ -14,13 +14,13 @@ def node(i: int, state: str = "IDLE", *flags: str, why: str = "") -> Node:
     return Node(name=f"{STS}-{i}", state=state, flags=frozenset(flags), reason=why, gres="", features=(), partitions=())
 
 
-def group(*pods: WorkerPod, max_unavailable: int = 1, leaving: tuple[int, ...] = ()) -> Group:
+def group(*pods: SetPod, max_unavailable: int = 1, leaving: tuple[int, ...] = ()) -> Group:
     return Group(workerset=STS, update_revision="new", max_unavailable=max_unavailable, pods=pods,
                  leaving=frozenset(f"{STS}-{i}" for i in leaving))  # fmt: skip
 
 
-def pod(i: int, revision: str = "old", deleting: bool = False) -> WorkerPod:
-    return WorkerPod(name=f"{STS}-{i}", ordinal=i, template=revision, deleting=deleting)
+def pod(i: int, revision: str = "old", deleting: bool = False) -> SetPod:
+    return SetPod(name=f"{STS}-{i}", ordinal=i, template=revision, deleting=deleting)
 
 
 def nodes(*items: Node) -> dict[str, Node]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from warden.slurm.model import Node
 from warden.slurm.reasons import SCALE_IN as SCALE_IN_PREFIX
-from warden.workers.pod import WorkerPod
+from warden.workers.pod import SetPod
 from warden.workers.scalein import Group, plan, reason
 
 WS = "demo-worker-cpu"
@@ -20,11 +20,11 @@ def nodes(*items: Node) -> dict[str, Node]:
     return {n.name: n for n in items}
 
 
-def pod(i: int, since: float | None = None, deleting: bool = False) -> WorkerPod:
-    return WorkerPod(name=f"{WS}-{i}", ordinal=i, deleting=deleting, leaving_since=since)
+def pod(i: int, since: float | None = None, deleting: bool = False) -> SetPod:
+    return SetPod(name=f"{WS}-{i}", ordinal=i, deleting=deleting, leaving_since=since)
 
 
-def group(desired: int, *pods: WorkerPod, timeout: float | None = None) -> Group:
+def group(desired: int, *pods: SetPod, timeout: float | None = None) -> Group:
     return Group(workerset=WS, desired=desired, pods=pods, timeout=timeout)
 
 

@@ -19,7 +19,7 @@ from warden.slurm.rest import SlurmRest
 from warden.slurmactions import SlurmActions
 from warden.workers import registration
 from warden.workers.controller import SlurmView, WorkerSets
-from warden.workers.pod import WorkerPod, ordinal
+from warden.workers.pod import SetPod, ordinal
 
 NOW = datetime.datetime(2026, 11, 26, 12, 0, 0, tzinfo=datetime.UTC)
 CLUSTER = Ref("slurm.warden.dev/v1alpha1", "SlurmCluster", "hpc", "demo", "uid-demo")
@@ -28,8 +28,8 @@ CLUSTER = Ref("slurm.warden.dev/v1alpha1", "SlurmCluster", "hpc", "demo", "uid-d
 def test_a_pod_that_never_registers_is_made_afresh_after_the_timeout_only() -> None:
     timeout, now = 300.0, 10_000.0
 
-    def started(ago: float | None, deleting: bool = False) -> list[WorkerPod]:
-        return [WorkerPod("a", 0, deleting=deleting, slurmd_started=None if ago is None else now - ago)]
+    def started(ago: float | None, deleting: bool = False) -> list[SetPod]:
+        return [SetPod("a", 0, deleting=deleting, slurmd_started=None if ago is None else now - ago)]
 
     assert registration.overdue(started(timeout - 1), set(), timeout, now) == []
     assert registration.overdue(started(None), set(), timeout, now) == []

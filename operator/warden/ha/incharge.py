@@ -22,7 +22,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from warden import naming
-from warden.nodesync import Event, PodCondition
+from warden.nodesync import PodCondition, PodEvent
 from warden.slurm.rest import ControllerPing
 
 #: the pod condition type that says whether a controller pod's slurmctld is the one in charge
@@ -41,7 +41,7 @@ class Plan:
     #: the controller in charge now; None when none answered the ping
     in_charge: str | None = None
     conditions: dict[str, PodCondition] = field(default_factory=dict)  # pod -> changed condition
-    events: list[Event] = field(default_factory=list)
+    events: list[PodEvent] = field(default_factory=list)
 
 
 def in_charge(pings: Iterable[ControllerPing]) -> str | None:
@@ -74,5 +74,5 @@ def plan(pods: Iterable[ControllerPod], pings: Iterable[ControllerPing], previou
             out.conditions[pod.name] = cond
     if out.in_charge is not None and previous is not None and out.in_charge != previous:
         message = f"slurmctld in charge moved from {previous} to {out.in_charge}"
-        out.events.append(Event("ControllerTakeover", out.in_charge, message))
+        out.events.append(PodEvent("ControllerTakeover", out.in_charge, message))
     return out

@@ -11,7 +11,8 @@ each round of the Slurm sync (which hands it what slurmctld said), and runs the 
 5. status: the set's replicas, ready and updated pods (``podset.status``).
 
 Steps 2 to 4 need Slurm's word: they run once per round of the Slurm sync, never on an older one.
-Each look reads the set's pods once, as ``pod.WorkerPod`` (phase, template, scale-in pick, slurmd's start),
-and hands that one view to every step. The planners are pure; the controller alone reads and writes. The Slurm sync (``warden.slurmsync``)
-keeps what is not one set's: pod conditions, cordons, ghost node records, the cluster's status.
+Each look reads the set's pods once, as ``pod.SetPod`` (phase, template, scale-in pick, slurmd's start),
+and hands that one view to every step. The planners are pure; the controller alone reads and writes.
+The Slurm sync (``warden.slurmsync``) keeps what is not one set's: pod conditions, cordons, ghost node
+records, the cluster's status.
 """

@@ -29,12 +29,12 @@ from warden.slurm.model import Job, Node, Reservation, SlurmError
 from warden.slurm.rest import SlurmRest
 from warden.slurmactions import SlurmActions
 from warden.workers import maintenance, podset, registration, rollout, scalein
-from warden.workers.pod import WorkerPod, read
+from warden.workers.pod import SetPod, read
 
 log = logging.getLogger(__name__)
 
 Key = tuple[str, str]  # (namespace, WorkerSet)
-Live = list[WorkerPod]  # a set's pods, as every step sees them (``warden.workers.pod``)
+Live = list[SetPod]  # a set's pods, as every step sees them (``warden.workers.pod``)
 
 #: the least time between two looks at one set: each look reads all its pods and may write its status,
 #: so a burst of pod events (10,000 pods turning Ready) costs a look a second, not a look per event

@@ -11,7 +11,7 @@ from warden.render.pods import Manifest
 
 
 @dataclass(frozen=True)
-class WorkerPod:
+class SetPod:
     name: str
     ordinal: int
     deleting: bool = False
@@ -36,7 +36,7 @@ def ordinal(workerset: str, pod: str) -> int | None:
     return int(tail)
 
 
-def read(workerset: str, raw: Manifest) -> WorkerPod | None:
+def read(workerset: str, raw: Manifest) -> SetPod | None:
     """The view of one of the set's pods; None for a pod whose name is not ``<workerset>-<i>``."""
     meta, status = raw["metadata"], raw.get("status") or {}
     i = ordinal(workerset, meta["name"])
@@ -45,7 +45,7 @@ def read(workerset: str, raw: Manifest) -> WorkerPod | None:
     phase = status.get("phase", "")
     annotations = meta.get("annotations") or {}
     since = annotations.get(naming.LEAVING_ANNOTATION)
-    return WorkerPod(
+    return SetPod(
         name=meta["name"],
         ordinal=i,
         deleting=bool(meta.get("deletionTimestamp")),

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from warden import naming
 from warden.render.pods import Manifest, content_hash
-from warden.workers.pod import WorkerPod
+from warden.workers.pod import SetPod
 
 
 @dataclass
@@ -31,7 +31,7 @@ def template_hash(workerset: Manifest) -> str:
     return content_hash(workerset["spec"]["template"])
 
 
-def plan(desired: int, pods: Iterable[WorkerPod], shrink: bool) -> PodSetPlan:
+def plan(desired: int, pods: Iterable[SetPod], shrink: bool) -> PodSetPlan:
     """Pods to make and to delete so the set has ``desired`` of them.
 
     A pod being deleted still holds its ordinal (its name comes back only once it is gone), and still
@@ -88,7 +88,7 @@ def selector_text(selector: dict[str, str]) -> str:
     return ",".join(f"{k}={v}" for k, v in sorted(selector.items()))
 
 
-def status(workerset: Manifest, pods: Iterable[WorkerPod]) -> Manifest:
+def status(workerset: Manifest, pods: Iterable[SetPod]) -> Manifest:
     """``status`` of a WorkerSet: what its scale subresource (an HPA) and `kubectl get` read."""
     current = template_hash(workerset)
     live = [p for p in pods if not p.deleting and not p.ended]

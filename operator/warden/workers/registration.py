@@ -6,12 +6,10 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable
 
-from warden.workers.pod import WorkerPod
+from warden.workers.pod import SetPod
 
 
-def overdue(
-    pods: Iterable[WorkerPod], registered: Collection[str], timeout: float, now: float
-) -> list[tuple[str, str]]:
+def overdue(pods: Iterable[SetPod], registered: Collection[str], timeout: float, now: float) -> list[tuple[str, str]]:
     """(pod, why) for each pod to make afresh; ``registered``: the node names slurmctld listed at ``now``
     (epoch seconds)."""
     out = []

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from warden.slurm import reasons
 from warden.slurm.model import Node
 from warden.workers.maintenance import Opening
-from warden.workers.pod import WorkerPod
+from warden.workers.pod import SetPod
 
 
 @dataclass(frozen=True)
@@ -29,7 +29,7 @@ class Group:
     workerset: str
     update_revision: str
     max_unavailable: int
-    pods: tuple[WorkerPod, ...]
+    pods: tuple[SetPod, ...]
     #: pods a scale-in picked to leave: they go, not upgraded
     leaving: frozenset[str] = frozenset()
 
@@ -56,7 +56,7 @@ def plan(groups: Iterable[Group], nodes: Mapping[str, Node], window: Opening | N
         # in a window, every pod still to upgrade goes at once
         limit = len(pods) if window is not None else g.max_unavailable
 
-        def usable(p: WorkerPod) -> bool:
+        def usable(p: SetPod) -> bool:
             node = nodes.get(p.name)
             return node is not None and not node.drained and not node.down
 

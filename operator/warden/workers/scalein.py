@@ -25,14 +25,14 @@ from dataclasses import dataclass, field
 
 from warden.slurm import reasons
 from warden.slurm.model import Node
-from warden.workers.pod import WorkerPod
+from warden.workers.pod import SetPod
 
 
 @dataclass(frozen=True)
 class Group:
     workerset: str
     desired: int
-    pods: tuple[WorkerPod, ...]
+    pods: tuple[SetPod, ...]
     timeout: float | None = None  # seconds a drained, still busy leaving node may wait
 
 
@@ -58,7 +58,7 @@ def ours(node: Node | None) -> bool:
 BUSY_TIER = 4
 
 
-def rank(pod: WorkerPod, node: Node | None, ends: float | None) -> tuple[int, float, int]:
+def rank(pod: SetPod, node: Node | None, ends: float | None) -> tuple[int, float, int]:
     """Sort key: lower leaves first (see the module's order)."""
     if pod.leaving_since is not None:
         tier, when = 0, pod.leaving_since
