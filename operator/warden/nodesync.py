@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from warden.kube.manifest import Manifest
 from warden.model import DrainedNode, SlurmNodesStatus
 from warden.slurm import confighash, reasons
 from warden.slurm.model import Node
@@ -68,6 +69,25 @@ class Plan:
     delete_nodes: list[str] = field(default_factory=list)
     events: list[PodEvent] = field(default_factory=list)
     summary: SlurmNodesStatus = field(default_factory=SlurmNodesStatus)
+
+
+def pod_condition(pod: Manifest, type_: str) -> PodCondition | None:
+    """The pod's condition of that type, as it carries it now."""
+    condition = None
+    for c in (pod.get("status") or {}).get("conditions") or []:
+        if c.get("type") == type_:
+            condition = PodCondition(c.get("status", ""), c.get("reason", ""), c.get("message", ""))
+    return condition
+
+
+def condition_manifest(type_: str, cond: PodCondition, stamp: str) -> Manifest:
+    return {
+        "type": type_,
+        "status": cond.status,
+        "reason": cond.reason,
+        "message": cond.message,
+        "lastTransitionTime": stamp,
+    }
 
 
 def condition_of(node: Node | None) -> PodCondition:

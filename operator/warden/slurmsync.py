@@ -5,7 +5,7 @@ list, however many nodes), plan (``warden.nodesync``) and
 carry out what concerns the whole cluster: pod conditions, drains and resumes for cordoned Kubernetes
 nodes and for the node conditions the spec names (``warden.nodeconditions``), ghost node records
 deleted, Events, and the status's Slurm view. With backup controllers it also
-pings them and marks the controller pods with which slurmctld is in charge (``warden.ha.incharge``).
+pings them and marks the controller pods with which slurmctld is in charge (``warden.ha.sync``).
 Then the round is handed to the WorkerSet controller (``warden.workers``), whose sets act on it:
 scale-in, upgrades, pods that never registered.
 
@@ -31,8 +31,7 @@ from kubernetes.client.exceptions import ApiException
 
 from warden import naming, opmetrics, tokens
 from warden.events import Event, Ref
-from warden.ha import incharge
-from warden.ha.incharge import ControllerPod
+from warden.ha import sync as ha_sync
 from warden.kube.apply import Owner
 from warden.kube.client import Kube
 from warden.kube.events import EventRecorder
@@ -46,7 +45,7 @@ from warden.model import (
 )
 from warden.naming import Names
 from warden.nodeconditions.sync import NodeConditionDrains
-from warden.nodesync import CONDITION, PodCondition, WorkerPod, plan
+from warden.nodesync import CONDITION, WorkerPod, condition_manifest, plan, pod_condition
 from warden.render.context import Cluster
 from warden.render.pods import Manifest
 from warden.slurm.model import SlurmError
@@ -81,15 +80,6 @@ class Settings:
         return self.restapi_url.replace("{namespace}", names.namespace).replace("{name}", names.cluster)
 
 
-def pod_condition(pod: Manifest, type_: str) -> PodCondition | None:
-    """The pod's condition of that type, as it carries it now."""
-    condition = None
-    for c in (pod.get("status") or {}).get("conditions") or []:
-        if c.get("type") == type_:
-            condition = PodCondition(c.get("status", ""), c.get("reason", ""), c.get("message", ""))
-    return condition
-
-
 def worker_pod(pod: Manifest) -> WorkerPod:
     meta, spec = pod["metadata"], pod.get("spec") or {}
     return WorkerPod(
@@ -100,25 +90,6 @@ def worker_pod(pod: Manifest) -> WorkerPod:
         busy_label=(meta.get("labels") or {}).get(naming.BUSY_LABEL) == "true",
         group=(meta.get("labels") or {}).get(naming.WORKER_GROUP_LABEL),
     )
-
-
-def controller_pod(pod: Manifest) -> ControllerPod:
-    meta = pod["metadata"]
-    return ControllerPod(
-        name=meta["name"],
-        condition=pod_condition(pod, incharge.CONDITION),
-        deleting=bool(meta.get("deletionTimestamp")),
-    )
-
-
-def condition_manifest(type_: str, cond: PodCondition, stamp: str) -> Manifest:
-    return {
-        "type": type_,
-        "status": cond.status,
-        "reason": cond.reason,
-        "message": cond.message,
-        "lastTransitionTime": stamp,
-    }
 
 
 class SlurmSync:
@@ -220,17 +191,14 @@ class SlurmSync:
         except SlurmError as e:
             log.warning("SlurmCluster %s/%s: %s", namespace, name, e)
             return True
-        charge = self._ask_controllers(body, rest) if spec.controller.has_backup else None
+        charge = ha_sync.ask(api, body, rest) if spec.controller.has_backup else None
         slurmctld = Slurmctld(answers=True, in_charge=charge.in_charge if charge else None)
         self._tell_slurmctld(body, slurmctld)
         now = datetime.datetime.now(datetime.UTC)
         stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
         cluster = Ref.of(body)
         if charge is not None:
-            for pod_name, cond in charge.conditions.items():
-                api.set_pod_condition(namespace, pod_name, condition_manifest(incharge.CONDITION, cond, stamp))
-            for event in charge.events:
-                self.recorder.post_event(Event(cluster, event.reason, event.message, Ref.pod(namespace, event.pod)))
+            ha_sync.carry_out(api, self.recorder, body, charge, stamp)
         pods = [worker_pod(p) for p in api.list("v1", "Pod", namespace, names.selector("worker"))]
         cordoned = dict.fromkeys(api.cordoned_nodes(), True)
         todo = plan(pods, nodes, cordoned)
@@ -272,21 +240,6 @@ class SlurmSync:
         view = SlurmView(next(self._rounds), cluster, {n.name: n for n in nodes}, rest, now)
         self.workers.observed(view, [ws["metadata"]["name"] for ws in sets])
         return True
-
-    def _ask_controllers(self, body: Manifest, rest: SlurmRest) -> incharge.Plan | None:
-        """With backup controllers: which slurmctld is in charge (slurmrestd's ping), planned against the
-        controller pods' conditions and the one status recorded. None when the ping itself failed: the
-        reads just answered, so that is a passing doubt; pods and status keep what they say."""
-        meta = body["metadata"]
-        try:
-            pings = rest.pings()
-        except SlurmError as e:
-            log.warning("SlurmCluster %s/%s: %s", meta["namespace"], meta["name"], e)
-            return None
-        names = Names(cluster=meta["name"], namespace=meta["namespace"])
-        raw_pods = self.kube.list("v1", "Pod", meta["namespace"], names.selector("controller"))
-        previous = (body.get("status") or {}).get("slurmctldInCharge")
-        return incharge.plan([controller_pod(p) for p in raw_pods], pings, previous)
 
     def _tell_slurmctld(self, body: Manifest, slurmctld: Slurmctld) -> None:
         """An Event when slurmctld stopped or started answering again, as told by the status this round
