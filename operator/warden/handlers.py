@@ -39,6 +39,7 @@ from warden.configcheck.render import COMPONENT as CONFIG_CHECK
 from warden.directorysync import DirectorySync
 from warden.directorysync import Settings as DirectorySettings
 from warden.events import Event, Ref
+from warden.imagepulls import PullWatch
 from warden.kube import kinds, storedversions
 from warden.kube.apply import Applier, ApplyResult, Owner
 from warden.kube.client import Kube, api_client
@@ -57,7 +58,7 @@ from warden.model import (
     previous_status,
 )
 from warden.naming import BRIDGE_FIELD_MANAGER, FIELD_MANAGER
-from warden.observe import health_report, image_pull_failures
+from warden.observe import health_report
 from warden.reconcile import Outcome, pin_images, reconcile, refresh_status
 from warden.render.context import Cluster, ServiceAccountRef
 from warden.slurmactions import SlurmActions
@@ -73,7 +74,6 @@ MANAGED = {"app.kubernetes.io/managed-by": "warden"}
 MANAGED_SELECTOR = "app.kubernetes.io/managed-by=warden"
 USER_AGENT = "warden-operator"
 COMPONENT, HEALTH = "app.kubernetes.io/component", "health-check"
-INSTANCE = "app.kubernetes.io/instance"
 RETRY_DELAY_SECONDS = 10
 #: how soon a reconcile waiting for Slurm's check of a new configuration looks again (``warden.configcheck``)
 CHECK_DELAY_SECONDS = 3
@@ -105,7 +105,7 @@ class State:
         #: again soon: no spec change makes kopf retry it)
         self.rechecks: set[tuple[str, str]] = set()
         #: pods that could not pull an image when last seen (their cluster's status looks again when they can)
-        self.pulls_failing: set[tuple[str, str]] = set()
+        self.pulls = PullWatch()
 
     @property
     def slurm_required(self) -> bool:
@@ -561,24 +561,18 @@ def worker_set_changed(type: str | None, body: kopf.Body, meta: kopf.Meta, names
 def _pod_images(type_: str, pod: Mapping[str, Any]) -> None:
     """A pod of a cluster cannot pull an image (or could not, and now can, or is gone): its cluster's
     status looks again (ImagesPulled), and each failed pull is told with the kubelet's words (an Event
-    about the cluster, the pod related; a repeat counts up its series)."""
-    meta = pod["metadata"]
-    namespace, cluster = str(meta.get("namespace")), (meta.get("labels") or {}).get(INSTANCE)
-    key = (namespace, str(meta.get("name")))
-    failures = [] if type_ == "DELETED" else image_pull_failures(dict(pod))
-    if cluster is None or (not failures and key not in STATE.pulls_failing):
+    about the cluster, the pod related; a repeat counts up its series). ``warden.imagepulls`` decides."""
+    change = STATE.pulls.seen(type_, pod)
+    if change is None:
         return
-    if failures:
-        STATE.pulls_failing.add(key)
-    else:
-        STATE.pulls_failing.discard(key)
-    _refresh(namespace, cluster)
-    told = [f for f in failures if f.reason != "ImagePullBackOff"]  # the back-off repeats no new words
-    body = kube().get(f"{API_GROUP}/{API_VERSION}", "SlurmCluster", namespace, cluster) if told else None
+    _refresh(change.namespace, change.cluster)
+    if not change.tell:
+        return
+    body = kube().get(f"{API_GROUP}/{API_VERSION}", "SlurmCluster", change.namespace, change.cluster)
     if body is None:
         return
-    for f in told:
-        _say(body, "ImagePullFailed", f"{f.image}: {f.reason}: {f.message}", Ref.pod(namespace, f.pod))
+    for f in change.tell:
+        _say(body, "ImagePullFailed", f"{f.image}: {f.reason}: {f.message}", Ref.pod(change.namespace, f.pod))
 
 
 def _pod_changed(type_: str, pod: Mapping[str, Any]) -> None:

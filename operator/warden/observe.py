@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from warden import imagepulls
 from warden.kube.client import Kube
 from warden.model import API_GROUP, API_VERSION, WORKER_SET_KIND
 from warden.naming import SLURM_SERIES_ENV
@@ -13,7 +14,7 @@ from warden.render.context import Cluster
 from warden.render.health import REPORT_KEY
 from warden.render.pods import Manifest
 from warden.slurm import confighash
-from warden.status import ImagePull, Observed, Workload, backup_status
+from warden.status import Observed, Workload, backup_status
 from warden.upgrade import planner
 
 #: the pods whose Slurm series an upgrade follows, by their component label
@@ -96,35 +97,6 @@ def slurm_parts(
     )
 
 
-#: a container's waiting reasons that mean its image cannot be had (the kubelet's words)
-PULL_FAILURES = frozenset({"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"})
-
-
-def image_pull_failures(pod: Manifest) -> list[ImagePull]:
-    """The containers of ``pod`` (init containers too) whose image the kubelet cannot pull."""
-    spec, status = pod.get("spec") or {}, pod.get("status") or {}
-
-    def named(container: str) -> str:  # a status names no image until the kubelet has it: the spec does
-        for c in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
-            if c.get("name") == container:
-                return str(c.get("image") or "")
-        return ""
-
-    out = []
-    for cs in [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]:
-        waiting = (cs.get("state") or {}).get("waiting") or {}
-        if waiting.get("reason") in PULL_FAILURES:
-            out.append(
-                ImagePull(
-                    pod=pod["metadata"]["name"],
-                    image=named(str(cs.get("name"))) or str(cs.get("image") or ""),
-                    reason=str(waiting["reason"]),
-                    message=str(waiting.get("message", "")),
-                )
-            )
-    return out
-
-
 def health_report(cm: Manifest | None) -> dict[str, Any] | None:
     if cm is None:
         return None
@@ -193,7 +165,7 @@ def observe(kube: Kube, cluster: Cluster, slurmd_versions: dict[str, int] | None
         accounting=accounting,
         health_report=report,
         parts=slurm_parts(pods, job, desired, slurmd_versions),
-        image_pulls=tuple(f for pod in pods for f in image_pull_failures(pod)),
+        image_pulls=tuple(f for pod in pods for f in imagepulls.failures(pod)),
         jail_backup=jail_backup,
         config_stamp=confighash.of_text(((slurm_config or {}).get("data") or {}).get(confighash.SLURM_CONF, "")),
     )

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from warden import imagepulls
 from warden.configcheck.render import Verdict
 from warden.ldapcheck import DirectoryCheck
 from warden.model import (
@@ -52,16 +53,6 @@ class Slurmctld:
     in_charge: str | None = None
 
 
-@dataclass(frozen=True)
-class ImagePull:
-    """A container whose image the kubelet cannot pull: its pod, the image, the kubelet's reason and words."""
-
-    pod: str
-    image: str
-    reason: str
-    message: str = ""
-
-
 #: ControllerReady's reason while slurmctld's pod may be Ready but slurmctld answers no reads
 UNRESPONSIVE = "SlurmctldUnresponsive"
 
@@ -85,7 +76,7 @@ class Observed:
     #: how spec.identity.ldap's directory answered (``warden.directorysync``); None: not checked this time
     directory: DirectoryCheck | None = None
     #: the containers whose image cannot be pulled now
-    image_pulls: tuple[ImagePull, ...] = ()
+    image_pulls: tuple[imagepulls.ImagePull, ...] = ()
     #: what Slurm's check said of the rendered configuration (``warden.configcheck``); None: not asked this
     #: time (the last word stands)
     config_check: Verdict | None = None
@@ -326,7 +317,7 @@ def fold(
                 observed_generation=generation,
             )
 
-    images = images_condition(observed.image_pulls, cond)
+    images = imagepulls.condition(observed.image_pulls, cond)
     running = config_running_condition(observed.config_stamp, slurm, prev, now, cond)
     config = config_condition(observed.config_check, cond, prev)
     config_held = config is not None and config.reason in ("SlurmRefusedConfig", "SlurmConfigCheckFailed")
@@ -437,29 +428,6 @@ def _seconds_between(earlier: str, later: str) -> float:
     except ValueError:
         return 0.0
     return (b - a).total_seconds()
-
-
-#: ImagesPulled's reason while a pod cannot pull its image
-PULL_FAILED = "ImagePullFailed"
-
-
-def images_condition(failures: tuple[ImagePull, ...], cond: Callable[[str, bool, str, str], Condition]) -> Condition:
-    """ImagesPulled: False while any pod of the cluster cannot pull an image, naming each pod and image (the
-    same words whether the kubelet is trying or backing off, so status does not flicker)."""
-    if not failures:
-        return cond("ImagesPulled", True, "ImagesPulled", "every pod has its images")
-    pairs = sorted({(f.pod, f.image) for f in failures})
-    shown = ", ".join(f"{pod} ({image})" for pod, image in pairs[:5]) + (
-        f" and {len(pairs) - 5} more" if len(pairs) > 5 else ""
-    )
-    return cond(
-        "ImagesPulled",
-        False,
-        PULL_FAILED,
-        f"{len(pairs)} container(s) cannot pull their image: {shown}. Check the image names (spec.images, the "
-        "operator's image.registry), that the registry answers, and spec.images.pullSecrets "
-        "(`kubectl describe pod` has the kubelet's words)",
-    )
 
 
 def spec_images(spec: SlurmClusterSpec) -> dict[str, str]:

@@ -9,12 +9,13 @@ import pytest
 from pydantic import ValidationError
 
 from warden import __version__
+from warden.imagepulls import ImagePull, PullWatch
+from warden.imagepulls import failures as image_pull_failures
 from warden.model import IMAGE_REGISTRY_ENV, SlurmClusterStatus, parse_spec, parse_spec_unknown
-from warden.observe import image_pull_failures
 from warden.reconcile import pin_images
 from warden.render.cluster import pod_spec, render
 from warden.render.context import Cluster
-from warden.status import ImagePull, Observed, fold
+from warden.status import Observed, fold
 
 SPEC: dict[str, Any] = {
     "workerGroups": [{"name": "cpu"}, {"name": "gpu", "gpus": {"count": 1}}],
@@ -157,3 +158,28 @@ def test_a_cluster_keeps_the_images_it_was_made_with_when_the_operator_is_upgrad
     assert moved.image("login") == "warden/login:0.3.0"
     with pytest.raises(ValidationError, match="version"):
         parse_spec({**SPEC, "images": {"version": "not a tag"}})
+
+
+def test_a_pod_event_makes_its_cluster_look_again_only_while_or_once_it_cannot_pull() -> None:
+    watch = PullWatch()
+    failing = _pod("demo-worker-cpu-0", _waiting("r.example.com/warden/worker:1", "ErrImagePull", "401"))
+    failing["metadata"].update(namespace="hpc", labels={"app.kubernetes.io/instance": "demo"})
+    pulled = _pod("demo-worker-cpu-0", ("r.example.com/warden/worker:1", {"running": {}}))
+    pulled["metadata"].update(namespace="hpc", labels={"app.kubernetes.io/instance": "demo"})
+    # a pod that pulls fine, never failed: nothing to look at
+    assert watch.seen("MODIFIED", pulled) is None
+    change = watch.seen("MODIFIED", failing)
+    assert change is not None and (change.namespace, change.cluster) == ("hpc", "demo")
+    assert [(f.pod, f.reason, f.message) for f in change.tell] == [("demo-worker-cpu-0", "ErrImagePull", "401")]
+    # the kubelet backing off: the cluster looks again, nothing new is told
+    backoff = _pod("demo-worker-cpu-0", _waiting("r.example.com/warden/worker:1", "ImagePullBackOff", "Back-off"))
+    backoff["metadata"].update(namespace="hpc", labels={"app.kubernetes.io/instance": "demo"})
+    assert (later := watch.seen("MODIFIED", backoff)) is not None and later.tell == ()
+    # it pulled: once more (ImagesPulled turns True), then quiet again
+    assert (healed := watch.seen("MODIFIED", pulled)) is not None and healed.tell == ()
+    assert watch.seen("MODIFIED", pulled) is None
+    # a failing pod deleted: its cluster looks again once; a pod of no cluster never matters
+    watch.seen("MODIFIED", failing)
+    assert watch.seen("DELETED", failing) is not None and watch.seen("DELETED", failing) is None
+    del failing["metadata"]["labels"]
+    assert watch.seen("MODIFIED", failing) is None

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
+from warden.imagepulls import failures as image_pull_failures
 from warden.kube.cache import matches, newer, slim_pod, without_managed_fields
 from warden.kube.fanout import Fanout, batches
-from warden.observe import image_pull_failures
 
 POD: dict[str, Any] = {
     "apiVersion": "v1",
