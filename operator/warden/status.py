@@ -142,6 +142,10 @@ def config_condition(
     return cond(CONFIG_CONDITION, verdict.state == "Accepted", CONFIG_REASONS[verdict.state], config_message(verdict))
 
 
+#: a condition of this round: (type, ok, reason, message) stamped with the round's time and generation
+Cond = Callable[[str, bool, str, str], Condition]
+
+
 def fold(
     spec: SlurmClusterSpec,
     generation: int,
@@ -172,48 +176,9 @@ def fold(
     def cond(type_: str, ok: bool, reason: str, message: str) -> Condition:
         return _condition(type_, ok, reason, message, prev, now, generation)
 
-    # Jail
-    if observed.jail_populated:
-        jail = cond("JailPopulated", True, "PopulateSucceeded", "the jail volume holds the jail image")
-    elif observed.jail_failed:
-        jail = cond("JailPopulated", False, "PopulateFailed", "the populate-jail Job failed; see its pod logs")
-    else:
-        jail = cond("JailPopulated", False, "PopulatePending", "waiting for the populate-jail Job")
-
-    def daemon(type_: str, w: Workload, reason: str, what: str, waiting_for: str | None = None) -> Condition:
-        """The condition of a daemon's workload: ``<reason>Ready``/``<reason>NotReady``."""
-        if w.is_ready:
-            return cond(type_, True, f"{reason}Ready", f"{what} is ready")
-        return cond(type_, False, f"{reason}NotReady", f"{waiting_for or what} is not ready yet")
-
-    # With backup controllers: the one in charge, as the Slurm sync last saw it (``warden.ha.incharge``)
-    in_charge: str | None = None
-    if spec.controller.has_backup:
-        if observed.slurmctld is not None and observed.slurmctld.in_charge is not None:
-            in_charge = observed.slurmctld.in_charge
-        elif previous is not None:
-            in_charge = previous.slurmctld_in_charge
-
-    # Controller: its pod's readiness, unless slurmctld itself was found not answering reads (its pod
-    # may be Ready for a while then). The last such finding stands until the Slurm sync asks again.
-    c = observed.controller
-    before = prev.get("ControllerReady")
-    if observed.slurmctld is not None and not observed.slurmctld.answers:
-        controller = cond(
-            "ControllerReady",
-            False,
-            UNRESPONSIVE,
-            f"slurmctld does not answer: {observed.slurmctld.why}; users' commands hang too. Its liveness probe "
-            "restarts it after about a minute",
-        )
-    elif observed.slurmctld is None and before is not None and before.reason == UNRESPONSIVE:
-        controller = cond("ControllerReady", False, UNRESPONSIVE, before.message)
-    else:
-        controller = daemon("ControllerReady", c, "Slurmctld", "slurmctld")
-        if in_charge is not None:
-            controller = controller.model_copy(update={"message": f"{controller.message}; in charge: {in_charge}"})
-
-    # Login
+    jail = _jail_condition(observed, cond)
+    in_charge = _in_charge(spec, observed, previous)
+    controller = _controller_condition(observed, prev.get("ControllerReady"), in_charge, cond)
     lg = observed.login
     login_ok = lg.is_ready or (spec.login.replicas == 0)
     login = cond(
@@ -222,69 +187,17 @@ def fold(
         "LoginNodesReady" if login_ok else "LoginNodesNotReady",
         f"{lg.ready}/{spec.login.replicas} login nodes ready",
     )
-
-    # Workers
-    groups: list[WorkerGroupStatus] = []
-    not_ready: list[str] = []
-    ready_total = desired_total = 0
-    for g in spec.worker_groups:
-        w = observed.workers.get(g.name, Workload())
-        # an autoscaled group wants what its WorkerSet says now, not what it started with
-        want = w.desired if g.autoscaled and w.exists else g.replicas
-        group_ready = min(w.ready, want)
-        groups.append(
-            WorkerGroupStatus(
-                name=g.name,
-                replicas=want,
-                ready_replicas=group_ready,
-                upgrade_waits_for_window=w.waits_for_window or None,
-            )
-        )
-        ready_total += group_ready
-        desired_total += want
-        if not (w.exists and group_ready >= want):
-            not_ready.append(f"{g.name} {group_ready}/{want}")
-    workers = cond(
-        "WorkersReady",
-        not not_ready,
-        "WorkersReady" if not not_ready else "WorkersNotReady",
-        f"{ready_total}/{desired_total} worker nodes ready"
-        + (f" (not ready: {', '.join(not_ready)})" if not_ready else ""),
-    )
-
-    # Accounting
+    groups, ready_total, desired_total, workers = _workers(spec, observed, cond)
     if spec.accounting.mode == "Disabled" or observed.accounting is None:
         accounting = cond("AccountingReady", True, "AccountingDisabled", "accounting is disabled")
     else:
-        accounting = daemon(
-            "AccountingReady", observed.accounting, "Slurmdbd", "slurmdbd", "slurmdbd (or its database)"
+        accounting = _daemon(
+            "AccountingReady", observed.accounting, "Slurmdbd", "slurmdbd", cond, "slurmdbd (or its database)"
         )
-    restapi = daemon("RestApiReady", observed.restapi, "Slurmrestd", "slurmrestd")
-
-    # Slurm: Ready needs the workers registered with slurmctld, not just running. Unknown until
-    # slurmrestd answered once; that blocks Ready only when the operator reads Slurm at all.
+    restapi = _daemon("RestApiReady", observed.restapi, "Slurmrestd", "slurmrestd", cond)
+    # Slurm: Ready needs the workers registered with slurmctld, not just running
     slurm = observed.slurm if observed.slurm is not None else (previous.slurm_nodes if previous else None)
-    if slurm is None:
-        registered = Condition(
-            type="SlurmNodesRegistered",
-            status="Unknown",
-            reason="NotObserved",
-            message="slurmrestd has not answered yet",
-            last_transition_time=prev["SlurmNodesRegistered"].last_transition_time
-            if "SlurmNodesRegistered" in prev and prev["SlurmNodesRegistered"].status == "Unknown"
-            else now,
-            observed_generation=generation,
-        )
-    else:
-        all_in = slurm.registered >= desired_total
-        registered = cond(
-            "SlurmNodesRegistered",
-            all_in,
-            "NodesRegistered" if all_in else "NodesNotRegistered",
-            f"{slurm.registered}/{desired_total} worker nodes registered with slurmctld, {slurm.usable} usable"
-            + (f", {len(slurm.drained)} drained" if slurm.drained else "")
-            + (f", {len(slurm.down)} down" if slurm.down else ""),
-        )
+    registered = _registered_condition(slurm, desired_total, prev, now, generation, cond)
 
     accounting_on = spec.accounting.mode != "Disabled"
     if upgrade is None:
@@ -297,58 +210,14 @@ def fold(
         )
     ok, reason, message = planner.condition(upgrade, observed.parts, accounting_on)
     version = cond("SlurmVersion", ok, reason, message)
-
-    # Directory users (spec.identity.ldap): the last check stands until the next; never part of Ready (the
-    # jail's users keep working, SSSD serves directory users from its cache)
-    directory: Condition | None = None
-    if spec.identity.ldap is not None:
-        d = observed.directory
-        if d is not None:
-            directory = cond("DirectoryReachable", d.ok, d.reason, d.message[:1024])
-        elif "DirectoryReachable" in prev:
-            directory = prev["DirectoryReachable"]
-        else:
-            directory = Condition(
-                type="DirectoryReachable",
-                status="Unknown",
-                reason="NotChecked",
-                message="the directory has not been checked yet",
-                last_transition_time=now,
-                observed_generation=generation,
-            )
+    directory = _directory_condition(spec, observed, prev, now, generation, cond)
 
     images = imagepulls.condition(observed.image_pulls, cond)
     running = config_running_condition(observed.config_stamp, slurm, prev, now, cond)
     config = config_condition(observed.config_check, cond, prev)
-    config_held = config is not None and config.reason in ("SlurmRefusedConfig", "SlurmConfigCheckFailed")
-    if config_held and config is not None and config.reason == "SlurmConfigCheckFailed" and waiting:
-        config_held = False  # a check that cannot start yet: Ready says what it waits for
     parts = [images, jail, controller, restapi, login, workers, accounting, registered]
-    failing = [p.type for p in parts if p.status == "False" or (p.status == "Unknown" and slurm_required)]
-    if upgrade.refusal is not None:
-        ready = cond("Ready", False, upgrade.refusal.reason, upgrade.refusal.message[:1024])
-    elif config_held and config is not None:
-        ready = cond("Ready", False, config.reason, config.message)
-    elif errors:
-        ready = cond("Ready", False, "ReconcileFailed", "; ".join(errors)[:1024])
-    elif waiting:
-        ready = cond("Ready", False, "Waiting", (WAITING + "; ".join(waiting))[:1024])
-    elif failing:
-        ready = cond("Ready", False, "ComponentsNotReady", "not ready: " + ", ".join(failing))
-    else:
-        ready = cond("Ready", True, "ClusterReady", "every component is ready")
-
-    was_ready = previous is not None and previous.phase in ("Ready", "Degraded")
-    if observed.jail_failed:
-        phase = "Failed"
-    elif ready.status == "True":
-        phase = "Ready"
-    elif errors or was_ready:
-        phase = "Degraded"
-    elif c.exists or lg.exists or any(w.exists for w in observed.workers.values()):
-        phase = "Provisioning"
-    else:
-        phase = "Pending"
+    ready = _ready_condition(parts, upgrade, config, errors, waiting, slurm_required, cond)
+    phase = _phase(observed, ready, errors, previous)
 
     return SlurmClusterStatus(
         phase=phase,
@@ -379,6 +248,169 @@ def fold(
         slurmctld_in_charge=in_charge,
         images_version=spec.images.version,
     )
+
+
+def _jail_condition(observed: Observed, cond: Cond) -> Condition:
+    if observed.jail_populated:
+        return cond("JailPopulated", True, "PopulateSucceeded", "the jail volume holds the jail image")
+    if observed.jail_failed:
+        return cond("JailPopulated", False, "PopulateFailed", "the populate-jail Job failed; see its pod logs")
+    return cond("JailPopulated", False, "PopulatePending", "waiting for the populate-jail Job")
+
+
+def _daemon(type_: str, w: Workload, reason: str, what: str, cond: Cond, waiting_for: str | None = None) -> Condition:
+    """The condition of a daemon's workload: ``<reason>Ready``/``<reason>NotReady``."""
+    if w.is_ready:
+        return cond(type_, True, f"{reason}Ready", f"{what} is ready")
+    return cond(type_, False, f"{reason}NotReady", f"{waiting_for or what} is not ready yet")
+
+
+def _in_charge(spec: SlurmClusterSpec, observed: Observed, previous: SlurmClusterStatus | None) -> str | None:
+    """With backup controllers: the one in charge, as the Slurm sync last saw it (``warden.ha.incharge``)."""
+    if not spec.controller.has_backup:
+        return None
+    if observed.slurmctld is not None and observed.slurmctld.in_charge is not None:
+        return observed.slurmctld.in_charge
+    return previous.slurmctld_in_charge if previous is not None else None
+
+
+def _controller_condition(observed: Observed, before: Condition | None, in_charge: str | None, cond: Cond) -> Condition:
+    """ControllerReady: its pod's readiness, unless slurmctld itself was found not answering reads (its pod
+    may be Ready for a while then). The last such finding stands until the Slurm sync asks again."""
+    if observed.slurmctld is not None and not observed.slurmctld.answers:
+        return cond(
+            "ControllerReady",
+            False,
+            UNRESPONSIVE,
+            f"slurmctld does not answer: {observed.slurmctld.why}; users' commands hang too. Its liveness probe "
+            "restarts it after about a minute",
+        )
+    if observed.slurmctld is None and before is not None and before.reason == UNRESPONSIVE:
+        return cond("ControllerReady", False, UNRESPONSIVE, before.message)
+    controller = _daemon("ControllerReady", observed.controller, "Slurmctld", "slurmctld", cond)
+    if in_charge is not None:
+        controller = controller.model_copy(update={"message": f"{controller.message}; in charge: {in_charge}"})
+    return controller
+
+
+def _workers(
+    spec: SlurmClusterSpec, observed: Observed, cond: Cond
+) -> tuple[list[WorkerGroupStatus], int, int, Condition]:
+    """Each group's status, the ready and wanted worker totals, and WorkersReady."""
+    groups: list[WorkerGroupStatus] = []
+    not_ready: list[str] = []
+    ready_total = desired_total = 0
+    for g in spec.worker_groups:
+        w = observed.workers.get(g.name, Workload())
+        # an autoscaled group wants what its WorkerSet says now, not what it started with
+        want = w.desired if g.autoscaled and w.exists else g.replicas
+        group_ready = min(w.ready, want)
+        groups.append(
+            WorkerGroupStatus(
+                name=g.name,
+                replicas=want,
+                ready_replicas=group_ready,
+                upgrade_waits_for_window=w.waits_for_window or None,
+            )
+        )
+        ready_total += group_ready
+        desired_total += want
+        if not (w.exists and group_ready >= want):
+            not_ready.append(f"{g.name} {group_ready}/{want}")
+    workers = cond(
+        "WorkersReady",
+        not not_ready,
+        "WorkersReady" if not not_ready else "WorkersNotReady",
+        f"{ready_total}/{desired_total} worker nodes ready"
+        + (f" (not ready: {', '.join(not_ready)})" if not_ready else ""),
+    )
+    return groups, ready_total, desired_total, workers
+
+
+def _registered_condition(
+    slurm: SlurmNodesStatus | None, desired_total: int, prev: dict[str, Condition], now: str, generation: int,
+    cond: Cond,
+) -> Condition:  # fmt: skip
+    """SlurmNodesRegistered: Unknown until slurmrestd answered once (that blocks Ready only when the
+    operator reads Slurm at all)."""
+    if slurm is None:
+        before = prev.get("SlurmNodesRegistered")
+        return Condition(
+            type="SlurmNodesRegistered",
+            status="Unknown",
+            reason="NotObserved",
+            message="slurmrestd has not answered yet",
+            last_transition_time=before.last_transition_time if before is not None and before.status == "Unknown"
+            else now,
+            observed_generation=generation,
+        )  # fmt: skip
+    all_in = slurm.registered >= desired_total
+    return cond(
+        "SlurmNodesRegistered",
+        all_in,
+        "NodesRegistered" if all_in else "NodesNotRegistered",
+        f"{slurm.registered}/{desired_total} worker nodes registered with slurmctld, {slurm.usable} usable"
+        + (f", {len(slurm.drained)} drained" if slurm.drained else "")
+        + (f", {len(slurm.down)} down" if slurm.down else ""),
+    )
+
+
+def _directory_condition(
+    spec: SlurmClusterSpec, observed: Observed, prev: dict[str, Condition], now: str, generation: int, cond: Cond
+) -> Condition | None:
+    """DirectoryReachable (spec.identity.ldap): the last check stands until the next; never part of Ready
+    (the jail's users keep working, SSSD serves directory users from its cache)."""
+    if spec.identity.ldap is None:
+        return None
+    d = observed.directory
+    if d is not None:
+        return cond("DirectoryReachable", d.ok, d.reason, d.message[:1024])
+    if "DirectoryReachable" in prev:
+        return prev["DirectoryReachable"]
+    return Condition(
+        type="DirectoryReachable",
+        status="Unknown",
+        reason="NotChecked",
+        message="the directory has not been checked yet",
+        last_transition_time=now,
+        observed_generation=generation,
+    )
+
+
+def _ready_condition(
+    parts: list[Condition], upgrade: planner.Plan, config: Condition | None, errors: list[str],
+    waiting: list[str], slurm_required: bool, cond: Cond,
+) -> Condition:  # fmt: skip
+    """Ready: a refused upgrade or configuration first, then what the reconcile could not do or waits for,
+    then every part that is not ready (Unknown ones too when the operator reads Slurm)."""
+    config_held = config is not None and config.reason in ("SlurmRefusedConfig", "SlurmConfigCheckFailed")
+    if config_held and config is not None and config.reason == "SlurmConfigCheckFailed" and waiting:
+        config_held = False  # a check that cannot start yet: Ready says what it waits for
+    failing = [p.type for p in parts if p.status == "False" or (p.status == "Unknown" and slurm_required)]
+    if upgrade.refusal is not None:
+        return cond("Ready", False, upgrade.refusal.reason, upgrade.refusal.message[:1024])
+    if config_held and config is not None:
+        return cond("Ready", False, config.reason, config.message)
+    if errors:
+        return cond("Ready", False, "ReconcileFailed", "; ".join(errors)[:1024])
+    if waiting:
+        return cond("Ready", False, "Waiting", (WAITING + "; ".join(waiting))[:1024])
+    if failing:
+        return cond("Ready", False, "ComponentsNotReady", "not ready: " + ", ".join(failing))
+    return cond("Ready", True, "ClusterReady", "every component is ready")
+
+
+def _phase(observed: Observed, ready: Condition, errors: list[str], previous: SlurmClusterStatus | None) -> str:
+    was_ready = previous is not None and previous.phase in ("Ready", "Degraded")
+    if observed.jail_failed:
+        return "Failed"
+    if ready.status == "True":
+        return "Ready"
+    if errors or was_ready:
+        return "Degraded"
+    if observed.controller.exists or observed.login.exists or any(w.exists for w in observed.workers.values()):
+        return "Provisioning"
+    return "Pending"
 
 
 #: SlurmConfigRunning: how long workers may run another configuration than the ConfigMap's before it is a
