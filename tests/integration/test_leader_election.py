@@ -43,7 +43,10 @@ def test_two_electors_one_holds_a_frozen_holder_is_replaced_within_the_lease_and
         assert not b.wait_leading(2 * timing.lease_duration), "b took the lease of a leader that renews"
         assert _lease(api_client, namespace).holder_identity == "a"
 
+        assert a.wait_leading(10), "a lost the lease and never took it back"
         a.stop()  # frozen: no renewal, no look, its state kept as it was
+        # a starved machine may have made a step down once already (safe: it renews again when it can)
+        lost_before = len(lost)
         frozen = time.monotonic()
         last_renewal = _lease(api_client, namespace).renew_time
         assert b.wait_leading(timing.lease_duration + 3 * timing.retry), "b never took over"
@@ -56,7 +59,7 @@ def test_two_electors_one_holds_a_frozen_holder_is_replaced_within_the_lease_and
 
         # a resumes: it finds its renew deadline gone by and steps down without writing
         assert not a.step() and not a.leading
-        assert lost == ["a did not renew its lease within 2s"], lost
+        assert lost[lost_before:] == ["a did not renew its lease within 2s"], lost
         assert _lease(api_client, namespace).holder_identity == "b" and b.leading
 
         assert b.release() and not _lease(api_client, namespace).holder_identity
