@@ -29,7 +29,8 @@ from warden.slurm.model import Job, Node, Reservation, SlurmError
 from warden.slurm.rest import SlurmRest
 from warden.slurmactions import SlurmActions
 from warden.workers import maintenance, podset, registration, rollout, scalein
-from warden.workers.pod import SetPod, read
+from warden.workers.pod import SetPod
+from warden.workers.pod import read as read_pod
 
 log = logging.getLogger(__name__)
 
@@ -234,7 +235,7 @@ class WorkerSets:
         """The set's own pods (``<set>-<i>``, ended and leaving ones too), each read once for every step."""
         name = ws["metadata"]["name"]
         raw = self.kube.list("v1", "Pod", ws["metadata"]["namespace"], ws["spec"]["selector"]["matchLabels"])
-        return [p for p in (read(name, r) for r in raw) if p is not None]
+        return [p for p in (read_pod(name, r) for r in raw) if p is not None]
 
     def _pods(self, ws: Manifest, read: Live, shrink: bool) -> bool:
         """Step 1: make missing pods, clear ended ones (and, with ``shrink``, those above the size)."""
