@@ -92,7 +92,7 @@ def test_operator_killed_twenty_times_still_converges(
             apply_cluster(api_client, body)
 
     operator.start()
-    obj = wait_ready(api_client, ns, "gpu", operator, timeout=180)
+    obj = wait_ready(api_client, ns, "gpu", operator)
     assert operator.starts == KILLS + 1
     assert obj["status"]["workers"] == "7/7"
 

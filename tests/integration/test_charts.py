@@ -508,7 +508,7 @@ def test_chart_rbac_is_enough_for_the_real_operator(
     client.CustomObjectsApi(api_client).create_namespaced_custom_object(
         "slurm.warden.dev", "v1alpha1", cluster_namespace, "slurmclusters", sc
     )
-    obj = wait_ready(api_client, cluster_namespace, "demo", op, timeout=180)
+    obj = wait_ready(api_client, cluster_namespace, "demo", op)
     assert obj["status"]["workers"] == "3/3" and obj["status"]["login"] == "1/1"
     made = owned_objects(api_client, cluster_namespace, obj["metadata"]["uid"])
     for kind in ("CronJob", "Role", "RoleBinding", "ServiceAccount", "Secret", "NetworkPolicy", "Job"):

@@ -455,7 +455,7 @@ def test_applied_network_policies_carry_slurms_traffic_and_keep_jobs_from_the_ap
     body["spec"]["workerGroups"][0]["replicas"] = 2
     body["spec"]["accounting"] = {"mode": "InCluster"}
     apply_cluster(api_client, body)
-    wait_ready(api_client, ns, "cpu", operator, timeout=180)
+    wait_ready(api_client, ns, "cpu", operator)
     core = client.CoreV1Api(api_client)
     net = client.NetworkingV1Api(api_client)
     policies = [api_client.sanitize_for_serialization(p) for p in net.list_namespaced_network_policy(ns).items]

@@ -249,7 +249,10 @@ def apply_cluster(api: Any, body: dict[str, Any], attempts: int = 5) -> dict[str
     raise AssertionError("unreachable")
 
 
-def wait_ready(api: Any, ns: str, name: str, operator: OperatorProcess, timeout: float = 120) -> dict[str, Any]:
+def wait_ready(api: Any, ns: str, name: str, operator: OperatorProcess, timeout: float = 300) -> dict[str, Any]:
+    """The cluster Ready at its current generation. Within seconds alone; the integration tier runs beside the
+    dataplane tier, whose load has made it take over two minutes."""
+
     def ready() -> dict[str, Any] | None:
         obj = get_cluster(api, ns, name)
         status = obj.get("status", {})
