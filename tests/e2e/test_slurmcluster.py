@@ -1837,8 +1837,16 @@ def test_a_slurm_config_change_slurm_refuses_is_never_applied_and_the_fix_is(ins
     _eventually(
         "SlurmConfigAccepted True", lambda: _condition(kube, ns, NAME, "SlurmConfigAccepted").get("status") == "True"
     )
-    assert installed.ssh(f"squeue -h -j {job} -o %T").stdout.strip() == "RUNNING"
+    # slurmctld takes the fix with Slurm's reconfigure (it re-executes itself): a squeue in that moment may
+    # get no answer (CI saw an empty one once), so the job's state is read once squeue answers again
+    state = _eventually(
+        f"squeue answering for job {job} after the reconfigure",
+        lambda: ((r := installed.ssh(f"squeue -h -j {job} -o %T")).returncode == 0 and r.stdout.strip()) or None,
+        60,
+    )
+    assert state == "RUNNING", state
     assert _controller_pod(installed) == before
+    assert "Restarts=0" in installed.ssh(f"scontrol show job {job}").stdout, "the job was requeued"
     assert _wait_job(installed, job, timeout=240) == "COMPLETED"
 
 
