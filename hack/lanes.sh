@@ -6,6 +6,8 @@
 # What the tiers build is built before (`make tier-builds`): side by side they only find it there.
 set -u
 cd "$(dirname "$0")/.." || exit 1
+# side by side, each tier's waits (warden_dev.controlplane.wait_for) allow three times as long before failing
+export WARDEN_WAIT_SCALE="${WARDEN_WAIT_SCALE:-3}"
 pids=()
 names=()
 for lane in "$@"; do

@@ -117,6 +117,16 @@ def _b64(text: str) -> str:
     return base64.b64encode(text.encode()).decode()
 
 
+def wait_scale() -> float:
+    """How much longer than alone a wait may take: ``WARDEN_WAIT_SCALE``, which ``hack/lanes.sh`` sets for tiers
+    it runs side by side (their load has made a wait of seconds take minutes in CI); 1 otherwise. A wait still
+    returns the moment what it waits for holds: only a failure takes longer to be called one."""
+    try:
+        return max(1.0, float(os.environ.get("WARDEN_WAIT_SCALE", "1")))
+    except ValueError:
+        return 1.0
+
+
 def wait_for(
     what: str,
     probe: Callable[[], T | None],
@@ -124,7 +134,9 @@ def wait_for(
     interval: float = 0.2,
     on_fail: Callable[[], str] | None = None,
 ) -> T:
-    """Call ``probe`` until it returns something other than None/False; raise after ``timeout`` s."""
+    """Call ``probe`` until it returns something other than None/False; raise after ``timeout`` s, times
+    ``wait_scale()`` (tiers run side by side wait longer before they call it a failure)."""
+    timeout *= wait_scale()
     deadline = time.monotonic() + timeout
     last_error: BaseException | None = None
     while True:

@@ -158,7 +158,7 @@ def test_the_previous_releases_crd_under_this_operator_keeps_a_cluster_ready_wit
         # the operator restarts (an upgrade of its own chart): it reads the cluster again, moves nothing
         operator.stop()
         operator.start()
-        wait_for("the restarted operator's resume reconcile", operator.resumed, 60, on_fail=operator.log_tail)
+        operator.wait_resumed()
         assert _templates(api_client, ns) == before
         assert wait_ready(api_client, ns, "cpu", operator)["metadata"]["uid"] == obj["metadata"]["uid"]
     finally:

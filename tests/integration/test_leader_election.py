@@ -132,7 +132,7 @@ def test_of_two_operators_only_the_leader_acts_a_frozen_one_is_replaced_and_exit
         wait_for("op-b holding the Lease", lambda: _lease(api_client, ns).holder_identity == "op-b",
                  duration + 10, on_fail=b.log_tail)  # fmt: skip
         took = time.monotonic() - frozen
-        wait_for("op-b's resume reconcile", b.resumed, 60, on_fail=b.log_tail)
+        b.wait_resumed()
         acting = time.monotonic() - frozen
         # the new leader acts: a scale-up made while the old one is frozen lands, once
         body["spec"]["workerGroups"][0]["replicas"] = 3

@@ -414,7 +414,7 @@ def test_autoscaled_group_is_sized_by_its_scale_subresource_and_the_operator_nev
 
     # The cluster is Ready at its generation already: status cannot tell whether the new process did
     # anything. Its own log can. (It watches this namespace only, whose one SlurmCluster is this one.)
-    wait_for("the restarted operator's resume reconcile", operator.resumed, 60, on_fail=operator.log_tail)
+    operator.wait_resumed()
     assert worker_set(api_client, ns, sts)["spec"]["replicas"] == 0, "the operator scaled it back"
     assert sized(0)(), "after the restarted operator's reconcile: status 0/0, no pod, scale 0"
 

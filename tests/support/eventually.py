@@ -7,11 +7,13 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from warden_dev.controlplane import wait_scale
+
 
 def eventually(what: str, probe: Callable[[], str], ok: Callable[[str], bool], timeout: float = 30) -> str:
     """``probe()`` every second until ``ok`` holds of its output (returned), or fail after ``timeout`` s
-    with the last output."""
-    deadline = time.monotonic() + timeout
+    with the last output (``timeout`` times ``wait_scale()``: longer for tiers run side by side)."""
+    deadline = time.monotonic() + timeout * wait_scale()
     out = probe()
     while not ok(out) and time.monotonic() < deadline:
         time.sleep(1)
@@ -22,7 +24,8 @@ def eventually(what: str, probe: Callable[[], str], ok: Callable[[str], bool], t
 
 def until(what: str, check: Callable[[], Any], timeout: float = 60, interval: float = 1) -> Any:
     """``check()`` every ``interval`` s until it returns something true (returned), or fail after
-    ``timeout`` s naming ``what``."""
+    ``timeout`` s (times ``wait_scale()``) naming ``what``."""
+    timeout *= wait_scale()
     deadline = time.monotonic() + timeout
     while True:
         got = check()

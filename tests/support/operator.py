@@ -122,6 +122,11 @@ class OperatorProcess:
         log = self.log_of_this_start()
         return "Handler 'reconcile_cluster' succeeded." in log and "Resuming is processed: 1 succeeded" in log
 
+    def wait_resumed(self, timeout: float = 120) -> None:
+        """Until the restarted process's resume reconcile succeeded (``resumed``): seconds alone, longer beside
+        the dataplane tier (``wait_for`` scales its waits there)."""
+        wait_for("the restarted operator's resume reconcile", self.resumed, timeout, on_fail=self.log_tail)
+
     def log_tail(self, lines: int = 60) -> str:
         try:
             return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
@@ -249,9 +254,9 @@ def apply_cluster(api: Any, body: dict[str, Any], attempts: int = 5) -> dict[str
     raise AssertionError("unreachable")
 
 
-def wait_ready(api: Any, ns: str, name: str, operator: OperatorProcess, timeout: float = 300) -> dict[str, Any]:
-    """The cluster Ready at its current generation. Within seconds alone; the integration tier runs beside the
-    dataplane tier, whose load has made it take over two minutes."""
+def wait_ready(api: Any, ns: str, name: str, operator: OperatorProcess, timeout: float = 120) -> dict[str, Any]:
+    """The cluster Ready at its current generation: within seconds alone. Beside the dataplane tier it has
+    taken over two minutes: ``wait_for`` allows three times as long there (``WARDEN_WAIT_SCALE``)."""
 
     def ready() -> dict[str, Any] | None:
         obj = get_cluster(api, ns, name)
