@@ -13,11 +13,12 @@ from __future__ import annotations
 import base64
 import logging
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from warden import naming
+from warden.clusterqueue import ClusterQueue
 from warden.events import Event, Ref
 from warden.kube.client import Kube
 from warden.kube.events import EventRecorder
@@ -28,8 +29,6 @@ log = logging.getLogger(__name__)
 
 #: the status condition this thread keeps
 CONDITION = "DirectoryReachable"
-
-Refresh = Callable[[str, str, DirectoryCheck], None]
 
 
 @dataclass(frozen=True)
@@ -82,11 +81,12 @@ def previous_condition(body: Mapping[str, Any]) -> Mapping[str, Any] | None:
 
 
 class DirectorySync:
-    def __init__(self, kube: Kube, recorder: EventRecorder, settings: Settings, refresh: Refresh) -> None:
+    def __init__(self, kube: Kube, recorder: EventRecorder, settings: Settings, queue: ClusterQueue) -> None:
         self.kube = kube
         self.recorder = recorder
         self.settings = settings
-        self.refresh = refresh
+        #: where each check goes, for the cluster's status (``warden.clusterwork`` takes it)
+        self.queue = queue
         self.clusters: set[tuple[str, str]] = set()
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -145,5 +145,5 @@ class DirectorySync:
             elif was is not None and was[0] == "False":
                 self.recorder.post_event(Event(cluster, "DirectoryReachable", result.message))
             log.info("SlurmCluster %s/%s: directory %s: %s", namespace, name, result.reason, result.message)
-        self.refresh(namespace, name, result)
+        self.queue.refresh(namespace, name, directory=result)
         return True

@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import os
 import re
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
@@ -2283,6 +2284,18 @@ class TopologyStatus(BaseModel):
     unplaced: list[DrainedNode] = Field(
         default_factory=list, description="Worker nodes left out of the topology, and why (the first 20)."
     )
+
+
+@dataclass(frozen=True)
+class Slurmctld:
+    """Whether slurmctld answered the operator's reads through slurmrestd this round (``warden.slurmsync``):
+    a node read and a job read. ``why``: what did not answer, when it did not. ``in_charge``: with backup
+    controllers, the controller pod whose slurmctld is in charge (``warden.ha.incharge``); None: not
+    asked this round (the last answer stands)."""
+
+    answers: bool
+    why: str = ""
+    in_charge: str | None = None
 
 
 class SlurmNodesStatus(BaseModel):

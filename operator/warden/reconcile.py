@@ -32,6 +32,7 @@ from warden.model import (
     WORKER_SET_KIND,
     SlurmClusterSpec,
     SlurmClusterStatus,
+    Slurmctld,
     SlurmNodesStatus,
     default_image,
     images_version_of,
@@ -46,7 +47,6 @@ from warden.render.slurmctld import state_class_problem
 from warden.restarts import template_changes
 from warden.status import (
     CONFIG_CONDITION,
-    Slurmctld,
     config_message,
     fold,
     invalid_spec_status,

@@ -23,13 +23,13 @@ import itertools
 import logging
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 
 from kubernetes.client.exceptions import ApiException
 
 from warden import naming, opmetrics, tokens
+from warden.clusterqueue import ClusterQueue
 from warden.events import Event, Ref
 from warden.ha import sync as ha_sync
 from warden.kube.apply import Owner
@@ -39,7 +39,7 @@ from warden.model import (
     API_GROUP,
     API_VERSION,
     WORKER_SET_KIND,
-    SlurmNodesStatus,
+    Slurmctld,
     parse_spec,
     previous_status,
 )
@@ -51,7 +51,7 @@ from warden.render.pods import Manifest
 from warden.slurm.model import SlurmError
 from warden.slurm.rest import SlurmRest, SlurmUnreachable, mint_token
 from warden.slurmactions import SlurmActions
-from warden.status import UNRESPONSIVE, Slurmctld
+from warden.status import UNRESPONSIVE
 from warden.topology import planner
 from warden.topology.sync import NodePlacement
 from warden.workers.controller import SlurmView, WorkerSets
@@ -62,8 +62,6 @@ TOKEN_LIFETIME_S = 300
 #: seconds to wait for slurmrestd: longer than Slurm's MessageTimeout (10 s), so that when slurmctld does
 #: not answer, slurmrestd's own words say so
 REST_TIMEOUT_S = 15.0
-
-Refresh = Callable[[str, str, SlurmNodesStatus | None, Slurmctld | None], None]
 
 
 @dataclass(frozen=True)
@@ -100,14 +98,15 @@ class SlurmSync:
         actions: SlurmActions,
         workers: WorkerSets,
         settings: Settings,
-        refresh: Refresh,
+        queue: ClusterQueue,
     ) -> None:
         self.kube = kube
         self.recorder = recorder
         self.actions = actions
         self.workers = workers
         self.settings = settings
-        self.refresh = refresh
+        #: where what a round read goes, for the cluster's status (``warden.clusterwork`` takes it)
+        self.queue = queue
         self.clusters: set[tuple[str, str]] = set()
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -234,7 +233,7 @@ class SlurmSync:
         if placing:
             placed = self.placement.place(body, spec, previous, pods, nodes, rest, speaks)
             summary = summary.model_copy(update={"topology": placed})
-        self.refresh(namespace, name, summary, slurmctld)
+        self.queue.refresh(namespace, name, slurm=summary, slurmctld=slurmctld)
         # last: the round goes to the WorkerSet controller, whose sets act on it
         sets = api.list(f"{API_GROUP}/{API_VERSION}", WORKER_SET_KIND, namespace, names.selector("worker"))
         view = SlurmView(next(self._rounds), cluster, {n.name: n for n in nodes}, rest, now)
@@ -252,4 +251,4 @@ class SlurmSync:
             self.recorder.post_event(Event(Ref.of(body), "SlurmctldResponsive", "slurmctld answers node and job reads"))
         if not slurmctld.answers:
             meta = body["metadata"]
-            self.refresh(meta["namespace"], meta["name"], None, slurmctld)
+            self.queue.refresh(meta["namespace"], meta["name"], slurmctld=slurmctld)

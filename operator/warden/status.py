@@ -19,6 +19,7 @@ from warden.model import (
     JailBackupStatus,
     SlurmClusterSpec,
     SlurmClusterStatus,
+    Slurmctld,
     SlurmNodesStatus,
     SlurmVersionStatus,
     WorkerGroupStatus,
@@ -39,18 +40,6 @@ class Workload:
     @property
     def is_ready(self) -> bool:
         return self.exists and self.ready >= self.desired
-
-
-@dataclass(frozen=True)
-class Slurmctld:
-    """Whether slurmctld answered the operator's reads through slurmrestd this round (``warden.slurmsync``):
-    a node read and a job read. ``why``: what did not answer, when it did not. ``in_charge``: with backup
-    controllers, the controller pod whose slurmctld is in charge (``warden.ha.incharge``); None: not
-    asked this round (the last answer stands)."""
-
-    answers: bool
-    why: str = ""
-    in_charge: str | None = None
 
 
 #: ControllerReady's reason while slurmctld's pod may be Ready but slurmctld answers no reads

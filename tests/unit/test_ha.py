@@ -15,19 +15,19 @@ import pytest
 
 from tests.support.jsonserver import JsonServer
 from warden import naming
+from warden.clusterqueue import ClusterQueue
 from warden.events import Event
 from warden.ha.incharge import CONDITION, ControllerPod, condition_of, in_charge, plan
 from warden.kube.client import Kube
 from warden.kube.events import EventRecorder
 from warden.kube.fanout import Fanout
-from warden.model import SlurmNodesStatus
+from warden.model import Slurmctld, SlurmNodesStatus
 from warden.naming import Names
 from warden.nodesync import PodCondition
 from warden.render.pods import Manifest
 from warden.slurm.rest import ControllerPing
 from warden.slurmactions import SlurmActions
 from warden.slurmsync import Settings, SlurmSync
-from warden.status import Slurmctld
 from warden.workers.controller import SlurmView, WorkerSets
 
 C0, C1, C2 = Names(cluster="dp", namespace="team-a").controller_pods(3)
@@ -253,17 +253,23 @@ Refreshed = list[tuple[SlurmNodesStatus | None, Slurmctld | None]]
 
 
 def sync(kube: FakeKube, url: str) -> tuple[Recorded, Refreshed]:
+    """One Slurm sync round; what it queued for the cluster's status."""
     recorder = Recorded()
-    refreshed: Refreshed = []
+    queue = ClusterQueue()
     slurm_sync = SlurmSync(
         cast(Kube, kube),
         cast(EventRecorder, recorder),
         SlurmActions(cast(EventRecorder, recorder)),
         cast(WorkerSets, Workers()),
         Settings(restapi_url=url),
-        lambda namespace, name, nodes, slurmctld: refreshed.append((nodes, slurmctld)),
+        queue,
     )
     assert slurm_sync.sync("team-a", "dp")
+    refreshed: Refreshed = []
+    while (taken := queue.take(timeout=0)) is not None:
+        key, work = taken
+        assert key == ("team-a", "dp") and work.refresh is not None and work.reconcile is None, taken
+        refreshed.append((work.refresh.slurm, work.refresh.slurmctld))
     return recorder, refreshed
 
 

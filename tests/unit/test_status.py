@@ -6,8 +6,8 @@ import dataclasses
 from typing import Any
 
 from warden.ldapcheck import DirectoryCheck
-from warden.model import DrainedNode, SlurmClusterSpec, SlurmClusterStatus, SlurmNodesStatus, parse_spec
-from warden.status import UNRESPONSIVE, Observed, Slurmctld, Workload, fold, invalid_spec_status
+from warden.model import DrainedNode, SlurmClusterSpec, SlurmClusterStatus, Slurmctld, SlurmNodesStatus, parse_spec
+from warden.status import UNRESPONSIVE, Observed, Workload, fold, invalid_spec_status
 
 SPEC = parse_spec(
     {
