@@ -7,14 +7,16 @@
   restart needed). Who changed an object last is read from its managedFields: changes by the operator's
   own field manager and status writes are not drift. A heal that could not apply everything (an API
   error, an object still being deleted) is tried again until it does, and only then says `ObjectRestored`.
-- A child StatefulSet/WorkerSet/Job, or the health-check report ConfigMap, changed: refresh the owner's
-  status.
+- A child StatefulSet/WorkerSet/Job, slurmrestd's Deployment or the health-check report ConfigMap
+  changed: refresh the owner's status.
+- One watch per kind: the children the operator caches (StatefulSets, Deployments, Jobs, ConfigMaps,
+  WorkerSets, pods) are watched by their watch caches (`warden.kube.cache`), which tell each change here
+  (``ON_CHANGE``); kopf watches the others (``warden.kube.kinds``: ``watch``) and the SlurmClusters.
 - Every handler and loop here only queues a cluster's work (``warden.clusterqueue``); one thread, the
   cluster worker (``warden.clusterwork``), decides between a status refresh and a reconcile and does it.
   Only the spec handler reconciles in kopf's own thread (kopf retries it and keeps its diff base).
 - A WorkerSet or one of its pods changed: the WorkerSet controller (`warden.workers`, one thread and
-  a queue) looks at the set: its pods made, scaled in, upgraded, made afresh; its status. Pods are
-  watched by the operator's own pod cache (`warden.kube.cache`), which tells each change, not kopf.
+  a queue) looks at the set: its pods made, scaled in, upgraded, made afresh; its status.
 - Reads of the cluster and its children (pods, WorkerSets, StatefulSets, Deployments, Jobs, ConfigMaps)
   come from watch caches: an event costs no GET.
   This is how readiness reaches status without polling. There is no kopf timer or daemon on purpose:
@@ -47,6 +49,7 @@ from warden.events import Ref
 from warden.imagepulls import PullWatch
 from warden.kube import kinds, storedversions
 from warden.kube.apply import Applier, Owner
+from warden.kube.cache import OnChange
 from warden.kube.client import Kube, api_client
 from warden.kube.events import EventRecorder
 from warden.kube.retention import set_jail_retention
@@ -55,7 +58,6 @@ from warden.model import (
     API_VERSION,
     PLURAL,
     WORKER_SET_KIND,
-    WORKER_SET_PLURAL,
     parse_spec,
 )
 from warden.naming import BRIDGE_FIELD_MANAGER, FIELD_MANAGER
@@ -162,7 +164,7 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     actions = SlurmActions(STATE.events)
     timeout = STATE.sync_settings.register_timeout
     STATE.worker_sets = WorkerSets(STATE.kube, actions, STATE.slurm_required, timeout)
-    if not STATE.kube.use_caches(STATE.namespaces, {("v1", "Pod"): _pod_changed}):
+    if not STATE.kube.use_caches(STATE.namespaces, ON_CHANGE):
         log.warning("the watch caches have not listed everything yet; reads go to the API server until they have")
     STATE.worker_sets.start()
     STATE.work = ClusterWorker(
@@ -245,7 +247,7 @@ def _owner_name(owner_references: list[dict[str, Any]] | None) -> str | None:
     return None
 
 
-def drifted(type: str | None, meta: kopf.Meta) -> bool:
+def drifted(type: str | None, meta: Mapping[str, Any]) -> bool:
     """Whether a child's event means it no longer is what the operator made: deleted, or last written
     (outside its status) by another field manager than the operator's or the bridge's (which writes only
     the data of the ConfigMap of its namespaces, which the operator leaves to it)."""
@@ -258,7 +260,7 @@ def drifted(type: str | None, meta: kopf.Meta) -> bool:
     return any(e["time"] >= ours for e in entries if e.get("manager") not in (FIELD_MANAGER, BRIDGE_FIELD_MANAGER))
 
 
-def _heal_if_drifted(type: str | None, meta: kopf.Meta, namespace: str, owner: str, kind: str) -> bool:
+def _heal_if_drifted(type: str | None, meta: Mapping[str, Any], namespace: str, owner: str, kind: str) -> bool:
     """Reconcile the owner when the event says the child drifted; whether it did."""
     if not drifted(type, meta):
         return False
@@ -267,24 +269,13 @@ def _heal_if_drifted(type: str | None, meta: kopf.Meta, namespace: str, owner: s
     return True
 
 
-def _on_child_event(type: str | None, body: kopf.Body, meta: kopf.Meta, namespace: str | None, kind: str) -> None:
-    kube().observed(type, body)  # what the refresh below reads: this state, not the one before
-    if type is None or namespace is None:  # the initial listing: resume handles those clusters
-        return
-    owner = _owner_name(meta.get("ownerReferences"))
-    if owner is not None and _check_deleted(type, meta, namespace, owner):
-        return
-    if owner is not None and not _heal_if_drifted(type, meta, namespace, owner, kind):
-        _refresh(namespace, owner)
-
-
 def _refresh(namespace: str, name: str) -> None:
     """Queue a refresh of the cluster's status (its Slurm side synced from now on too)."""
     STATE.seen(namespace, name)
     STATE.queue.refresh(namespace, name)
 
 
-def _check_deleted(type: str | None, meta: kopf.Meta, namespace: str, owner: str) -> bool:
+def _check_deleted(type: str | None, meta: Mapping[str, Any], namespace: str, owner: str) -> bool:
     """A config check's Job or ConfigMap (``warden.configcheck``) went: pruned once the change was applied,
     or deleted by a person to have the check made again. Nothing to put back or to tell: the owner is
     reconciled quietly, which makes the check again if its change still waits for one."""
@@ -294,29 +285,52 @@ def _check_deleted(type: str | None, meta: kopf.Meta, namespace: str, owner: str
     return True
 
 
-@kopf.on.event("apps", "v1", "statefulsets", labels=MANAGED)
-def statefulset_changed(type: str | None, body: kopf.Body, meta: kopf.Meta, namespace: str | None, **_: Any) -> None:
-    _on_child_event(type, body, meta, namespace, "StatefulSet")
+def _refreshes_status(kind: str, labels: Mapping[str, str]) -> bool:
+    """Whether a change of this child reaches its cluster's status: readiness (StatefulSets, WorkerSets,
+    slurmrestd's Deployment), Jobs (the jail's populate, the config check, backups), the health report."""
+    component = labels.get(COMPONENT)
+    return kind in ("StatefulSet", WORKER_SET_KIND, "Job") or (kind, component) in (
+        ("Deployment", "restapi"),
+        ("ConfigMap", HEALTH),
+    )
 
 
-@kopf.on.event("apps", "v1", "deployments", labels={**MANAGED, COMPONENT: "restapi"}, id="restapi-status")
-def restapi_changed(type: str | None, body: kopf.Body, meta: kopf.Meta, namespace: str | None, **_: Any) -> None:
-    """slurmrestd's pods came or went: status (and a Slurm upgrade waiting for them) looks again. Drift
-    is the heal handler's (``heal-deployments``)."""
-    kube().observed(type, body)
-    if type is None or namespace is None or drifted(type, meta):
+def child_changed(kind: str) -> OnChange:
+    """What a change of a cached child sets off, told by its watch cache (``warden.kube.cache``: one watch
+    per kind; every object of its first list comes as ADDED): a WorkerSet looked at by its controller; a
+    drifted child put back (its cluster healed); otherwise its cluster's status refreshed, when the child
+    tells status anything. Only queues work (``warden.clusterqueue``)."""
+
+    def changed(type_: str, obj: Mapping[str, Any]) -> None:
+        meta = obj["metadata"]
+        namespace, labels = meta.get("namespace"), meta.get("labels") or {}
+        if kind == WORKER_SET_KIND and namespace and STATE.worker_sets is not None:
+            STATE.worker_sets.enqueue(str(namespace), str(meta["name"]))
+        owner = _owner_name(meta.get("ownerReferences"))
+        if not namespace or owner is None or _check_deleted(type_, meta, namespace, owner):
+            return
+        if kind == "ConfigMap" and labels.get(COMPONENT) == HEALTH:
+            _health_report_changed(type_, obj, namespace, owner)
+        elif not _heal_if_drifted(type_, meta, namespace, owner, kind) and _refreshes_status(kind, labels):
+            _refresh(namespace, owner)
+
+    return changed
+
+
+def _health_report_changed(type_: str, body: Mapping[str, Any], namespace: str, owner: str) -> None:
+    """The NCCL check's report: its metrics; status.healthCheck refreshed; each run announced once (a change
+    of the ConfigMap: the check writes it by design, so only its deletion is drift)."""
+    report = None if type_ == "DELETED" else health_report(dict(body))
+    opmetrics.NCCL.update(f"{namespace}/{owner}", report)
+    if type_ == "DELETED":
+        _heal_if_drifted(type_, body["metadata"], namespace, owner, "ConfigMap")  # put back, status with it
         return
-    owner = _owner_name(meta.get("ownerReferences"))
-    if owner is not None:
-        _refresh(namespace, owner)
-
-
-@kopf.on.event(API_GROUP, API_VERSION, WORKER_SET_PLURAL, labels=MANAGED)
-def worker_set_changed(type: str | None, body: kopf.Body, meta: kopf.Meta, namespace: str | None, **_: Any) -> None:
-    kube().observed(type, body)  # before the WorkerSet controller looks at it
-    if namespace is not None and STATE.worker_sets is not None:
-        STATE.worker_sets.enqueue(namespace, str(meta["name"]))  # the initial listing too: catch up
-    _on_child_event(type, body, meta, namespace, WORKER_SET_KIND)
+    _refresh(namespace, owner)  # the report reaches status.healthCheck
+    if type_ != "MODIFIED" or report is None:
+        return
+    cluster = kube().get(f"{API_GROUP}/{API_VERSION}", "SlurmCluster", namespace, owner)
+    if cluster is not None:
+        _announce_health(cluster, report)
 
 
 def _pod_images(type_: str, pod: Mapping[str, Any]) -> None:
@@ -336,7 +350,7 @@ def _pod_images(type_: str, pod: Mapping[str, Any]) -> None:
         tell().say(body, "ImagePullFailed", f"{f.image}: {f.reason}: {f.message}", Ref.pod(change.namespace, f.pod))
 
 
-def _pod_changed(type_: str, pod: Mapping[str, Any]) -> None:
+def pod_changed(type_: str, pod: Mapping[str, Any]) -> None:
     """A worker pod came, changed (ready, ended) or went: its WorkerSet is looked at again. Told by the
     pod cache (``warden.kube.cache``), not kopf: kopf would hold and hand over every pod's full body."""
     meta = pod["metadata"]
@@ -346,6 +360,14 @@ def _pod_changed(type_: str, pod: Mapping[str, Any]) -> None:
     for ref in meta.get("ownerReferences") or []:
         if ref.get("kind") == WORKER_SET_KIND:
             STATE.worker_sets.enqueue(str(meta.get("namespace")), str(ref["name"]))
+
+
+#: what each cached kind's changes set off (one watch per kind: its watch cache's)
+ON_CHANGE: dict[tuple[str, str], OnChange] = {
+    (k.api_version, k.kind): (pod_changed if k.kind == "Pod" else child_changed(k.kind))
+    for k in kinds.REGISTRY
+    if k.watch == "cache"
+}
 
 
 @kopf.on.event("", "v1", "persistentvolumeclaims", labels={**MANAGED, COMPONENT: "jail"})
@@ -369,11 +391,6 @@ def jail_claim_changed(type: str | None, body: kopf.Body, namespace: str | None,
         set_jail_retention(kube(), dict(body), owner, spec.jail.retain_on_delete)
 
 
-@kopf.on.event("batch", "v1", "jobs", labels=MANAGED)
-def job_changed(type: str | None, body: kopf.Body, meta: kopf.Meta, namespace: str | None, **_: Any) -> None:
-    _on_child_event(type, body, meta, namespace, "Job")
-
-
 # Children whose only business with the operator is to stay as rendered (``warden.kube.kinds.HEALED``).
 for _healed in kinds.HEALED:
     _kind = _healed.kind
@@ -381,34 +398,12 @@ for _healed in kinds.HEALED:
     def _child_changed(
         type: str | None, body: kopf.Body, meta: kopf.Meta, namespace: str | None, _kind: str = _kind, **_: Any
     ) -> None:
-        kube().observed(type, body)
         if type is None or namespace is None:
             return
-        if _kind == "ConfigMap" and type != "DELETED" and (meta.get("labels") or {}).get(COMPONENT) == HEALTH:
-            return  # the health report: the check writes it by design
         owner = _owner_name(meta.get("ownerReferences"))
-        if owner is not None and not _check_deleted(type, meta, namespace, owner):
+        if owner is not None:
             _heal_if_drifted(type, meta, namespace, owner, _kind)
 
     kopf.on.event(_healed.group, _healed.version, _healed.plural, labels=MANAGED, id=f"heal-{_healed.plural}")(
         _child_changed
     )
-
-
-@kopf.on.event("", "v1", "configmaps", labels={**MANAGED, COMPONENT: HEALTH})
-def health_report_changed(type: str | None, body: kopf.Body, meta: kopf.Meta, namespace: str | None, **_: Any) -> None:
-    kube().observed(type, body)
-    owner = _owner_name(meta.get("ownerReferences"))
-    if namespace is None or owner is None:
-        return
-    key = f"{namespace}/{owner}"
-    opmetrics.NCCL.update(key, None if type == "DELETED" else health_report(dict(body)))  # the initial listing too
-    if type is None:
-        return
-    _refresh(namespace, owner)  # the report reaches status.healthCheck
-    if type != "MODIFIED":
-        return
-    report = health_report(dict(body))
-    cluster = kube().get(f"{API_GROUP}/{API_VERSION}", "SlurmCluster", namespace, owner)
-    if report is not None and cluster is not None:
-        _announce_health(cluster, report)

@@ -156,3 +156,38 @@ def test_cordoned_nodes_are_listed_in_one_request(api_client: Any, controlplane:
     finally:
         for node in nodes:
             core.delete_node(node)
+
+
+def test_a_change_is_told_as_delivered_saying_who_made_it_and_the_first_list_as_added(
+    api_client: Any, namespace: str, crd_installed: None
+) -> None:
+    """One watch per kind: the operator's drift handlers hear of a ConfigMap from its cache alone, so what
+    is told must say who wrote it last (managedFields), though the cache keeps it without them."""
+    core = client.CoreV1Api(api_client)
+    made: Any = {"metadata": {"name": "conf", "labels": dict(MANAGED)}, "data": {"a": "1"}}
+    core.create_namespaced_config_map(namespace, made)
+    told: list[tuple[str, dict[str, Any]]] = []
+    lock = threading.Lock()
+
+    def tell(type_: str, obj: dict[str, Any]) -> None:
+        with lock:
+            told.append((type_, obj))
+
+    kube = Kube(api_client)
+    assert kube.use_caches([namespace], {("v1", "ConfigMap"): tell}, sync_timeout=30), "the caches never listed"
+    try:
+        assert [(t, o["metadata"]["name"]) for t, o in told] == [("ADDED", "conf")]  # the first list
+        core.patch_namespaced_config_map("conf", namespace, {"data": {"a": "2"}}, field_manager="kubectl-edit")
+
+        def edit_told() -> dict[str, Any] | None:
+            with lock:
+                return next((o for t, o in told if t == "MODIFIED" and o["data"] == {"a": "2"}), None)
+
+        edited = wait_for("the edit told", edit_told, 30)
+        managers = {e["manager"] for e in edited["metadata"]["managedFields"]}
+        assert "kubectl-edit" in managers, edited["metadata"]["managedFields"]
+        held = kube.get("v1", "ConfigMap", namespace, "conf")
+        assert held is not None and held["data"] == {"a": "2"} and "managedFields" not in held["metadata"]
+    finally:
+        assert kube.caches is not None
+        kube.caches.stop()

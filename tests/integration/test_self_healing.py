@@ -11,15 +11,20 @@ running and nothing else touching the cluster's objects but the test (as a perso
 from __future__ import annotations
 
 import copy
+import json
 import time
+from collections import Counter
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from kubernetes import client
 
 from tests.support.operator import OperatorProcess, apply_cluster, load_example, wait_ready
+from warden.kube import kinds
 from warden.naming import POD_CONFIG_ANNOTATION, Names
-from warden_dev.controlplane import wait_for
+from warden_dev.audit import rfc3339, wait_written
+from warden_dev.controlplane import ControlPlane, wait_for
 
 HEAL_TIMEOUT = 20  # seconds; what "within seconds" means here, with room for a slow CI machine
 
@@ -198,3 +203,42 @@ def test_a_child_that_cannot_be_put_back_yet_is_tried_again_and_said_restored_on
         15,
         on_fail=lambda: str(_events(core, ns, "ObjectRestored")),
     )
+
+
+def _open_watches(log: Path, agents: tuple[str, ...], at: str) -> Counter[str]:
+    """The watches the clients with these user agents held open at ``at``, by resource (the audit log: a
+    watch's ResponseStarted when it began, its ResponseComplete when it ended)."""
+    started: dict[str, str] = {}
+    ended: set[str] = set()
+    with log.open() as f:
+        for line in f:
+            if '"verb":"watch"' not in line or not any(f'"userAgent":"{a}' in line for a in agents):
+                continue
+            event = json.loads(line)
+            if event.get("requestReceivedTimestamp", "") > at:
+                continue
+            if event.get("stage") == "ResponseComplete" and event.get("stageTimestamp", "") <= at:
+                ended.add(event["auditID"])
+            else:
+                started[event["auditID"]] = (event.get("objectRef") or {}).get("resource", "")
+    return Counter(resource for audit_id, resource in started.items() if audit_id not in ended)
+
+
+def test_every_child_kind_is_watched_once(
+    api_client: Any, cluster_namespace: str, operator: OperatorProcess, controlplane: ControlPlane
+) -> None:
+    """Drift and readiness of the children the operator caches (StatefulSets, Deployments, Jobs,
+    ConfigMaps, WorkerSets, pods) come from their watch caches, the rest from kopf: one watch of each kind
+    at a time (the SlurmClusters alone have two: kopf's for its handlers, the cache's for reads)."""
+    _ready(api_client, cluster_namespace, operator)
+    at = rfc3339(time.time())
+    log = controlplane.log_dir / "audit.log"
+    wait_written(log, at)
+    watches = _open_watches(log, ("warden-operator", "kopf/"), at)
+    children = {  # (no ServiceMonitor here: its CRD is not installed)
+        k.plural
+        for k in kinds.REGISTRY
+        if k.watch in ("cache", "heal", "own") and k.kind != "SlurmCluster" and not k.optional
+    }
+    assert {r: n for r, n in watches.items() if r in children} == dict.fromkeys(children, 1), watches
+    assert watches["slurmclusters"] == 2, watches

@@ -6,9 +6,10 @@ and keeps each object as ``project`` trims it: a worker pod keeps only what the 
 (``slim_pod``), so ten thousand pods cost megabytes, not a gigabyte. ``Kube.get``/``Kube.list`` answer
 from a synced informer of the kind instead of asking the API server, so an event costs no GET.
 
-Read what set you off: kopf watches some of the same kinds for its handlers; a handler first hands
-the object it was given to the cache (``Kube.observed``), so the status refresh it runs reads that
-state, not the one before it, whichever watch is quicker.
+One watch per kind: the children the operator caches are watched here alone, and each change is told to
+``warden.handlers`` as the API server delivered it (managedFields too: who changed it last says whether it
+drifted), after the cache holds it, so whatever the change sets off reads that state, not the one before.
+The SlurmClusters, which kopf watches for its handlers too, take kopf's events as well (``Kube.observed``).
 
 Read your own writes: the answer of each of the operator's writes of a cached kind (create, patch,
 delete) is offered to the informer (``offer``) and kept when it is newer than what the cache holds
@@ -18,7 +19,9 @@ So a pod made a moment ago is there at the next look, and nobody makes it twice.
 
 A watch that ends is resumed from the last resourceVersion seen (bookmarks keep it fresh); one the
 server refuses as too old (410 Gone) lists afresh, telling every change the gap hid, deletions too.
-Each change is told to ``on_change`` (from the informer's own thread; keep it quick: enqueue work).
+Each change is told to ``on_change`` (from the informer's own thread; keep it quick: enqueue work), every
+object of the first list as ADDED; a write of the operator's own is told when its watch event comes (its
+answer was kept at once), so every change is told once, whoever made it.
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ from warden.model import API_GROUP
 log = logging.getLogger(__name__)
 
 Key = tuple[str, str]  # (namespace, name)
-OnChange = Callable[[str, Manifest], None]  # ("ADDED" | "MODIFIED" | "DELETED", the object as kept)
+OnChange = Callable[[str, Manifest], None]  # ("ADDED" | "MODIFIED" | "DELETED", the object as delivered)
 Project = Callable[[Manifest], Manifest]
 
 #: the label every object the operator makes carries: what the watches select, server-side
@@ -260,6 +263,7 @@ class Informer:
 
     def _relist(self) -> None:
         fresh: dict[Key, Manifest] = {}
+        delivered: dict[Key, Manifest] = {}  # as the API server sent them: what a change is told with
         token = ""
         while True:
             query = [*self._selectors(), ("limit", str(PAGE))]
@@ -271,6 +275,8 @@ class Informer:
                 item.setdefault("kind", str(page.get("kind", "")).removesuffix("List"))
                 slim = self.project(item)
                 fresh[key_of(slim)] = slim
+                if self.on_change is not None:
+                    delivered[key_of(slim)] = item
             meta = page.get("metadata") or {}
             token = str(meta.get("continue") or "")
             if not token:
@@ -279,7 +285,7 @@ class Informer:
         with self._lock:
             gone = [o for k, o in self._objects.items() if k not in fresh]
             changed = [
-                ("ADDED" if k not in self._objects else "MODIFIED", o)
+                ("ADDED" if k not in self._objects else "MODIFIED", delivered.get(k, o))
                 for k, o in fresh.items()
                 if self._objects.get(k) != o
             ]
@@ -312,10 +318,11 @@ class Informer:
             if type_ == "BOOKMARK":
                 self._version = version or self._version
                 continue
-            self._apply(str(type_), self.project(obj))
+            self._apply(str(type_), self.project(obj), delivered=obj)
             self._version = version or self._version
 
-    def _apply(self, type_: str, obj: Manifest, tell: bool = True) -> None:
+    def _apply(self, type_: str, obj: Manifest, tell: bool = True, delivered: Manifest | None = None) -> None:
+        """``obj`` (as kept) into the cache; told as ``delivered`` (as the API server sent it) when it is news."""
         key = key_of(obj)
         with self._lock:
             held = self._objects.get(key)
@@ -326,10 +333,11 @@ class Informer:
                 self._tombstones[key] = resource_version(obj) or 0
             elif newer(obj, held):
                 self._objects[key] = obj
-            else:
-                return  # the answer to one of our own writes already brought this (or a later) state
+            elif held is None or resource_version(obj) != resource_version(held):
+                return  # older than what an answer to one of our own writes brought: its own event follows
+            # else: the event of one of our own writes, whose answer the cache holds already: told all the same
         if tell:
-            self._tell(type_, obj)
+            self._tell(type_, obj if delivered is None else delivered)
 
     def _tell(self, type_: str, obj: Manifest) -> None:
         if self.on_change is None:

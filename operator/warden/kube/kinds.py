@@ -16,10 +16,11 @@ from typing import Literal
 
 from warden.model import API_GROUP, API_VERSION, CRD_NAMES, PLURAL, WORKER_SET_KIND, WORKER_SET_PLURAL
 
-#: ``heal``: the generic handler puts the object back when someone else deletes or edits it;
-#: ``own``: a handler of its own in ``warden.handlers`` (readiness, status, pods to make; drift too);
-#: ``kopf``: kopf watches it to find its resources; ``""``: read or written, never watched
-Watch = Literal["heal", "own", "kopf", ""]
+#: who watches it, once: ``heal``: kopf, for the generic handler that puts the object back when someone else
+#: deletes or edits it; ``own``: kopf, for a handler of its own in ``warden.handlers``; ``cache``: its watch
+#: cache (``warden.kube.cache``), whose informer tells ``warden.handlers`` each change (drift, readiness,
+#: status, pods to make); ``kopf``: kopf watches it to find its resources; ``""``: read or written, never watched
+Watch = Literal["heal", "own", "cache", "kopf", ""]
 
 
 @dataclass(frozen=True)
@@ -65,11 +66,11 @@ REGISTRY: tuple[Kind, ...] = (
     # "update": written again unchanged when the CRD's storage version changed (warden.kube.storedversions)
     Kind(_CLUSTER, "SlurmCluster", PLURAL, ("get", "list", "watch", "patch", "update"), watch="own", cached=True,
          subresources=(("status", ("patch",)), ("finalizers", ("update",)))),
-    Kind(_CLUSTER, WORKER_SET_KIND, WORKER_SET_PLURAL, (*_OWN, "update"), pruned=True, watch="own", cached=True,
+    Kind(_CLUSTER, WORKER_SET_KIND, WORKER_SET_PLURAL, (*_OWN, "update"), pruned=True, watch="cache", cached=True,
          subresources=(("status", ("patch",)), ("finalizers", ("update",)))),
     # "update": the operator makes a Role granting it on the health report, and RBAC lets nobody grant
     # what they do not hold
-    Kind("v1", "ConfigMap", "configmaps", (*_OWN[:5], "update", "delete"), pruned=True, watch="heal", cached=True),
+    Kind("v1", "ConfigMap", "configmaps", (*_OWN[:5], "update", "delete"), pruned=True, watch="cache", cached=True),
     # generated once when absent, never changed or deleted; put back (made afresh) when deleted
     # patch, delete: the per-purpose token Secrets (``warden.tokens``); the others are made once
     # get: also granted, on the bridge's token alone, by the Role the operator makes for the bridge
@@ -81,10 +82,10 @@ REGISTRY: tuple[Kind, ...] = (
     Kind("v1", "PersistentVolumeClaim", "persistentvolumeclaims", (*_READ, "create", "patch"), watch="own"),
     # worker pods are the operator's to make (WorkerSets), carry their Slurm node state as a condition
     # (watched by the pod cache alone, trimmed to what the operator reads: warden.kube.cache.slim_pod)
-    Kind("v1", "Pod", "pods", _OWN, watch="own", cached=True, subresources=(("status", ("patch",)),)),
-    Kind("apps/v1", "StatefulSet", "statefulsets", _OWN, pruned=True, watch="own", cached=True),
-    Kind("apps/v1", "Deployment", "deployments", _OWN, pruned=True, watch="heal", cached=True),
-    Kind("batch/v1", "Job", "jobs", _OWN, pruned=True, watch="own", cached=True),
+    Kind("v1", "Pod", "pods", _OWN, watch="cache", cached=True, subresources=(("status", ("patch",)),)),
+    Kind("apps/v1", "StatefulSet", "statefulsets", _OWN, pruned=True, watch="cache", cached=True),
+    Kind("apps/v1", "Deployment", "deployments", _OWN, pruned=True, watch="cache", cached=True),
+    Kind("batch/v1", "Job", "jobs", _OWN, pruned=True, watch="cache", cached=True),
     Kind("batch/v1", "CronJob", "cronjobs", _OWN, pruned=True, watch="heal"),
     Kind("policy/v1", "PodDisruptionBudget", "poddisruptionbudgets", _OWN, pruned=True, watch="heal"),
     Kind("networking.k8s.io/v1", "NetworkPolicy", "networkpolicies", _OWN, pruned=True, watch="heal"),
@@ -115,7 +116,8 @@ REGISTRY: tuple[Kind, ...] = (
 BY_KIND: dict[tuple[str, str], Kind] = {(k.api_version, k.kind): k for k in REGISTRY}
 #: what a reconcile deletes once no longer rendered, in this order
 PRUNED: tuple[Kind, ...] = tuple(k for k in REGISTRY if k.pruned)
-#: children whose only business with the operator is to stay as rendered (the generic heal handler)
+#: children whose only business with the operator is to stay as rendered, watched by kopf (the generic heal
+#: handler); a cached child's drift is told by its informer (``watch="cache"``)
 HEALED: tuple[Kind, ...] = tuple(k for k in REGISTRY if k.watch == "heal")
 #: kinds kept in memory by a watch (``warden.kube.cache``)
 CACHED: tuple[Kind, ...] = tuple(k for k in REGISTRY if k.cached)
