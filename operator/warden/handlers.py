@@ -60,7 +60,14 @@ from warden.model import (
     WORKER_SET_KIND,
     parse_spec,
 )
-from warden.naming import BRIDGE_FIELD_MANAGER, FIELD_MANAGER
+from warden.naming import (
+    BRIDGE_FIELD_MANAGER,
+    COMPONENT_LABEL,
+    FIELD_MANAGER,
+    INSTANCE_LABEL,
+    MANAGED,
+    MANAGED_BY_LABEL,
+)
 from warden.observe import health_report
 from warden.reconcile import reconcile
 from warden.render.context import ServiceAccountRef
@@ -70,10 +77,9 @@ from warden.workers.controller import WorkerSets
 
 log = logging.getLogger(__name__)
 
-MANAGED = {"app.kubernetes.io/managed-by": "warden"}
-MANAGED_SELECTOR = "app.kubernetes.io/managed-by=warden"
+MANAGED_SELECTOR = f"{MANAGED_BY_LABEL}=warden"
 USER_AGENT = "warden-operator"
-COMPONENT, HEALTH = "app.kubernetes.io/component", "health-check"
+HEALTH = "health-check"
 #: how soon kopf runs the spec handler again when it could not apply everything
 RETRY_DELAY_SECONDS = 10
 
@@ -279,7 +285,7 @@ def _check_deleted(type: str | None, meta: Mapping[str, Any], namespace: str, ow
     """A config check's Job or ConfigMap (``warden.configcheck``) went: pruned once the change was applied,
     or deleted by a person to have the check made again. Nothing to put back or to tell: the owner is
     reconciled quietly, which makes the check again if its change still waits for one."""
-    if type != "DELETED" or (meta.get("labels") or {}).get(COMPONENT) != CONFIG_CHECK:
+    if type != "DELETED" or (meta.get("labels") or {}).get(COMPONENT_LABEL) != CONFIG_CHECK:
         return False
     STATE.queue.reconcile(namespace, owner)
     return True
@@ -288,7 +294,7 @@ def _check_deleted(type: str | None, meta: Mapping[str, Any], namespace: str, ow
 def _refreshes_status(kind: str, labels: Mapping[str, str]) -> bool:
     """Whether a change of this child reaches its cluster's status: readiness (StatefulSets, WorkerSets,
     slurmrestd's Deployment), Jobs (the jail's populate, the config check, backups), the health report."""
-    component = labels.get(COMPONENT)
+    component = labels.get(COMPONENT_LABEL)
     return kind in ("StatefulSet", WORKER_SET_KIND, "Job") or (kind, component) in (
         ("Deployment", "restapi"),
         ("ConfigMap", HEALTH),
@@ -309,7 +315,7 @@ def child_changed(kind: str) -> OnChange:
         owner = _owner_name(meta.get("ownerReferences"))
         if not namespace or owner is None or _check_deleted(type_, meta, namespace, owner):
             return
-        if kind == "ConfigMap" and labels.get(COMPONENT) == HEALTH:
+        if kind == "ConfigMap" and labels.get(COMPONENT_LABEL) == HEALTH:
             _health_report_changed(type_, obj, namespace, owner)
         elif not _heal_if_drifted(type_, meta, namespace, owner, kind) and _refreshes_status(kind, labels):
             _refresh(namespace, owner)
@@ -355,7 +361,7 @@ def pod_changed(type_: str, pod: Mapping[str, Any]) -> None:
     pod cache (``warden.kube.cache``), not kopf: kopf would hold and hand over every pod's full body."""
     meta = pod["metadata"]
     _pod_images(type_, pod)
-    if (meta.get("labels") or {}).get(COMPONENT) != "worker" or STATE.worker_sets is None:
+    if (meta.get("labels") or {}).get(COMPONENT_LABEL) != "worker" or STATE.worker_sets is None:
         return
     for ref in meta.get("ownerReferences") or []:
         if ref.get("kind") == WORKER_SET_KIND:
@@ -370,14 +376,14 @@ ON_CHANGE: dict[tuple[str, str], OnChange] = {
 }
 
 
-@kopf.on.event("", "v1", "persistentvolumeclaims", labels={**MANAGED, COMPONENT: "jail"})
+@kopf.on.event("", "v1", "persistentvolumeclaims", labels={**MANAGED, COMPONENT_LABEL: "jail"})
 def jail_claim_changed(type: str | None, body: kopf.Body, namespace: str | None, **_: Any) -> None:
     """The jail's claim got its volume: from now on the volume, not only the claim, follows
     `retainOnDelete` (Retain, so the namespace's deletion leaves the homes). A claim the operator no
     longer finds as it made it (deleted) is put back by the next reconcile of its cluster."""
     if namespace is None or type in (None, "DELETED") or (body.get("status") or {}).get("phase") != "Bound":
         return
-    cluster = (body["metadata"].get("labels") or {}).get("app.kubernetes.io/instance")
+    cluster = (body["metadata"].get("labels") or {}).get(INSTANCE_LABEL)
     owner_body = kube().get(f"{API_GROUP}/{API_VERSION}", "SlurmCluster", namespace, str(cluster)) if cluster else None
     if owner_body is None or owner_body["metadata"].get("deletionTimestamp"):
         return

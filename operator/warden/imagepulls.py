@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from warden.model import Condition
+from warden.naming import INSTANCE_LABEL
 
 #: the label naming a pod's SlurmCluster
-INSTANCE_LABEL = "app.kubernetes.io/instance"
 
 #: a container's waiting reasons that mean its image cannot be had (the kubelet's words)
 PULL_FAILURES = frozenset({"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"})

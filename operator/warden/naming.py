@@ -140,6 +140,13 @@ SSH_HOST_KEY = "ssh_host_ed25519_key"
 TOKEN_KEY = "token"
 DB_PASSWORD_KEY = "password"
 
+# Kubernetes' recommended labels, as every child object carries them (``Names.labels``).
+INSTANCE_LABEL = "app.kubernetes.io/instance"  # the SlurmCluster's name
+COMPONENT_LABEL = "app.kubernetes.io/component"
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+#: what every object the operator makes carries: what its watches select, server-side
+MANAGED = {MANAGED_BY_LABEL: "warden"}
+
 # Label/annotation keys of our own.
 WORKER_GROUP_LABEL = f"{LABEL_PREFIX}/worker-group"
 SLURM_NODE_LABEL = f"{LABEL_PREFIX}/slurm-node"
@@ -342,9 +349,9 @@ class Names:
         """Labels of every child object. All of them are immutable for a given object."""
         return {
             "app.kubernetes.io/name": "slurm",
-            "app.kubernetes.io/instance": self.cluster,
-            "app.kubernetes.io/component": component,
-            "app.kubernetes.io/managed-by": "warden",
+            INSTANCE_LABEL: self.cluster,
+            COMPONENT_LABEL: component,
+            **MANAGED,
             "app.kubernetes.io/part-of": "warden",
         }
 
@@ -352,8 +359,8 @@ class Names:
         """Selector labels: a subset of `labels` that never changes for the life of the object."""
         return {
             "app.kubernetes.io/name": "slurm",
-            "app.kubernetes.io/instance": self.cluster,
-            "app.kubernetes.io/component": component,
+            INSTANCE_LABEL: self.cluster,
+            COMPONENT_LABEL: component,
         }
 
     def worker_selector(self, group: str) -> dict[str, str]:
@@ -361,7 +368,7 @@ class Names:
 
     def instance_selector(self) -> dict[str, str]:
         """Every object of this cluster (used to find objects left over by removed groups)."""
-        return {"app.kubernetes.io/instance": self.cluster, "app.kubernetes.io/managed-by": "warden"}
+        return {INSTANCE_LABEL: self.cluster, **MANAGED}
 
 
 #: the switch every tree the operator writes hangs from (``warden.topology.planner``); no label value ends in `_`,

@@ -8,7 +8,7 @@ from typing import Any
 from warden import imagepulls
 from warden.kube.client import Kube
 from warden.model import API_GROUP, API_VERSION, WORKER_SET_KIND
-from warden.naming import SLURM_SERIES_ENV
+from warden.naming import COMPONENT_LABEL, SLURM_SERIES_ENV
 from warden.render.backup import COMPONENT as BACKUP_COMPONENT
 from warden.render.context import Cluster
 from warden.render.health import REPORT_KEY
@@ -81,7 +81,7 @@ def slurm_parts(
     """What a Slurm upgrade looks at: every Slurm pod's series, the populate Job's."""
     by_part: dict[str, list[planner.PodSeries]] = {part: [] for part in SLURM_PARTS}
     for pod in pods:
-        part = (pod["metadata"].get("labels") or {}).get("app.kubernetes.io/component", "")
+        part = (pod["metadata"].get("labels") or {}).get(COMPONENT_LABEL, "")
         phase = (pod.get("status") or {}).get("phase")
         if part in by_part and phase not in ("Succeeded", "Failed"):
             by_part[part].append(pod_series(pod))
@@ -149,11 +149,7 @@ def observe(kube: Kube, cluster: Cluster, slurmd_versions: dict[str, int] | None
     slurm_config = kube.get("v1", "ConfigMap", ns, names.slurm_config)
     jail_backup = None
     if cluster.spec.jail.backup.enabled:
-        runs = [
-            p
-            for p in pods
-            if (p["metadata"].get("labels") or {}).get("app.kubernetes.io/component") == BACKUP_COMPONENT
-        ]
+        runs = [p for p in pods if (p["metadata"].get("labels") or {}).get(COMPONENT_LABEL) == BACKUP_COMPONENT]
         jail_backup = backup_status(kube.get("batch/v1", "CronJob", ns, names.jail_backup), runs)
     return Observed(
         controller=controller,

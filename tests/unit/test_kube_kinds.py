@@ -92,7 +92,7 @@ def test_the_service_monitor_is_pruned_and_put_back_alike() -> None:
 
 def test_the_generic_heal_handler_watches_exactly_the_healed_kinds() -> None:
     """kopf's registry of this operator's handlers: one ``heal-<plural>`` handler per healed kind."""
-    assert handlers.MANAGED  # importing warden.handlers registered its handlers
+    assert handlers.ON_CHANGE  # importing warden.handlers registered its handlers
     registry = kopf.get_default_registry()
     ids = {str(h.id) for h in registry._watching.get_all_handlers()}
     assert {i for i in ids if i.startswith("heal-")} == {f"heal-{k.plural}" for k in kinds.HEALED}

@@ -39,6 +39,7 @@ from kubernetes.client.exceptions import ApiException
 from warden.kube import kinds
 from warden.kube.manifest import Manifest
 from warden.model import API_GROUP
+from warden.naming import MANAGED
 
 log = logging.getLogger(__name__)
 
@@ -46,8 +47,6 @@ Key = tuple[str, str]  # (namespace, name)
 OnChange = Callable[[str, Manifest], None]  # ("ADDED" | "MODIFIED" | "DELETED", the object as delivered)
 Project = Callable[[Manifest], Manifest]
 
-#: the label every object the operator makes carries: what the watches select, server-side
-MANAGED = {"app.kubernetes.io/managed-by": "warden"}
 #: objects per page of the initial list (bounds the memory a list of ten thousand pods takes at once)
 PAGE = 500
 #: seconds a watch runs before the server ends it (then it is resumed)

@@ -15,6 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from warden.naming import MANAGED
+
 #: the Lease's time format (``metav1.MicroTime``)
 MICRO_TIME = "%Y-%m-%dT%H:%M:%S.%fZ"
 
@@ -128,7 +130,7 @@ def new_lease(namespace: str, name: str, identity: str, timing: Timing, when: da
     return {
         "apiVersion": "coordination.k8s.io/v1",
         "kind": "Lease",
-        "metadata": {"name": name, "namespace": namespace, "labels": {"app.kubernetes.io/managed-by": "warden"}},
+        "metadata": {"name": name, "namespace": namespace, "labels": dict(MANAGED)},
         "spec": {
             "holderIdentity": identity,
             "leaseDurationSeconds": int(timing.lease_duration),

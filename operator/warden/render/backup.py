@@ -160,8 +160,8 @@ def network_policy(cluster: Cluster, components: list[str]) -> Manifest:
         "metadata": meta(cluster, cluster.names.jail_backup, COMPONENT),
         "spec": {
             "podSelector": {
-                "matchLabels": {"app.kubernetes.io/instance": cluster.name},
-                "matchExpressions": [{"key": "app.kubernetes.io/component", "operator": "In", "values": components}],
+                "matchLabels": {naming.INSTANCE_LABEL: cluster.name},
+                "matchExpressions": [{"key": naming.COMPONENT_LABEL, "operator": "In", "values": components}],
             },
             "policyTypes": ["Egress"],
             # addresses outside the cluster, and any pod (a store run in the cluster: ipBlock need not match pods)

@@ -28,7 +28,6 @@ from warden.render.context import Cluster
 from warden.render.pods import Manifest, meta
 
 COMPONENT = "network"
-COMPONENT_LABEL = "app.kubernetes.io/component"
 #: the pods running Slurm's daemons and commands (they reach each other freely)
 SLURM_COMPONENTS = ("controller", "restapi", "worker", "login", "accounting", "health-check")
 #: the pods running SSSD when the cluster reads a directory (warden.render.pods.identity_volumes)
@@ -49,12 +48,12 @@ def _policy(cluster: Cluster, suffix: str, selector: Manifest, spec: Manifest) -
 
 
 def _components(cluster: Cluster, *components: str) -> Manifest:
-    instance = {"app.kubernetes.io/instance": cluster.name}
+    instance = {naming.INSTANCE_LABEL: cluster.name}
     if len(components) == 1:
-        return {"matchLabels": {**instance, COMPONENT_LABEL: components[0]}}
+        return {"matchLabels": {**instance, naming.COMPONENT_LABEL: components[0]}}
     return {
         "matchLabels": instance,
-        "matchExpressions": [{"key": COMPONENT_LABEL, "operator": "In", "values": list(components)}],
+        "matchExpressions": [{"key": naming.COMPONENT_LABEL, "operator": "In", "values": list(components)}],
     }
 
 
@@ -72,7 +71,7 @@ def render(cluster: Cluster) -> list[Manifest]:
         _policy(
             cluster,
             "isolate",
-            {"matchLabels": {"app.kubernetes.io/instance": cluster.name}},
+            {"matchLabels": {naming.INSTANCE_LABEL: cluster.name}},
             {"policyTypes": ["Ingress", "Egress"]},
         ),
         _policy(

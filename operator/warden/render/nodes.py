@@ -40,7 +40,7 @@ LOGIN = "login"
 def nodes_service(cluster: Cluster) -> Manifest:
     """Headless Service giving every worker and login pod a DNS name (`<pod>.<cluster>-nodes`)."""
     names = cluster.names
-    selector = {"app.kubernetes.io/instance": cluster.name, naming.SLURM_NODE_LABEL: "true"}
+    selector = {naming.INSTANCE_LABEL: cluster.name, naming.SLURM_NODE_LABEL: "true"}
     return service(cluster, names.nodes_service, WORKER, selector, [("slurmd", naming.SLURMD_PORT)], headless=True)
 
 
