@@ -170,6 +170,10 @@ def _scale_and_edit_then(installed: Handover, act: Callable[[], None], what: str
         _eventually(f"slurmctld running MessageTimeout={message_timeout}", runs_it, timeout=180, interval=0.5)
         configured = time.monotonic() - t0
         _eventually(f"{new} Ready", lambda: _ready(kube.json("-n", ns, "get", "pod", new)), timeout=180)
+        # the controller's entrypoint says so once slurmctld's "Configuration data as of" moved (it looks each
+        # second after `scontrol reconfigure`): a moment after slurmctld answers with the new value
+        _eventually("the controller's log: slurmctld reconfigured",
+                    lambda: len(_reconfigured(installed)) > reconfigured, timeout=60)  # fmt: skip
     finally:
         seen = watch.stop()
     print(f"\nleader {what}: {standby} held the Lease after {leads:.1f}s, made {new} after {scaled:.1f}s, slurmctld"
