@@ -41,7 +41,7 @@ import kopf
 from warden import opmetrics
 from warden.clusterevents import ClusterEvents
 from warden.clusterqueue import ClusterQueue
-from warden.clusterwork import CHECK_DELAY_SECONDS, ClusterWorker
+from warden.clusterwork import CHECK_DELAY_SECONDS, RETRY_DELAY_SECONDS, ClusterWorker
 from warden.configcheck.render import COMPONENT as CONFIG_CHECK
 from warden.directorysync import DirectorySync
 from warden.directorysync import Settings as DirectorySettings
@@ -80,8 +80,6 @@ log = logging.getLogger(__name__)
 MANAGED_SELECTOR = f"{MANAGED_BY_LABEL}=warden"
 USER_AGENT = "warden-operator"
 HEALTH = "health-check"
-#: how soon kopf runs the spec handler again when it could not apply everything
-RETRY_DELAY_SECONDS = 10
 
 
 class State:
