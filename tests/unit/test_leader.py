@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import copy
 import datetime
+import threading
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -196,3 +198,38 @@ def test_the_fence_lets_writes_through_until_the_deadline_then_stops_the_process
         assert stopped == ["the lease ran out before POST /api/v1/pods (was the process stopped?)"]
     finally:
         fence.forget()
+
+
+def test_after_resigning_a_write_of_another_thread_waits_instead_of_ending_the_process(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """SIGTERM mid-change: the stopping thread hands the lease back while the worker threads go on. A worker's
+    write must neither go (the process acts no more) nor end the process before the lease is handed back."""
+    stopped: list[str] = []
+    monkeypatch.setattr(fence, "lost", lambda why: stopped.append(why))
+    monkeypatch.setattr(fence, "_clock", lambda: 100.0)
+    raised: list[BaseException] = []
+
+    def write() -> None:
+        try:
+            fence.check("PATCH /apis/slurm.warden.dev/v1alpha1/workersets/cpu")
+        except fence.Resigned as e:
+            raised.append(e)
+
+    try:
+        fence.hold_until(110.0)
+        fence.resign()
+        fence.hold_until(120.0)  # the elector's renewal that finished after the resignation
+        assert not fence.valid()
+        worker = threading.Thread(target=write, daemon=True)
+        worker.start()
+        deadline = time.monotonic() + 10
+        while fence.parked() < 1:
+            assert time.monotonic() < deadline, "the write neither waited nor went"
+            time.sleep(0.01)
+        assert worker.is_alive() and not stopped and not raised
+    finally:
+        fence.forget()
+    worker.join(timeout=10)
+    assert [str(e) for e in raised] == ["PATCH /apis/slurm.warden.dev/v1alpha1/workersets/cpu: this process resigned"]
+    assert not stopped

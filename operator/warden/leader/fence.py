@@ -7,6 +7,10 @@ deadline the elector set at its last successful renewal (the renewal's start plu
 on the monotonic clock, which runs on while the process is stopped). A write past it means this
 process lost its lease without knowing (frozen by SIGSTOP, its node cut off): it must not act, because
 a standby may be acting already. It exits (``lost``) and its container, restarted, waits as a standby.
+
+A clean stop (SIGTERM) ``resign``s first: from then on no thread writes, and none exits either — a thread
+about to write waits (``parked``) while the stopping thread hands the lease back and ends the process. Were
+that thread's write to end the process, the lease would stay held until it ran out.
 """
 
 from __future__ import annotations
@@ -27,20 +31,52 @@ _lock = threading.Lock()
 #: monotonic time until which this process may write; None: no election, always
 _until: float | None = None
 _clock: Callable[[], float] = time.monotonic
+#: set once this process resigned: every write waits for the process's end
+_resigned = threading.Event()
+#: set only by ``forget`` (tests): parked writers wake up and raise ``Resigned``
+_unpark = threading.Event()
+_parked = 0
+
+
+class Resigned(RuntimeError):
+    """A write refused after ``resign`` (only ever raised in tests: in the operator the process ends first)."""
 
 
 def hold_until(deadline: float) -> None:
     """This process may write until ``deadline`` (monotonic seconds): the elector's last renewal."""
     global _until
     with _lock:
-        _until = deadline
+        if not _resigned.is_set():  # a renewal finishing after ``resign`` gives nothing back
+            _until = deadline
+
+
+def resign() -> None:
+    """This process acts no more, for good: a write of any thread from now on waits for the process's end."""
+    global _until
+    with _lock:
+        _resigned.set()
+        _until = float("-inf")
+
+
+def resigned() -> bool:
+    return _resigned.is_set()
+
+
+def parked() -> int:
+    """How many writes wait since ``resign``."""
+    with _lock:
+        return _parked
 
 
 def forget() -> None:
-    """No election any more: every write may go (tests)."""
-    global _until
+    """No election any more: every write may go (tests); writers parked by ``resign`` raise ``Resigned``."""
+    global _until, _parked
     with _lock:
         _until = None
+        _resigned.clear()
+        _unpark.set()
+        _parked = 0
+    _unpark.clear()
 
 
 def valid(now: float | None = None) -> bool:
@@ -58,6 +94,13 @@ def lost(why: str) -> NoReturn:
 
 
 def check(what: str) -> None:
-    """Before a write (``what``): exits when this process's lease ran out."""
+    """Before a write (``what``): exits when this process's lease ran out; waits when it resigned."""
+    global _parked
+    if _resigned.is_set():
+        with _lock:
+            _parked += 1
+        log.info("leader election: %s waits: this process hands its lease back and ends", what)
+        _unpark.wait()
+        raise Resigned(f"{what}: this process resigned")
     if not valid():
         lost(f"the lease ran out before {what} (was the process stopped?)")

@@ -55,7 +55,8 @@ def serve_health(url: str, elector: Elector) -> http.server.ThreadingHTTPServer 
 
 
 def _on_continue(signum: int, frame: FrameType | None) -> None:
-    fence.check("going on after SIGCONT")
+    if not fence.resigned():  # resigning (SIGTERM's handler, below): it ends the process itself
+        fence.check("going on after SIGCONT")
 
 
 def resign_on_sigterm(elector: Elector) -> Callable[..., Coroutine[Any, Any, None]]:
@@ -67,7 +68,7 @@ def resign_on_sigterm(elector: Elector) -> Callable[..., Coroutine[Any, Any, Non
     def resign(signum: int, frame: FrameType | None) -> None:
         log.info("leader election: %s stops (signal %d): acts no more and hands its lease back", elector.identity,
                  signum)  # fmt: skip
-        fence.hold_until(float("-inf"))  # a write of another thread from now on ends the process
+        fence.resign()  # a write of another thread from now on waits for this one to end the process
         elector.release()
         for handler in logging.getLogger().handlers:
             handler.flush()
