@@ -11,7 +11,8 @@
   changed: refresh the owner's status.
 - One watch per kind: the children the operator caches (StatefulSets, Deployments, Jobs, ConfigMaps,
   WorkerSets, pods) are watched by their watch caches (`warden.kube.cache`), which tell each change here
-  (``ON_CHANGE``); kopf watches the others (``warden.kube.kinds``: ``watch``) and the SlurmClusters.
+  (``ON_CHANGE``); kopf watches the others (``warden.kube.kinds``: ``watch``) and the SlurmClusters,
+  whose every event it delivers keeps their cache too (``cluster_observed``).
 - Every handler and loop here only queues a cluster's work (``warden.clusterqueue``); one thread, the
   cluster worker (``warden.clusterwork``), decides between a status refresh and a reconcile and does it.
   Only the spec handler reconciles in kopf's own thread (kopf retries it and keeps its diff base).
@@ -195,6 +196,13 @@ def stop_sync(**_: Any) -> None:
         STATE.work.stop()
     if STATE.kube is not None and STATE.kube.caches is not None:
         STATE.kube.caches.stop()
+
+
+@kopf.on.event(API_GROUP, API_VERSION, PLURAL)
+def cluster_observed(event: kopf.RawEvent, **_: Any) -> None:
+    """Every change of a SlurmCluster kopf's watch delivers, to its cache (listed once, then kept by this
+    watch alone: one watch per kind, ``warden.kube.cache``)."""
+    kube().observed(event.get("type"), event["object"])
 
 
 @kopf.on.resume(API_GROUP, API_VERSION, PLURAL)

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from warden.imagepulls import failures as image_pull_failures
-from warden.kube.cache import matches, newer, slim_pod, without_managed_fields
+from warden.kube.cache import Informer, matches, newer, slim_pod, without_managed_fields
 from warden.kube.fanout import Fanout, batches
 
 POD: dict[str, Any] = {
@@ -182,3 +182,40 @@ def test_a_big_batch_is_run_without_holding_something_for_each_of_its_calls() ->
 def test_a_fanout_needs_a_positive_limit() -> None:
     with pytest.raises(ValueError, match="at least one"):
         Fanout(0)
+
+
+def test_a_cache_kopf_keeps_lists_once_and_then_holds_what_kopfs_events_bring() -> None:
+    """The SlurmClusters' cache (``follow=False``): one list at start, no watch of its own; each event kopf's
+    watch delivers (``observed``) changes it, a deletion included, and an older event never undoes a newer."""
+    listed: list[str] = []
+
+    def call(method: str, path: str, query: list[tuple[str, str]] | None = None) -> dict[str, Any]:
+        listed.append(f"{method} {path}")
+        item = {"metadata": {"name": "a", "namespace": "ns", "resourceVersion": "5"}, "spec": {"x": 1}}
+        return {"kind": "SlurmClusterList", "apiVersion": "slurm.warden.dev/v1alpha1", "metadata":
+                {"resourceVersion": "7"}, "items": [item]}  # fmt: skip
+
+    def stream(path: str, query: list[tuple[str, str]], timeout: float) -> Any:
+        raise AssertionError(f"a watch of its own: {path}")
+
+    informer = Informer(call, stream, "/apis/slurm.warden.dev/v1alpha1/namespaces/ns/slurmclusters", {}, follow=False)
+    informer.start()
+    assert informer.wait_synced(10)
+    assert informer._thread is not None
+    informer._thread.join(timeout=10)
+    assert not informer._thread.is_alive() and listed == [
+        "GET /apis/slurm.warden.dev/v1alpha1/namespaces/ns/slurmclusters"
+    ]
+    assert informer.get("ns", "a")["spec"] == {"x": 1}  # type: ignore[index]
+
+    def cluster(name: str, version: str, x: int) -> dict[str, Any]:
+        return {"metadata": {"name": name, "namespace": "ns", "resourceVersion": version}, "spec": {"x": x}}
+
+    informer.observed("MODIFIED", cluster("a", "9", 2))
+    informer.observed("MODIFIED", cluster("a", "8", 3))  # late: the cache keeps the newer
+    informer.observed("ADDED", cluster("b", "10", 1))
+    assert informer.get("ns", "a")["spec"] == {"x": 2}  # type: ignore[index]
+    assert sorted(o["metadata"]["name"] for o in informer.list("ns", {})) == ["a", "b"]
+    informer.observed("DELETED", cluster("a", "11", 2))
+    informer.observed("MODIFIED", cluster("a", "9", 2))  # an answer to a write that the deletion overtook
+    assert informer.get("ns", "a") is None and len(informer) == 1

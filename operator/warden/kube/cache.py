@@ -9,7 +9,8 @@ from a synced informer of the kind instead of asking the API server, so an event
 One watch per kind: the children the operator caches are watched here alone, and each change is told to
 ``warden.handlers`` as the API server delivered it (managedFields too: who changed it last says whether it
 drifted), after the cache holds it, so whatever the change sets off reads that state, not the one before.
-The SlurmClusters, which kopf watches for its handlers too, take kopf's events as well (``Kube.observed``).
+The SlurmClusters, which kopf watches for its handlers, are listed here once and then follow kopf's watch:
+every event it delivers comes here first (``Kube.observed``, ``follow=False``).
 
 Read your own writes: the answer of each of the operator's writes of a cached kind (create, patch,
 delete) is offered to the informer (``offer``) and kept when it is newer than what the cache holds
@@ -169,6 +170,7 @@ class Informer:
         project: Project = without_managed_fields,
         on_change: OnChange | None = None,
         field_selector: str = "",
+        follow: bool = True,
     ) -> None:
         self._call = call  # Kube.call
         self._stream = stream  # Kube.stream_lines
@@ -178,6 +180,8 @@ class Informer:
         self.field_selector = field_selector
         self.project = project
         self.on_change = on_change
+        #: False: listed once, then kept by ``observed`` alone (another watch's events: kopf's)
+        self.follow = follow
         self._objects: dict[Key, Manifest] = {}
         self._lock = threading.Lock()
         self._synced = threading.Event()
@@ -226,7 +230,7 @@ class Informer:
 
     def observed(self, type_: str, obj: Manifest) -> None:
         """A change another watch (kopf's) delivered: applied here first, so that whatever it sets off
-        reads it, not the state before (this informer's own watch may bring it a moment later)."""
+        reads it, not the state before; with ``follow=False`` the only way a change gets here."""
         if type_ == "DELETED":
             self._apply("DELETED", self.project(obj), tell=False)
         else:
@@ -245,6 +249,8 @@ class Informer:
             try:
                 if not self._version:
                     self._relist()
+                if not self.follow:
+                    return  # listed: from now on kept by ``observed``
                 self._watch()
             except Gone:
                 log.info("watch of %s: resourceVersion %s too old; listing afresh", self.path, self._version)
@@ -368,10 +374,13 @@ class Caches:
         for kind in kinds.CACHED:
             selector = {} if kind.kind == "SlurmCluster" else dict(MANAGED)
             project = slim_pod if kind.kind == "Pod" else without_managed_fields
+            follow = kind.watch != "own"  # kopf watches it: its events keep the cache (``Kube.observed``)
             for ns in scopes:
                 path = f"{kind.prefix}/namespaces/{ns}/{kind.plural}" if ns else f"{kind.prefix}/{kind.plural}"
                 listener = on_change.get((kind.api_version, kind.kind))
-                self._by[(kind.api_version, kind.kind, ns)] = Informer(call, stream, path, selector, project, listener)
+                self._by[(kind.api_version, kind.kind, ns)] = Informer(
+                    call, stream, path, selector, project, listener, follow=follow
+                )
 
     def start(self) -> None:
         for informer in self._by.values():

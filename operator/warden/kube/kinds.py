@@ -38,7 +38,8 @@ class Kind:
     subresources: tuple[tuple[str, tuple[str, ...]], ...] = ()
     #: served only where a CRD is installed (asked by API discovery before use)
     optional: bool = False
-    #: kept in memory by a watch (``warden.kube.cache``): reads of it never reach the API server
+    #: kept in memory (``warden.kube.cache``): reads of it never reach the API server. Its informer's watch
+    #: keeps it, or kopf's (``watch="own"``: listed once, then kopf's events)
     cached: bool = False
     #: the only objects its subresources may be written for (RBAC resourceNames); none: any
     subresource_names: tuple[str, ...] = ()
