@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from warden import kubetime
 from warden.kube.manifest import Manifest
 
 #: `reportingController` of every Event (the operator's name in Kubernetes' sense)
@@ -212,10 +213,10 @@ def posted(manifest: Mapping[str, Any], now: datetime.datetime) -> Posted | None
     if manifest.get("reportingController") != CONTROLLER:
         return None
     try:
-        first = datetime.datetime.strptime(str(manifest.get("eventTime")), "%Y-%m-%dT%H:%M:%S.%fZ")
+        first = kubetime.parse_micro(str(manifest.get("eventTime")))
     except ValueError:
         return None
-    age = (now - first.replace(tzinfo=datetime.UTC)).total_seconds()
+    age = (now - first).total_seconds()
     if not 0 <= age <= SERIES_WINDOW_SECONDS:
         return None
     regarding = manifest.get("regarding") or {}
@@ -237,7 +238,7 @@ def clip_note(note: str) -> str:
 
 def micro_time(now: datetime.datetime) -> str:
     """A MicroTime as the API wants it: UTC, microseconds, Z."""
-    return now.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return kubetime.micro_stamp(now)
 
 
 def name(event: Event, now: datetime.datetime) -> str:

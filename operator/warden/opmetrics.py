@@ -10,7 +10,6 @@ since the last run" is true when Prometheus asks.
 
 from __future__ import annotations
 
-import datetime
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -19,6 +18,8 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
+
+from warden import kubetime
 
 CLUSTER_LABEL = "slurm_cluster"
 
@@ -76,11 +77,7 @@ def api_resource(path: str) -> str:
 
 
 def _epoch(stamp: str) -> float | None:
-    try:
-        when = datetime.datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.UTC)
-    except (TypeError, ValueError):
-        return None
-    return when.timestamp()
+    return kubetime.epoch(stamp)
 
 
 class NcclReports(Collector):

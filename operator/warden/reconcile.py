@@ -7,7 +7,6 @@ operator may be killed at any line and the next run finishes the job.
 from __future__ import annotations
 
 import dataclasses
-import datetime
 import logging
 import re
 import time
@@ -17,7 +16,7 @@ from functools import partial
 
 from pydantic import ValidationError
 
-from warden import __version__, naming, opmetrics
+from warden import __version__, kubetime, naming, opmetrics
 from warden.configcheck.gate import gate
 from warden.configcheck.render import Verdict
 from warden.kube.apply import Applier, ApplyResult, Owner, run_steps, with_owner
@@ -60,7 +59,7 @@ log = logging.getLogger(__name__)
 
 
 def now() -> str:
-    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return kubetime.stamp()
 
 
 #: a field, or a path of fields below a model, as a cross-field check names it at the head of its message

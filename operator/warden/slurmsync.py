@@ -28,7 +28,7 @@ from functools import partial
 
 from kubernetes.client.exceptions import ApiException
 
-from warden import naming, opmetrics, tokens
+from warden import kubetime, naming, opmetrics, tokens
 from warden.clusterqueue import ClusterQueue
 from warden.events import Event, Ref
 from warden.ha import sync as ha_sync
@@ -194,7 +194,7 @@ class SlurmSync:
         slurmctld = Slurmctld(answers=True, in_charge=charge.in_charge if charge else None)
         self._tell_slurmctld(body, slurmctld)
         now = datetime.datetime.now(datetime.UTC)
-        stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
+        stamp = kubetime.stamp(now)
         cluster = Ref.of(body)
         if charge is not None:
             ha_sync.carry_out(api, self.recorder, body, charge, stamp)

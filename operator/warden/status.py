@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
-import datetime
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from warden import imagepulls
+from warden import imagepulls, kubetime
 from warden.configcheck.render import Verdict
 from warden.ldapcheck import DirectoryCheck
 from warden.model import (
@@ -430,7 +429,7 @@ def config_running_condition(
     what = ", ".join(f"{s} on {n}" for s, n in sorted(other.items()))
     before = prev.get(CONFIG_RUNNING)
     since = before.last_transition_time if before is not None and before.status == "False" else now
-    if _seconds_between(since, now) < CONFIG_GRACE_SECONDS:
+    if kubetime.seconds_between(since, now) < CONFIG_GRACE_SECONDS:
         return cond(CONFIG_RUNNING, False, "Reloading", f"{behind} worker nodes' slurmd run {what}, not yet {stamp}")
     return cond(
         CONFIG_RUNNING,
@@ -440,15 +439,6 @@ def config_running_condition(
         f" (for {CONFIG_GRACE_SECONDS:.0f}s and more); `scontrol show node` shows each node's Extra, the worker"
         " pod's log why its reload failed; deleting the pod once it is idle starts it on the new files",
     )
-
-
-def _seconds_between(earlier: str, later: str) -> float:
-    try:
-        a = datetime.datetime.strptime(earlier, "%Y-%m-%dT%H:%M:%SZ")
-        b = datetime.datetime.strptime(later, "%Y-%m-%dT%H:%M:%SZ")
-    except ValueError:
-        return 0.0
-    return (b - a).total_seconds()
 
 
 def spec_images(spec: SlurmClusterSpec) -> dict[str, str]:

@@ -17,7 +17,6 @@ parallelism) is read again.
 
 from __future__ import annotations
 
-import datetime
 import logging
 import threading
 import time
@@ -28,7 +27,7 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
-from warden import naming
+from warden import kubetime, naming
 from warden.bridge import fit
 from warden.bridge import plan as planner
 from warden.bridge.plan import Bind, Cancel, Evict, Label, Refused, Submit, Unschedulable
@@ -534,4 +533,4 @@ class KubeNodes:
 
 
 def _stamp() -> str:
-    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return kubetime.stamp()

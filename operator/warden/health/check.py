@@ -62,6 +62,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
+from warden import kubetime
 from warden.health.nccl import ParseStatus, parse_all_reduce_perf
 from warden.slurm import reasons
 from warden.slurm.cli import Slurm, StepResult, first_line
@@ -153,7 +154,7 @@ class Summary:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "lastRunTime": self.started.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "lastRunTime": kubetime.stamp(self.started),
             "thresholdGBps": self.threshold_gbps,
             "nodesChecked": sum(r.outcome is not Outcome.SKIPPED for r in self.reports),
             "passed": [r.node for r in self.reports if r.outcome is Outcome.PASSED],

@@ -15,10 +15,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from warden import kubetime
 from warden.naming import MANAGED
 
 #: the Lease's time format (``metav1.MicroTime``)
-MICRO_TIME = "%Y-%m-%dT%H:%M:%S.%fZ"
 
 
 @dataclass(frozen=True)
@@ -110,7 +110,7 @@ def expires_in(identity: str, seen: Seen, now: float) -> float | None:
 
 
 def micro_time(when: datetime.datetime) -> str:
-    return when.astimezone(datetime.UTC).strftime(MICRO_TIME)
+    return kubetime.micro_stamp(when)
 
 
 def claimed(lease: Mapping[str, Any], identity: str, timing: Timing, when: datetime.datetime) -> dict[str, Any]:

@@ -20,7 +20,7 @@ from functools import partial
 
 from kubernetes.client.exceptions import ApiException
 
-from warden import naming
+from warden import kubetime, naming
 from warden.events import Ref
 from warden.kube.client import Kube
 from warden.model import API_GROUP, API_VERSION, WORKER_SET_KIND
@@ -278,7 +278,7 @@ class WorkerSets:
         if len(group.pods) <= group.desired and not any(p.leaving_since for p in group.pods):
             return set()  # nothing shrinks, nothing was picked: no need to ask Slurm for its jobs
         todo = scalein.plan([group], view.nodes, view.job_ends(), view.read_at.timestamp())
-        stamp = view.read_at.strftime("%Y-%m-%dT%H:%M:%SZ")
+        stamp = kubetime.stamp(view.read_at)
         for pod in todo.pick:
             self.kube.set_pod_annotation(namespace, pod, naming.LEAVING_ANNOTATION, stamp)
         for pod in todo.unpick:

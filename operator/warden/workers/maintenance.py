@@ -18,6 +18,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from warden import kubetime
 from warden.slurm.model import Reservation as Held
 
 #: reservations Warden makes start with this (``warden-maintenance-<WorkerSet>``)
@@ -111,4 +112,4 @@ def differs(want: Reservation, have: Held) -> bool:
 
 def stamp(at: datetime.datetime) -> str:
     """An RFC 3339 time in UTC, to the second (status, Events)."""
-    return at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return kubetime.stamp(at)

@@ -3,10 +3,9 @@
 
 from __future__ import annotations
 
-import datetime
 from dataclasses import dataclass
 
-from warden import naming
+from warden import kubetime, naming
 from warden.render.pods import Manifest
 
 
@@ -22,10 +21,6 @@ class SetPod:
     leaving_since: float | None = None
     #: epoch seconds its slurmd container started; None while it is not running
     slurmd_started: float | None = None
-
-
-def parse_time(text: str) -> datetime.datetime:
-    return datetime.datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.UTC)
 
 
 def ordinal(workerset: str, pod: str) -> int | None:
@@ -52,7 +47,7 @@ def read(workerset: str, raw: Manifest) -> SetPod | None:
         ended=phase if phase in ("Failed", "Succeeded") else "",
         ready=any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or []),
         template=annotations.get(naming.POD_TEMPLATE_ANNOTATION, ""),
-        leaving_since=parse_time(since).timestamp() if since else None,
+        leaving_since=kubetime.parse(since).timestamp() if since else None,
         slurmd_started=_slurmd_started(status),
     )
 
@@ -61,5 +56,5 @@ def _slurmd_started(status: Manifest) -> float | None:
     for cs in status.get("containerStatuses") or []:
         started = ((cs.get("state") or {}).get("running") or {}).get("startedAt")
         if cs.get("name") == "slurmd" and started:
-            return parse_time(started).timestamp()
+            return kubetime.parse(started).timestamp()
     return None
