@@ -7,7 +7,9 @@ reconcile itself. Work for a cluster already waiting is merged into what waits: 
 cost one status refresh, and the Slurm sync's newest word on a cluster is the one its status gets.
 
 A cluster's work has two parts, each with its own time: a *status refresh* (with what the Slurm sync or the
-directory check observed, when they did) and a *reconcile* (its children put back when someone deleted or
+directory check observed, when they did, and the Events a watch has to tell about the cluster: an image
+that cannot be pulled, a health check's drains, said by the worker, never from a watch's thread) and a
+*reconcile* (its children put back when someone deleted or
 changed them: ``heal``, what drifted, told once they are back; or asked again: ``reconcile``, a Slurm
 upgrade's next step, a new topology block, Slurm's check of new files). A reconcile due later (a heal
 tried again in ten seconds) waits for its time even when a refresh of the same cluster is due now.
@@ -27,19 +29,31 @@ Key = tuple[str, str]  # (namespace, SlurmCluster name)
 
 
 @dataclass(frozen=True)
+class Told:
+    """An Event to say about the cluster (``reason``, ``note``), about one of its pods when ``pod`` names it."""
+
+    reason: str
+    note: str
+    pod: str | None = None
+
+
+@dataclass(frozen=True)
 class Refresh:
-    """A status refresh, with the newest of what the loops observed (None: nothing new; the last word stands)."""
+    """A status refresh, with the newest of what the loops observed (None: nothing new; the last word stands)
+    and the Events to say, in the order they came."""
 
     slurm: SlurmNodesStatus | None = None
     slurmctld: Slurmctld | None = None
     directory: DirectoryCheck | None = None
+    tell: tuple[Told, ...] = ()
 
     def then(self, later: Refresh) -> Refresh:
-        """This refresh and a later one in one: the later observation of each kind wins."""
+        """This refresh and a later one in one: the later observation of each kind wins; every Event is said."""
         return Refresh(
             slurm=later.slurm if later.slurm is not None else self.slurm,
             slurmctld=later.slurmctld if later.slurmctld is not None else self.slurmctld,
             directory=later.directory if later.directory is not None else self.directory,
+            tell=self.tell + later.tell,
         )
 
 
@@ -105,9 +119,10 @@ class ClusterQueue:
         slurm: SlurmNodesStatus | None = None,
         slurmctld: Slurmctld | None = None,
         directory: DirectoryCheck | None = None,
+        tell: tuple[Told, ...] = (),
     ) -> None:
-        """Refresh the cluster's status now, with what was observed of it (if anything)."""
-        self._put((namespace, name), refresh=Refresh(slurm, slurmctld, directory))
+        """Refresh the cluster's status now, with what was observed of it (if anything), and say ``tell``."""
+        self._put((namespace, name), refresh=Refresh(slurm, slurmctld, directory, tell))
 
     def heal(self, namespace: str, name: str, what: str, after: float = 0.0) -> None:
         """Put the cluster's children back (``what`` drifted), in ``after`` seconds."""

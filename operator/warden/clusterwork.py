@@ -6,8 +6,9 @@ and decides what it takes: a status refresh, a reconcile, or a reconcile then a 
   deleted) is queued again in RETRY_DELAY_SECONDS, and one waiting for Slurm's check of its files
   (``warden.configcheck``) in CHECK_DELAY_SECONDS: no spec change would set it off again.
 - **Status refresh**: what is observed now (the watch caches; what the Slurm sync and the directory check
-  said) folded into status. A Slurm upgrade moves on when what it waits for is observed, and workers in a
-  block topology.conf does not name yet need it written: both queue a reconcile, taken next.
+  said) folded into status, and the Events the watches had to tell about the cluster said. A Slurm upgrade
+  moves on when what it waits for is observed, and workers in a block topology.conf does not name yet need
+  it written: both queue a reconcile, taken next.
 
 The spec handler (kopf's create/update/resume) reconciles in kopf's own threads; the same per-cluster lock
 keeps it and this worker from writing one cluster's objects or status at once.
@@ -23,6 +24,7 @@ from dataclasses import dataclass, field
 
 from warden.clusterevents import ClusterEvents
 from warden.clusterqueue import ClusterQueue, Key, Reconcile, Refresh
+from warden.events import Ref
 from warden.kube.apply import Applier
 from warden.kube.manifest import Manifest
 from warden.model import (
@@ -127,6 +129,10 @@ class ClusterWorker:
     def refresh(self, namespace: str, name: str, seen: Refresh) -> None:
         with self.locks[(namespace, name)]:  # read and write status in one go, not between a reconcile's
             folded = self._fold(namespace, name, seen)
+        about = folded[0] if folded is not None else self._cluster(namespace, name) if seen.tell else None
+        if about is not None:
+            for told in seen.tell:
+                self.events.say(about, told.reason, told.note, Ref.pod(namespace, told.pod) if told.pod else None)
         if folded is None:
             return
         body, spec, previous, status = folded

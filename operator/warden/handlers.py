@@ -41,12 +41,11 @@ import kopf
 
 from warden import opmetrics
 from warden.clusterevents import ClusterEvents
-from warden.clusterqueue import ClusterQueue
+from warden.clusterqueue import ClusterQueue, Told
 from warden.clusterwork import CHECK_DELAY_SECONDS, RETRY_DELAY_SECONDS, ClusterWorker
 from warden.configcheck.render import COMPONENT as CONFIG_CHECK
 from warden.directorysync import DirectorySync
 from warden.directorysync import Settings as DirectorySettings
-from warden.events import Ref
 from warden.imagepulls import PullWatch
 from warden.kube import kinds, storedversions
 from warden.kube.apply import Applier, Owner
@@ -234,22 +233,17 @@ def reconcile_cluster(body: kopf.Body, **_: Any) -> None:
     tell().say(body, "Reconciled", f"{len(outcome.result.applied)} objects applied; phase {outcome.status.phase}")
 
 
-def _announce_health(cluster: dict[str, Any], report: dict[str, Any]) -> None:
-    """One Warning Event per node a check run drained, one Normal Event per node it resumed, and one
-    Warning Event when the run failed as a whole (it drained nobody then).
-
-    Called once per change of the report ConfigMap (kopf handles one object's events in order), so
-    a run is announced once, however many status refreshes happen around it."""
-    namespace = cluster["metadata"]["namespace"]
-    key = f"{namespace}/{cluster['metadata']['name']}"
-    opmetrics.HEALTH_CHECK_ACTIONS.labels(key, "drained").inc(len(report.get("drained", [])))
-    opmetrics.HEALTH_CHECK_ACTIONS.labels(key, "resumed").inc(len(report.get("resumed", [])))
+def health_told(report: Mapping[str, Any]) -> tuple[Told, ...]:
+    """What a check run's report says about the cluster: one Warning Event per node it drained, one Normal
+    Event per node it resumed, and one Warning Event when the run failed as a whole (it drained nobody).
+    Told once per change of the report ConfigMap (its watch tells each change once), so a run is announced
+    once, however many status refreshes happen around it."""
+    told: list[Told] = []
     if report.get("checkFailed"):
-        tell().say(cluster, "HealthCheckFailed", f"NCCL check drained nobody: {report['checkFailed']}")
-    for d in report.get("drained", []):
-        tell().say(cluster, "NodeDrained", f"{d['node']}: {d['reason']}", Ref.pod(namespace, d["node"]))
-    for node in report.get("resumed", []):
-        tell().say(cluster, "NodeResumed", f"{node} passed the NCCL check again", Ref.pod(namespace, node))
+        told.append(Told("HealthCheckFailed", f"NCCL check drained nobody: {report['checkFailed']}"))
+    told += [Told("NodeDrained", f"{d['node']}: {d['reason']}", d["node"]) for d in report.get("drained", [])]
+    told += [Told("NodeResumed", f"{n} passed the NCCL check again", n) for n in report.get("resumed", [])]
+    return tuple(told)
 
 
 def _owner_name(owner_references: list[dict[str, Any]] | None) -> str | None:
@@ -281,10 +275,11 @@ def _heal_if_drifted(type: str | None, meta: Mapping[str, Any], namespace: str, 
     return True
 
 
-def _refresh(namespace: str, name: str) -> None:
-    """Queue a refresh of the cluster's status (its Slurm side synced from now on too)."""
+def _refresh(namespace: str, name: str, told: tuple[Told, ...] = ()) -> None:
+    """Queue a refresh of the cluster's status (its Slurm side synced from now on too), and the Events
+    ``told`` for the cluster worker to say."""
     STATE.seen(namespace, name)
-    STATE.queue.refresh(namespace, name)
+    STATE.queue.refresh(namespace, name, tell=told)
 
 
 def _check_deleted(type: str | None, meta: Mapping[str, Any], namespace: str, owner: str) -> bool:
@@ -333,16 +328,17 @@ def _health_report_changed(type_: str, body: Mapping[str, Any], namespace: str, 
     """The NCCL check's report: its metrics; status.healthCheck refreshed; each run announced once (a change
     of the ConfigMap: the check writes it by design, so only its deletion is drift)."""
     report = None if type_ == "DELETED" else health_report(dict(body))
-    opmetrics.NCCL.update(f"{namespace}/{owner}", report)
+    key = f"{namespace}/{owner}"
+    opmetrics.NCCL.update(key, report)
     if type_ == "DELETED":
         _heal_if_drifted(type_, body["metadata"], namespace, owner, "ConfigMap")  # put back, status with it
         return
-    _refresh(namespace, owner)  # the report reaches status.healthCheck
-    if type_ != "MODIFIED" or report is None:
-        return
-    cluster = kube().get(f"{API_GROUP}/{API_VERSION}", "SlurmCluster", namespace, owner)
-    if cluster is not None:
-        _announce_health(cluster, report)
+    told: tuple[Told, ...] = ()
+    if type_ == "MODIFIED" and report is not None:  # a run's report (ADDED: the empty one made, or a relist)
+        opmetrics.HEALTH_CHECK_ACTIONS.labels(key, "drained").inc(len(report.get("drained", [])))
+        opmetrics.HEALTH_CHECK_ACTIONS.labels(key, "resumed").inc(len(report.get("resumed", [])))
+        told = health_told(report)
+    _refresh(namespace, owner, told)  # the report reaches status.healthCheck; the worker says the run
 
 
 def _pod_images(type_: str, pod: Mapping[str, Any]) -> None:
@@ -352,14 +348,8 @@ def _pod_images(type_: str, pod: Mapping[str, Any]) -> None:
     change = STATE.pulls.seen(type_, pod)
     if change is None:
         return
-    _refresh(change.namespace, change.cluster)
-    if not change.tell:
-        return
-    body = kube().get(f"{API_GROUP}/{API_VERSION}", "SlurmCluster", change.namespace, change.cluster)
-    if body is None:
-        return
-    for f in change.tell:
-        tell().say(body, "ImagePullFailed", f"{f.image}: {f.reason}: {f.message}", Ref.pod(change.namespace, f.pod))
+    told = tuple(Told("ImagePullFailed", f"{f.image}: {f.reason}: {f.message}", f.pod) for f in change.tell)
+    _refresh(change.namespace, change.cluster, told)
 
 
 def pod_changed(type_: str, pod: Mapping[str, Any]) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 
-from warden.clusterqueue import ClusterQueue, Reconcile, Refresh, Work
+from warden.clusterqueue import ClusterQueue, Reconcile, Refresh, Told, Work
 from warden.ldapcheck import DirectoryCheck
 from warden.model import Slurmctld, SlurmNodesStatus
 
@@ -31,6 +31,21 @@ def test_many_changes_of_one_cluster_are_one_refresh_with_the_newest_of_each_obs
         Work(refresh=Refresh(slurm=second, slurmctld=Slurmctld(answers=True), directory=directory)),
     )
     assert queue.take(timeout=0) is None
+
+
+def test_every_event_a_watch_had_to_tell_waits_in_the_merged_refresh_in_the_order_it_came() -> None:
+    """An image pull failing twice and a health check's drain, told by the watches between two takes: the
+    worker says all three (a repeat counts up its Event's series), none is lost to the merge."""
+    queue = ClusterQueue(clock=Clock())
+    pull = Told("ImagePullFailed", "r.example.com/worker:9: ErrImagePull: not found", "a-worker-cpu-0")
+    drained = Told("NodeDrained", "a-worker-gpu-1: busbw 12 GB/s below 80", "a-worker-gpu-1")
+    queue.refresh("ns", "a", tell=(pull,))
+    queue.refresh("ns", "a", slurm=SlurmNodesStatus(registered=2))
+    queue.refresh("ns", "a", tell=(drained, pull))
+    taken = queue.take(timeout=0)
+    assert taken is not None and taken[1].refresh is not None
+    assert taken[1].refresh.tell == (pull, drained, pull)
+    assert taken[1].refresh.slurm == SlurmNodesStatus(registered=2)
 
 
 def test_what_drifted_is_healed_in_one_reconcile_naming_each_once() -> None:
@@ -96,3 +111,19 @@ def test_take_waits_for_work_queued_from_another_thread_and_close_ends_the_wait(
     queue.close()
     taker.join(30)
     assert ended == [None] and not taker.is_alive()
+
+
+def test_a_check_runs_report_is_told_as_one_event_per_node_drained_or_resumed_and_one_for_a_failed_run() -> None:
+    from warden.handlers import health_told
+
+    report = {
+        "drained": [{"node": "a-worker-gpu-1", "reason": "warden-health: busbw 12.0 GB/s < 80.0"}],
+        "resumed": ["a-worker-gpu-0"],
+        "checkFailed": None,
+    }
+    assert health_told(report) == (
+        Told("NodeDrained", "a-worker-gpu-1: warden-health: busbw 12.0 GB/s < 80.0", "a-worker-gpu-1"),
+        Told("NodeResumed", "a-worker-gpu-0 passed the NCCL check again", "a-worker-gpu-0"),
+    )
+    failed = health_told({"drained": [], "resumed": [], "checkFailed": "srun: no GPU node answers"})
+    assert failed == (Told("HealthCheckFailed", "NCCL check drained nobody: srun: no GPU node answers"),)

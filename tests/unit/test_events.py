@@ -123,14 +123,15 @@ def test_an_event_read_back_from_the_api_is_the_same_series_when_it_is_the_opera
 
 def _reasons_in_source() -> set[str]:
     """Every reason the operator's code passes as a literal to Event(...), say(...), act(...), _act(...),
-    the bridge's _event(...) and Evict(...), a node condition plan's Action(...), or a planned PodEvent(...)."""
+    the bridge's _event(...) and Evict(...), a node condition plan's Action(...), a planned PodEvent(...),
+    or a watch's Told(...) for the cluster worker to say."""
     found: set[str] = set(UNUSABLE.values())
     for path in (ROOT / "operator" / "warden").rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
             if not isinstance(node, ast.Call):
                 continue
             name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
-            if name not in ("Event", "PodEvent", "say", "act", "_act", "_event", "Evict", "Action"):
+            if name not in ("Event", "PodEvent", "say", "act", "_act", "_event", "Evict", "Action", "Told"):
                 continue
             for arg in node.args:
                 if (
