@@ -113,19 +113,18 @@ e2e-builds: venv ## what only the e2e tier needs: the previous release's images,
 	@$(STAGE) k8s-bins-cluster hack/build-k8s-bins.sh cluster
 	@$(STAGE) fake-gpu-plugin $(PY) -m warden_dev fake-gpu-plugin
 
-tier-builds: venv ## what every tier after unit needs (Kubernetes binaries, images, e2e's builds), built once
+tier-builds: venv ## what the tiers need (Kubernetes binaries, images, e2e's builds), built once before they run side by side
 	@$(STAGE) k8s-bins $(MAKE) --no-print-directory k8s-bins
 	$(DATAPLANE_BUILDS)
 	@$(MAKE) --no-print-directory e2e-builds
 
-# Three lanes side by side once everything is built: the dataplane tier (Slurm in Docker), the integration
-# then the conformance tier (a control plane, then Docker again), and e2e (the local cluster: its own
-# containerd, kubelet and registry). They share nothing but the two cores, and mostly wait on daemons.
-# Their output is prefixed with the lane's first tier.
-test: ## every tier but nodes (TCG VMs: make nodes), each installing what it needs: unit; then dataplane, integration + conformance, and e2e side by side
-	@$(STAGE) unit-tier $(MAKE) --no-print-directory unit
+# Two lanes side by side once everything is built: e2e (the local cluster: its own containerd, kubelet and
+# registry; it mostly waits on them, and it is the longest tier) beside the unit, dataplane, integration and
+# conformance tiers one after the other (each keeps a core busy: three lanes made the two cores the limit).
+# They share nothing but the cores. Their output is prefixed with the lane's first tier.
+test: ## every tier but nodes (TCG VMs: make nodes), each installing what it needs: e2e beside unit, dataplane, integration and conformance
 	@$(STAGE) tier-builds $(MAKE) --no-print-directory tier-builds
-	@$(STAGE) lanes hack/lanes.sh dataplane "integration conformance" e2e
+	@$(STAGE) lanes hack/lanes.sh e2e "unit dataplane integration conformance"
 
 # --- images ------------------------------------------------------------------------------------
 .PHONY: docker base-image images images-24.11 images-gpu images-test

@@ -67,7 +67,7 @@ from warden.render import cluster as render_cluster
 from warden.render import secrets as render_secrets
 from warden.render.context import Cluster
 from warden.render.pods import Manifest
-from warden_dev.controlplane import pid_alive
+from warden_dev.controlplane import pid_alive, wait_scale
 from warden_dev.fakedriver import FakeDriver, build_all, gpu_device
 from warden_dev.podargs import (
     CLUSTER_DOMAIN,
@@ -145,6 +145,8 @@ def missing_images(images: Iterable[str]) -> list[str]:
 
 
 def wait_for(what: str, check: Callable[[], bool], timeout: float, interval: float = 0.5) -> None:
+    """``check()`` until it holds; after ``timeout`` s (times ``wait_scale()``: tiers side by side) a failure."""
+    timeout *= wait_scale()
     deadline = time.monotonic() + timeout
     while True:
         if check():

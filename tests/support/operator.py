@@ -268,6 +268,14 @@ def wait_ready(api: Any, ns: str, name: str, operator: OperatorProcess, timeout:
     def last_status() -> str:
         conditions = get_cluster(api, ns, name).get("status", {}).get("conditions", [])
         told = "; ".join(f"{c['type']}={c['status']} ({c.get('message', '')})" for c in conditions)
-        return f"last conditions: {told}\n{operator.log_tail()}"
+        # what the fake nodes (kwok) and the controllers made of the pods: a pod never Running is not the operator's
+        pods = client.CoreV1Api(api).list_namespaced_pod(ns).to_dict()["items"]
+        seen = "; ".join(
+            f"{p['metadata']['name']} {(p.get('status') or {}).get('phase')} on "
+            f"{(p.get('spec') or {}).get('node_name') or '-'} ready="
+            + ",".join(str(bool(c.get("ready"))) for c in (p.get("status") or {}).get("container_statuses") or [])
+            for p in pods
+        )
+        return f"last conditions: {told}\npods: {seen or 'none'}\n{operator.log_tail()}"
 
     return dict(wait_for(f"SlurmCluster {ns}/{name} Ready", ready, timeout, on_fail=last_status))

@@ -44,7 +44,7 @@ def test_readme_test_counts_are_what_pytest_collects() -> None:
     assert stated, "README: the line with the test counts per tier is gone"
     assert dict(zip(TIERS, map(int, stated.groups()), strict=True)) == {t: counts[t] for t in TIERS}
     # the sample of `make test` output: the unit and e2e tiers' "N passed"
-    unit = re.search(r"==> unit\n(\d+) passed", readme)
+    unit = re.search(r"==> unit\n(?:\[unit\] )?(\d+) passed", readme)
     e2e = re.search(r"\n(?:\[e2e\] )?(\d+) passed in [\d.]+s \([\d:]+\)\n(?:\[e2e\] )?<== e2e", readme)
     assert unit and e2e, "README: the sample of make test's output changed shape"
     assert (int(unit.group(1)), int(e2e.group(1))) == (counts["unit"], counts["e2e"])
