@@ -84,14 +84,16 @@ class ClusterWorker:
             except Exception:  # one cluster's trouble must not stop the others; its next work tries again
                 log.exception("SlurmCluster %s/%s: work failed", namespace, name)
 
-    def _cluster(self, namespace: str, name: str) -> Manifest | None:
-        body = self.applier.kube.get(f"{API_GROUP}/{API_VERSION}", "SlurmCluster", namespace, name)
+    def _cluster(self, namespace: str, name: str, fresh: bool = False) -> Manifest | None:
+        """The cluster, unless it is gone or going; ``fresh``: asked of the API server, not the cache (before a
+        reconcile makes children: a cluster deleted a moment ago must not get them back)."""
+        body = self.applier.kube.get(f"{API_GROUP}/{API_VERSION}", "SlurmCluster", namespace, name, fresh=fresh)
         if body is None or body["metadata"].get("deletionTimestamp"):
             return None  # going away: its children go with it
         return body
 
     def reconcile(self, namespace: str, name: str, asked: Reconcile) -> None:
-        body = self._cluster(namespace, name)
+        body = self._cluster(namespace, name, fresh=True)
         if body is None:
             return
         what = "; ".join(asked.heal)

@@ -219,3 +219,48 @@ def test_a_cache_kopf_keeps_lists_once_and_then_holds_what_kopfs_events_bring() 
     informer.observed("DELETED", cluster("a", "11", 2))
     informer.observed("MODIFIED", cluster("a", "9", 2))  # an answer to a write that the deletion overtook
     assert informer.get("ns", "a") is None and len(informer) == 1
+
+
+def test_a_fresh_read_asks_the_api_server_and_brings_the_cache_up_to_its_answer() -> None:
+    """The cluster worker reads a cluster fresh before a reconcile makes children: one deleted a moment ago
+    (its deletion not yet in the cache) is gone for it, and for the cache from then on."""
+    from kubernetes.client.exceptions import ApiException
+
+    from warden.kube.cache import Caches
+    from warden.kube.client import Kube
+    from warden.model import API_GROUP, API_VERSION
+
+    answers: dict[str, Any] = {}
+    asked: list[str] = []
+
+    def call(method: str, path: str, query: list[tuple[str, str]] | None = None) -> Any:
+        asked.append(path)
+        answer = answers[path]
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    def cluster(name: str, version: str) -> dict[str, Any]:
+        return {"apiVersion": f"{API_GROUP}/{API_VERSION}", "kind": "SlurmCluster",
+                "metadata": {"name": name, "namespace": "ns", "resourceVersion": version}}  # fmt: skip
+
+    kube = Kube(None)  # type: ignore[arg-type]
+    kube.call = call  # type: ignore[method-assign,assignment]
+    kube.caches = Caches(call, lambda *_: iter(()), ["ns"])
+    informer = kube.caches._by[(f"{API_GROUP}/{API_VERSION}", "SlurmCluster", "ns")]
+    informer._synced.set()
+    informer.offer(cluster("gone", "5"))
+    informer.offer(cluster("kept", "5"))
+    prefix = f"/apis/{API_GROUP}/{API_VERSION}/namespaces/ns/slurmclusters"
+    answers[f"{prefix}/gone"] = ApiException(status=404, reason="Not Found")
+    answers[f"{prefix}/kept"] = cluster("kept", "9")
+
+    api_version = f"{API_GROUP}/{API_VERSION}"
+    assert kube.get(api_version, "SlurmCluster", "ns", "gone") is not None and asked == []  # the cache answers
+    assert kube.get(api_version, "SlurmCluster", "ns", "gone", fresh=True) is None
+    assert kube.get(api_version, "SlurmCluster", "ns", "gone") is None  # the cache knows it now
+    informer.offer(cluster("gone", "5"))  # a late answer to an earlier write does not bring it back
+    assert kube.get(api_version, "SlurmCluster", "ns", "gone") is None
+    fresh = kube.get(api_version, "SlurmCluster", "ns", "kept", fresh=True)
+    assert fresh is not None and fresh["metadata"]["resourceVersion"] == "9"
+    assert kube.get(api_version, "SlurmCluster", "ns", "kept")["metadata"]["resourceVersion"] == "9"  # type: ignore[index]

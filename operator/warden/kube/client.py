@@ -169,17 +169,24 @@ class Kube:
         finally:
             raw.release_conn()
 
-    def get(self, api_version: str, kind: str, namespace: str, name: str) -> Manifest | None:
+    def get(self, api_version: str, kind: str, namespace: str, name: str, fresh: bool = False) -> Manifest | None:
+        """The object (None: there is none), from its kind's cache when it has one; ``fresh``: from the API
+        server all the same, the cache brought up to what it answered (a deletion included)."""
         informer = self._cache(api_version, kind, namespace)
-        if informer is not None:
+        if informer is not None and not fresh:
             return informer.get(namespace, name)
         try:
             out: Manifest = self.call("GET", self.path(api_version, kind, namespace, name))
-            return out
         except ApiException as e:
-            if e.status == 404:
-                return None
-            raise
+            if e.status != 404:
+                raise
+            held = informer.get(namespace, name) if informer is not None else None
+            if informer is not None and held is not None:
+                informer.observed("DELETED", held)
+            return None
+        if informer is not None:
+            informer.offer(out)
+        return out
 
     def list(self, api_version: str, kind: str, namespace: str, selector: dict[str, str]) -> list[Manifest]:
         informer = self._cache(api_version, kind, namespace)
