@@ -50,8 +50,20 @@ def _crd_with(*versions: tuple[str, bool]) -> dict[str, Any]:
 
 
 def _replace_crd(ext: client.ApiextensionsV1Api, body: dict[str, Any]) -> None:
+    """The CRD replaced, and back once each version it serves answers a list (the API server takes a moment
+    to serve a version again: a list right after the replace was answered 404 once)."""
     body["metadata"]["resourceVersion"] = ext.read_custom_resource_definition(CRD).metadata.resource_version
     ext.replace_custom_resource_definition(CRD, body)  # type: ignore[arg-type]  # it takes plain dicts too
+    group, _, plural = CLUSTER_PATH
+    served = [str(v["name"]) for v in body["spec"]["versions"] if v.get("served")]
+    custom = client.CustomObjectsApi(ext.api_client)
+
+    def answering() -> bool:
+        for version in served:
+            custom.list_cluster_custom_object(group, version, plural, limit=1)
+        return True
+
+    wait_for(f"{CRD} serving {', '.join(served)}", answering, 30)
 
 
 def _stored_versions(ext: client.ApiextensionsV1Api) -> list[str]:
