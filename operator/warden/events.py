@@ -236,11 +236,6 @@ def clip_note(note: str) -> str:
     return raw[: NOTE_LIMIT - len("…".encode())].decode(errors="ignore") + "…"
 
 
-def micro_time(now: datetime.datetime) -> str:
-    """A MicroTime as the API wants it: UTC, microseconds, Z."""
-    return kubetime.micro_stamp(now)
-
-
 def name(event: Event, now: datetime.datetime) -> str:
     """The Event's object name: its object's name, the time in µs and a hash of what it says (hex).
     (`generateName` is refused here: events.k8s.io/v1 validates it as a whole name, and `x.` is none.)"""
@@ -255,7 +250,7 @@ def manifest(event: Event, instance: str, now: datetime.datetime) -> Manifest:
         "apiVersion": "events.k8s.io/v1",
         "kind": "Event",
         "metadata": {"name": name(event, now), "namespace": event.regarding.namespace},
-        "eventTime": micro_time(now),
+        "eventTime": kubetime.micro_stamp(now),
         "reportingController": CONTROLLER,
         "reportingInstance": instance[:128],
         "action": event.action,
@@ -271,4 +266,4 @@ def manifest(event: Event, instance: str, now: datetime.datetime) -> Manifest:
 
 def series_patch(count: int, now: datetime.datetime) -> Manifest:
     """The merge patch that records the ``count``-th occurrence of an Event, at ``now``."""
-    return {"series": {"count": count, "lastObservedTime": micro_time(now)}}
+    return {"series": {"count": count, "lastObservedTime": kubetime.micro_stamp(now)}}

@@ -76,10 +76,6 @@ def api_resource(path: str) -> str:
     return f"{parts[0]}/{parts[2]}" if len(parts) >= 3 else parts[0]
 
 
-def _epoch(stamp: str) -> float | None:
-    return kubetime.epoch(stamp)
-
-
 class NcclReports(Collector):
     """The last NCCL health report of each cluster (its ConfigMap's JSON, as ``warden.health.check``
     writes it), served per node: when it was last run, its bus bandwidth, and how long ago that was."""
@@ -111,7 +107,7 @@ class NcclReports(Collector):
         with self._lock:
             reports = dict(self._reports)
         for cluster, report in sorted(reports.items()):
-            when = _epoch(str(report.get("lastRunTime", "")))
+            when = kubetime.epoch(report.get("lastRunTime"))
             for node in report.get("nodes") or []:
                 if not isinstance(node, dict) or not node.get("node") or node.get("outcome") == "skipped":
                     continue

@@ -180,9 +180,8 @@ class Kube:
         except ApiException as e:
             if e.status != 404:
                 raise
-            held = informer.get(namespace, name) if informer is not None else None
-            if informer is not None and held is not None:
-                informer.observed("DELETED", held)
+            if informer is not None and (held := informer.get(namespace, name)) is not None:
+                informer.observed("DELETED", held)  # gone: the cache knows it from now on
             return None
         if informer is not None:
             informer.offer(out)

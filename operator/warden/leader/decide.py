@@ -109,15 +109,11 @@ def expires_in(identity: str, seen: Seen, now: float) -> float | None:
     return max(0.0, record.duration - (now - seen.since))
 
 
-def micro_time(when: datetime.datetime) -> str:
-    return kubetime.micro_stamp(when)
-
-
 def claimed(lease: Mapping[str, Any], identity: str, timing: Timing, when: datetime.datetime) -> dict[str, Any]:
     """``lease`` (as read: its ``resourceVersion`` guards the write) written over to ``identity``: taken,
     or renewed when ``identity`` holds it already (then ``acquireTime`` and the transitions stay)."""
     spec = dict(lease.get("spec") or {})
-    stamp = micro_time(when)
+    stamp = kubetime.micro_stamp(when)
     if spec.get("holderIdentity") != identity:
         spec["acquireTime"] = stamp
         spec["leaseTransitions"] = int(spec.get("leaseTransitions") or 0) + 1
@@ -126,7 +122,7 @@ def claimed(lease: Mapping[str, Any], identity: str, timing: Timing, when: datet
 
 
 def new_lease(namespace: str, name: str, identity: str, timing: Timing, when: datetime.datetime) -> dict[str, Any]:
-    stamp = micro_time(when)
+    stamp = kubetime.micro_stamp(when)
     return {
         "apiVersion": "coordination.k8s.io/v1",
         "kind": "Lease",
