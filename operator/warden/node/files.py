@@ -1,9 +1,11 @@
-"""The worker's Slurm files: the mounted ConfigMap and key copied where Slurm reads them, with the
+"""The Slurm files of a pod: the mounted ConfigMap and keys copied where Slurm reads them, with the
 ownership it requires (the pod contract of docs/architecture.md), at start and on every reload.
 
-What images/slurm-base/warden-lib.sh does for the other images (warden_slurm_config, warden_slurm_key,
-warden_client_config), plus the worker's own: its group's plugstack.conf and its line of gres.conf.
-Every file is written next to its target and renamed over it, so slurmd never reads half a file.
+``SlurmFiles`` is what every Slurm image installs: the controller, login, accounting and health-check
+entrypoints call it through images/slurm-base/warden-lib.sh (warden_slurm_config, warden_slurm_key,
+warden_jwt_key, warden_client_config: ``warden-node config``, ``key``, ``jwt-key``, ``client-config``).
+``NodeFiles`` adds the worker's own: its group's plugstack.conf and its line of gres.conf.
+Every file is written next to its target and renamed over it, so no daemon reads half a file.
 """
 
 from __future__ import annotations
@@ -11,28 +13,33 @@ from __future__ import annotations
 import grp
 import os
 import pwd
+import re
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
 from warden.node import lifecycle
-from warden.node.lifecycle import Settings
+from warden.node.lifecycle import FileSettings, Settings
 
 Log = Callable[[str], None]
+
+#: slurm.conf asks for auth/jwt (AuthAltTypes=auth/jwt): slurmctld then needs the JWT key
+_AUTH_JWT = re.compile(r"^[ \t]*AuthAltTypes[ \t]*=.*auth/jwt", re.IGNORECASE | re.MULTILINE)
 
 
 class FilesError(Exception):
     """A file Slurm needs is missing or cannot be written (at start: the container stops)."""
 
 
-class NodeFiles:
-    def __init__(self, settings: Settings, log: Log) -> None:
+class SlurmFiles:
+    """The files every Slurm pod installs, from ``FileSettings`` alone."""
+
+    def __init__(self, settings: FileSettings, log: Log) -> None:
         self.s = settings
         self.log = log
 
     def install(self) -> None:
-        """slurm.conf and friends from the ConfigMap, the auth key, the group's plugstack.conf and this
-        node's gres.conf line (warden_slurm_config, group_plugstack and node_gres of the entrypoint)."""
+        """slurm.conf and friends from the ConfigMap, then the auth key (warden_slurm_config)."""
         s = self.s
         if self._copy_dir(s.config_dir, s.slurm_etc, 0o644):
             names = " ".join(sorted(p.name for p in s.slurm_etc.iterdir() if not p.name.startswith(".")))
@@ -41,16 +48,44 @@ class NodeFiles:
             self.log(f"config: {s.config_dir} missing; using {s.slurm_etc} as it is")
         if not (s.slurm_etc / "slurm.conf").is_file():
             raise FilesError(f"no {s.slurm_etc}/slurm.conf (mount the ConfigMap at {s.config_dir})")
+        self.auth_key()
+
+    def auth_key(self) -> None:
+        """The auth/slurm key, owned by SlurmUser, mode 0600: slurmctld, slurmd, sackd and slurmdbd refuse
+        a key others can read (warden_slurm_key). A copy already there does when the Secret is missing."""
+        s = self.s
+        try:
+            s.slurm_etc.mkdir(mode=0o755, parents=True, exist_ok=True)
+        except OSError as e:
+            raise FilesError(f"cannot make {s.slurm_etc}: {e}") from e
         if s.auth_key.is_file():
             self._install(s.auth_key, s.slurm_etc / "slurm.key", 0o600, s.file_owner)
         elif not (s.slurm_etc / "slurm.key").is_file():
             raise FilesError(f"no auth key at {s.auth_key} (Secret <cluster>-slurm-key)")
-        self._group_plugstack()
-        self._node_gres()
+
+    def jwt_key(self) -> None:
+        """auth/jwt (slurm.conf: AuthAltTypes=auth/jwt, AuthAltParameters=jwt_key=SLURM_ETC/jwt_hs256.key):
+        slurmctld alone reads the HS256 key, to sign ``scontrol token`` and check the tokens slurmrestd
+        passes on; a copy owned by SlurmUser, mode 0600, like slurm.key, made again on every reload
+        (warden_jwt_key). Nothing to do for a slurm.conf without auth/jwt (images/smoke.sh)."""
+        s = self.s
+        try:
+            conf = (s.slurm_etc / "slurm.conf").read_text(errors="replace")
+        except OSError:
+            return
+        if not _AUTH_JWT.search(conf):
+            return
+        if s.jwt_key.is_file():
+            self._install(s.jwt_key, s.slurm_etc / "jwt_hs256.key", 0o600, s.file_owner)
+        elif not (s.slurm_etc / "jwt_hs256.key").is_file():
+            raise FilesError(
+                f"no JWT key at {s.jwt_key} (Secret <cluster>-jwt-key, key jwt_hs256.key): slurmctld needs it"
+                " for AuthAltTypes=auth/jwt"
+            )
 
     def client_config(self) -> None:
-        """The client configuration the jail sees at /etc/slurm: slurm.conf and friends without the
-        secrets (the keys, slurmdbd.conf), copied as ``cp -p`` does (mode, owner, times)."""
+        """The client configuration the jail sees at /etc/slurm (warden_client_config): slurm.conf and
+        friends without the secrets (the keys, slurmdbd.conf), copied as ``cp -p`` does (mode, owner, times)."""
         dst = self.s.client_config_dir
         dst.mkdir(mode=0o755, parents=True, exist_ok=True)
         for entry in sorted(os.scandir(self.s.slurm_etc), key=lambda e: e.name):
@@ -71,6 +106,37 @@ class NodeFiles:
                 continue
             self._install(f, dst / f.name, mode, self.s.file_owner)
         return True
+
+    def _install(self, src: Path, dst: Path, mode: int, owner: str | None) -> None:
+        """``install -m MODE [-o OWNER -g OWNER] SRC DST``."""
+        ids = None
+        if owner is not None:
+            try:
+                ids = (pwd.getpwnam(owner).pw_uid, grp.getgrnam(owner).gr_gid)
+            except KeyError:
+                raise FilesError(f"no user or group {owner!r} to give {dst} to") from None
+        try:
+            data = src.read_bytes()
+        except OSError as e:
+            raise FilesError(f"cannot read {src}: {e}") from e
+        _write(dst, data, mode, ids)
+
+
+class NodeFiles(SlurmFiles):
+    """The worker's files: ``SlurmFiles``' plus its group's plugstack.conf and its line of gres.conf."""
+
+    s: Settings
+
+    def __init__(self, settings: Settings, log: Log) -> None:
+        super().__init__(settings, log)
+        self.s = settings
+
+    def install(self) -> None:
+        """slurm.conf and friends from the ConfigMap, the auth key, the group's plugstack.conf and this
+        node's gres.conf line (warden_slurm_config, group_plugstack and node_gres of the entrypoint)."""
+        super().install()
+        self._group_plugstack()
+        self._node_gres()
 
     def _group_plugstack(self) -> None:
         group = self.s.worker_group
@@ -102,20 +168,6 @@ class NodeFiles:
         _write(conf, "".join([*kept, line + "\n"]).encode(), mode, owner)
         name = spec.split(",", 1)[0].split(":")[0]
         self.log(f"gres: {s.node} has {name} {','.join(str(s.dev_dir / p.name) for p in files)}")
-
-    def _install(self, src: Path, dst: Path, mode: int, owner: str | None) -> None:
-        """``install -m MODE [-o OWNER -g OWNER] SRC DST``."""
-        ids = None
-        if owner is not None:
-            try:
-                ids = (pwd.getpwnam(owner).pw_uid, grp.getgrnam(owner).gr_gid)
-            except KeyError:
-                raise FilesError(f"no user or group {owner!r} to give {dst} to") from None
-        try:
-            data = src.read_bytes()
-        except OSError as e:
-            raise FilesError(f"cannot read {src}: {e}") from e
-        _write(dst, data, mode, ids)
 
 
 def _write(

@@ -1,7 +1,8 @@
 """The worker node's life in Slurm, as values and pure decisions (no process, no Slurm, no file here).
 
-``Settings`` is what the worker container's environment says (the variables documented at the top of
-images/worker/entrypoint.sh and in docs/images.md); the functions below plan what
+``FileSettings`` is where every Slurm pod's files come from and go (``warden.node.files``);
+``Settings``, the worker container's environment (the variables documented at the top of
+images/worker/entrypoint.sh and in docs/images.md), adds the worker's own; the functions below plan what
 ``warden.node.supervisor`` then does: slurmd's command line, the gres line of this node, the drain
 reasons (``warden.slurm.reasons``), whether a node registered without its gres must register again,
 and the hash that tells a changed ConfigMap.
@@ -15,7 +16,7 @@ import os
 import re
 import socket
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 from warden.slurm import reasons
@@ -29,7 +30,8 @@ LEAVE_OVERHEAD_S = 15
 DEFAULT_CONFIG_POLL_S = 2.0
 #: the reason of the drain on SIGTERM
 LEAVE_REASON = reasons.POD_TERMINATING
-#: where the jail sees this pod's client configuration (images/slurm-base/warden-lib.sh, WARDEN_CLIENT_CONFIG)
+#: where the jail sees this pod's client configuration (WARDEN_CLIENT_CONFIG; images/slurm-base/warden-lib.sh's
+#: warden_jail_binds mounts it)
 CLIENT_CONFIG_DIR = "/run/warden/slurm-client"
 #: the client configuration never holds these (the keys, slurmdbd.conf)
 CLIENT_CONFIG_SECRETS = frozenset({"slurm.key", "slurm.jwks", "jwt_hs256.key", "slurmdbd.conf"})
@@ -42,8 +44,35 @@ class SettingsError(ValueError):
     pass
 
 
-@dataclass(frozen=True)
-class Settings:
+@dataclass(frozen=True, kw_only=True)
+class FileSettings:
+    """Where the Slurm files of every Slurm pod come from and go (images/slurm-base/warden-lib.sh's
+    variables, with its defaults): the ConfigMap, the keys' Secrets, Slurm's directory, the jail's copy."""
+
+    config_dir: Path = Path("/etc/warden/slurm")
+    auth_key: Path = Path("/etc/warden/auth/slurm.key")
+    jwt_key: Path = Path("/etc/warden/jwt/jwt_hs256.key")
+    slurm_etc: Path = Path("/etc/slurm")
+    client_config_dir: Path = Path(CLIENT_CONFIG_DIR)
+    #: owner of the installed Slurm files (Slurm wants its key owned by SlurmUser); None: leave it
+    #: (WARDEN_FILE_OWNER set and empty: a test run by a user without a ``slurm`` account)
+    file_owner: str | None = "slurm"
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> FileSettings:
+        env = os.environ if env is None else env
+        return FileSettings(
+            config_dir=Path(env.get("WARDEN_CONFIG_DIR") or "/etc/warden/slurm"),
+            auth_key=Path(env.get("WARDEN_AUTH_KEY") or "/etc/warden/auth/slurm.key"),
+            jwt_key=Path(env.get("WARDEN_JWT_KEY") or "/etc/warden/jwt/jwt_hs256.key"),
+            slurm_etc=Path(env.get("SLURM_ETC") or "/etc/slurm"),
+            client_config_dir=Path(env.get("WARDEN_CLIENT_CONFIG") or CLIENT_CONFIG_DIR),
+            file_owner=env.get("WARDEN_FILE_OWNER", "slurm") or None,
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class Settings(FileSettings):
     """The worker container's environment, with the entrypoint's defaults."""
 
     slurmd_conf: str
@@ -54,10 +83,6 @@ class Settings:
     worker_group: str = ""
     leave_timeout_s: float = DEFAULT_LEAVE_TIMEOUT_S
     config_poll_s: float = DEFAULT_CONFIG_POLL_S
-    config_dir: Path = Path("/etc/warden/slurm")
-    auth_key: Path = Path("/etc/warden/auth/slurm.key")
-    slurm_etc: Path = Path("/etc/slurm")
-    client_config_dir: Path = Path(CLIENT_CONFIG_DIR)
     dev_dir: Path = Path("/dev")
     #: WARDEN_DRIVER_PROBLEM: why job steps of this GPU worker cannot get the NVIDIA driver ("" when they can)
     driver_problem: str = ""
@@ -69,8 +94,6 @@ class Settings:
     gres_poll_s: float = 5.0
     jobs_poll_s: float = 1.0
     reap_poll_s: float = 0.5
-    #: owner of the installed Slurm files (Slurm wants its key owned by SlurmUser); None: leave it
-    file_owner: str | None = "slurm"
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -79,7 +102,9 @@ class Settings:
         if not conf:
             raise SettingsError("WARDEN_SLURMD_CONF is empty (the node line for slurmd -Z --conf)")
         name = env.get("WARDEN_NODE_NAME", "")
+        files = FileSettings.from_env(env)
         return cls(
+            **{f.name: getattr(files, f.name) for f in fields(FileSettings)},
             slurmd_conf=conf,
             node=name or socket.gethostname().split(".")[0],
             node_name_given=bool(name),
@@ -87,9 +112,6 @@ class Settings:
             worker_group=env.get("WARDEN_WORKER_GROUP", ""),
             leave_timeout_s=_number(env, "WARDEN_LEAVE_TIMEOUT", DEFAULT_LEAVE_TIMEOUT_S),
             config_poll_s=_number(env, "WARDEN_CONFIG_POLL", DEFAULT_CONFIG_POLL_S),
-            config_dir=Path(env.get("WARDEN_CONFIG_DIR") or "/etc/warden/slurm"),
-            auth_key=Path(env.get("WARDEN_AUTH_KEY") or "/etc/warden/auth/slurm.key"),
-            slurm_etc=Path(env.get("SLURM_ETC") or "/etc/slurm"),
             driver_problem=env.get("WARDEN_DRIVER_PROBLEM", ""),
             gpus=int(_number(env, "WARDEN_GPUS", 0)),
         )

@@ -1,10 +1,21 @@
-"""``warden-node``: the worker container's node lifecycle (see ``warden.node``).
+"""``warden-node``: the Slurm files of every Slurm pod, and the worker container's node lifecycle (see
+``warden.node``).
 
-warden-node files    install the Slurm files (the entrypoint, before its mounts); prints the hash of
-                     the mounted config taken before copying it, for ``run --config-hash``
+warden-node config   slurm.conf and friends from WARDEN_CONFIG_DIR, then the auth key, into SLURM_ETC
+                     (images/slurm-base/warden-lib.sh: warden_slurm_config)
+warden-node key      the auth key alone (warden_slurm_key: the accounting image)
+warden-node jwt-key  the JWT key, when SLURM_ETC/slurm.conf asks for auth/jwt (warden_jwt_key: slurmctld)
+warden-node client-config
+                     SLURM_ETC without its secrets, for the jail (warden_client_config)
+warden-node hash DIR...
+                     the hash of the regular files in the directories (warden_dirs_hash)
+warden-node files    install the worker's Slurm files (its entrypoint, before its mounts); prints the
+                     hash of the mounted config taken before copying it, for ``run --config-hash``
 warden-node run [--config-hash H] [--also-stop PID]... [-- SLURMD_ARGS...]
-                     start slurmd and stay its supervisor (``exec``'d by the entrypoint: PID 1)
-"""
+                     start slurmd and stay its supervisor (``exec``'d by the worker's entrypoint: PID 1)
+
+An error goes to stderr as the entrypoints' warden_die says it (``[component] error: ...``), and the
+status is 1. Log lines are ``[$WARDEN_COMPONENT] ...`` (``[worker]`` without it)."""
 
 from __future__ import annotations
 
@@ -13,11 +24,20 @@ import os
 import signal
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 from warden.node import lifecycle
-from warden.node.files import FilesError, NodeFiles
-from warden.node.lifecycle import Settings, SettingsError
+from warden.node.files import FilesError, NodeFiles, SlurmFiles
+from warden.node.lifecycle import FileSettings, Settings, SettingsError
 from warden.node.supervisor import Children, Supervisor, log_line
+
+#: the subcommands of every Slurm image, and what each one does
+_SLURM_FILES: dict[str, Callable[[SlurmFiles], None]] = {
+    "config": SlurmFiles.install,
+    "key": SlurmFiles.auth_key,
+    "jwt-key": SlurmFiles.jwt_key,
+    "client-config": SlurmFiles.client_config,
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -28,7 +48,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         args, slurmd_args = args[:cut], args[cut + 1 :]
     parser = argparse.ArgumentParser(prog="warden-node", description=__doc__.split("\n\n")[0] if __doc__ else None)
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("files", help="install the Slurm files; print the config hash taken before")
+    sub.add_parser("config", help="slurm.conf and friends, then the auth key, into SLURM_ETC")
+    sub.add_parser("key", help="the auth key into SLURM_ETC")
+    sub.add_parser("jwt-key", help="the JWT key into SLURM_ETC, when slurm.conf asks for auth/jwt")
+    sub.add_parser("client-config", help="SLURM_ETC without its secrets into WARDEN_CLIENT_CONFIG")
+    hash_ = sub.add_parser("hash", help="print the hash of the regular files in the directories")
+    hash_.add_argument("dirs", nargs="*", type=Path, metavar="DIR")
+    sub.add_parser("files", help="install the worker's Slurm files; print the config hash taken before")
     run = sub.add_parser("run", help="start slurmd and supervise it (arguments after -- go to slurmd)")
     run.add_argument("--config-hash", default=None, help="hash of the mounted config the files came from")
     run.add_argument("--also-stop", type=int, action="append", default=[], help="a PID to stop when leaving")
@@ -36,6 +62,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     log = log_line(os.environ.get("WARDEN_COMPONENT") or "worker")
     try:
+        if opts.command == "hash":
+            print(lifecycle.dirs_hash(opts.dirs))
+            return 0
+        if opts.command in _SLURM_FILES:
+            _SLURM_FILES[opts.command](SlurmFiles(FileSettings.from_env(), log))
+            return 0
         settings = Settings.from_env()
         if opts.command == "files":
             before = lifecycle.dirs_hash([settings.config_dir])
@@ -43,7 +75,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(before)
             return 0
         sup = Supervisor(settings, Children(), log=log, config_hash=opts.config_hash, also_stop=opts.also_stop)
-    except (SettingsError, FilesError) as e:
+    except (SettingsError, FilesError, OSError) as e:
         log(f"error: {e}")
         return 1
     install_signal_handlers(sup)
