@@ -8,6 +8,9 @@ WARDEN_AUTH_KEY="${WARDEN_AUTH_KEY:-/etc/warden/auth/slurm.key}"
 WARDEN_JWT_KEY="${WARDEN_JWT_KEY:-/etc/warden/jwt/jwt_hs256.key}"
 WARDEN_JAIL="${WARDEN_JAIL:-/mnt/jail}"
 SLURM_ETC="${SLURM_ETC:-/etc/slurm}"
+WARDEN_CLIENT_CONFIG="${WARDEN_CLIENT_CONFIG:-/run/warden/slurm-client}"
+# warden.node does the file work (operator/warden/node/files.py), in every Slurm image's /opt/warden
+WARDEN_NODE_PY="${WARDEN_NODE_PY:-/opt/warden/bin/python -I}"
 
 warden_log() { printf '[%s] %s\n' "${WARDEN_COMPONENT:-warden}" "$*" >&2; }
 warden_die() { warden_log "error: $*"; exit 1; }
@@ -16,52 +19,23 @@ WARDEN_MOUNT_REFUSED="mount needs CAP_SYS_ADMIN in the container and, on a node 
 allows it: the runtime's default one does not (load Warden's profiles and set spec.security.appArmorProfile: \
 Warden, or set it to Unconfined; docs/nodes.md, \"AppArmor\")"
 
-# Copy every regular file of a ConfigMap/Secret volume (they are symlinks into ..data) to $2.
-# Hidden entries (..data, ..2024_...) are skipped.
-warden_copy_dir() {
-    local src="$1" dst="$2" mode="$3" f name
-    [ -d "$src" ] || return 1
-    install -d -m 0755 "$dst"
-    for f in "$src"/*; do
-        name="$(basename "$f")"
-        [ -f "$f" ] || continue
-        install -m "$mode" -o slurm -g slurm "$f" "$dst/$name"
-    done
+# `warden-node SUBCOMMAND ARGS...` with this file's settings and this entrypoint's component for its log
+# lines; an error is said as warden_die says it, and the status is 1.
+warden_node() {
+    # shellcheck disable=SC2086  # WARDEN_NODE_PY: the interpreter and its options
+    WARDEN_COMPONENT="${WARDEN_COMPONENT:-warden}" WARDEN_CONFIG_DIR="$WARDEN_CONFIG_DIR" \
+        WARDEN_AUTH_KEY="$WARDEN_AUTH_KEY" WARDEN_JWT_KEY="$WARDEN_JWT_KEY" SLURM_ETC="$SLURM_ETC" \
+        WARDEN_CLIENT_CONFIG="$WARDEN_CLIENT_CONFIG" $WARDEN_NODE_PY -m warden.node "$@"
 }
 
-# slurm.conf and friends, plus the auth/slurm key (owned by SlurmUser, mode 0600: slurmctld, slurmd,
-# sackd and slurmdbd refuse a key others can read).
-warden_slurm_config() {
-    if warden_copy_dir "$WARDEN_CONFIG_DIR" "$SLURM_ETC" 0644; then
-        warden_log "config: $WARDEN_CONFIG_DIR -> $SLURM_ETC ($(cd "$SLURM_ETC" && echo *))"
-    else
-        warden_log "config: $WARDEN_CONFIG_DIR missing; using $SLURM_ETC as it is"
-    fi
-    [ -f "$SLURM_ETC/slurm.conf" ] || warden_die "no $SLURM_ETC/slurm.conf (mount the ConfigMap at $WARDEN_CONFIG_DIR)"
-    warden_slurm_key
-}
-
-warden_slurm_key() {
-    if [ -f "$WARDEN_AUTH_KEY" ]; then
-        install -m 0600 -o slurm -g slurm "$WARDEN_AUTH_KEY" "$SLURM_ETC/slurm.key"
-    elif [ ! -f "$SLURM_ETC/slurm.key" ]; then
-        warden_die "no auth key at $WARDEN_AUTH_KEY (Secret <cluster>-slurm-key)"
-    fi
-}
-
-# auth/jwt (slurm.conf: AuthAltTypes=auth/jwt, AuthAltParameters=jwt_key=$SLURM_ETC/jwt_hs256.key):
-# slurmctld alone reads the HS256 key, to sign `scontrol token` and check the tokens slurmrestd
-# passes on. A copy owned by SlurmUser, mode 0600, like slurm.key. The Secret changes only when rotated;
-# the copy is made again on every reload, as the other files are. Nothing to do for a slurm.conf without
-# auth/jwt (images/smoke.sh).
-warden_jwt_key() {
-    grep -qiE '^[[:space:]]*AuthAltTypes[[:space:]]*=.*auth/jwt' "$SLURM_ETC/slurm.conf" || return 0
-    if [ -f "$WARDEN_JWT_KEY" ]; then
-        install -m 0600 -o slurm -g slurm "$WARDEN_JWT_KEY" "$SLURM_ETC/jwt_hs256.key"
-    elif [ ! -f "$SLURM_ETC/jwt_hs256.key" ]; then
-        warden_die "no JWT key at $WARDEN_JWT_KEY (Secret <cluster>-jwt-key, key jwt_hs256.key): slurmctld needs it for AuthAltTypes=auth/jwt"
-    fi
-}
+# slurm.conf and friends (every regular file of the ConfigMap at $WARDEN_CONFIG_DIR), then the auth/slurm
+# key, into $SLURM_ETC, owned by SlurmUser; the key mode 0600 (slurmctld, slurmd, sackd and slurmdbd refuse
+# a key others can read).
+warden_slurm_config() { warden_node config; }
+# the auth/slurm key alone
+warden_slurm_key() { warden_node key; }
+# auth/jwt's HS256 key, for slurmctld, when slurm.conf asks for auth/jwt (AuthAltTypes)
+warden_jwt_key() { warden_node jwt-key; }
 
 # The populate Job writes this file last: the jail volume holds a complete jail once it exists.
 WARDEN_JAIL_SENTINEL="${WARDEN_JAIL_SENTINEL:-.warden-populated}"
@@ -235,15 +209,9 @@ warden_start_sackd() {
     warden_die "sackd did not create /run/slurm/sack.socket"
 }
 
-WARDEN_CLIENT_CONFIG=/run/warden/slurm-client
-
 # The client configuration the jail sees at /etc/slurm: $SLURM_ETC without its secrets (the auth/slurm
-# key, the auth/jwt key, slurmdbd.conf).
-warden_client_config() {
-    install -d -m 0755 "$WARDEN_CLIENT_CONFIG"
-    find "$SLURM_ETC" -maxdepth 1 -type f ! -name 'slurm.key' ! -name 'slurm.jwks' ! -name 'jwt_hs256.key' ! -name 'slurmdbd.conf' \
-        -exec cp -p {} "$WARDEN_CLIENT_CONFIG/" \;
-}
+# key, the auth/jwt key, slurmdbd.conf), in $WARDEN_CLIENT_CONFIG.
+warden_client_config() { warden_node client-config; }
 
 # The "src:dst:mode" pairs warden_jail_binds mounted, for warden_jail_rebind.
 WARDEN_JAIL_BOUND=()
@@ -308,12 +276,7 @@ warden_jail_rebind() {
 
 # A hash of the regular files in the given directories (ConfigMap and Secret volumes: the kubelet swaps
 # their ..data link atomically, so one read sees one version).
-warden_dirs_hash() {
-    local d
-    for d in "$@"; do
-        if [ -d "$d" ]; then find -L "$d" -maxdepth 1 -type f ! -name '..*' -print0 | sort -z | xargs -0r cat; fi
-    done | sha256sum | cut -d' ' -f1
-}
+warden_dirs_hash() { warden_node hash "$@"; }
 
 # Follow edits of mounted ConfigMaps/Secrets without restarting the pod. The operator rewrites them on
 # spec changes (a new partition or worker group, extraLines, login keys) and the kubelet updates such

@@ -1,0 +1,286 @@
+"""The Slurm files every Slurm pod installs (``warden.node.files.SlurmFiles``, ``warden-node config``,
+``key``, ``jwt-key``, ``client-config``, ``hash``), on real files in a temporary directory, without a
+worker's settings; and images/slurm-base/warden-lib.sh's functions, which the controller, login,
+accounting and health-check entrypoints call, running them. The worker's own files (NodeFiles) are in
+tests/unit/test_node_lifecycle.py; the dataplane tier runs the images."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shlex
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from warden.node import lifecycle
+from warden.node.files import FilesError, SlurmFiles
+from warden.node.lifecycle import CLIENT_CONFIG_DIR, FileSettings
+from warden.node.main import main
+
+REPO = Path(__file__).resolve().parents[2]
+LIB = REPO / "images" / "slurm-base" / "warden-lib.sh"
+JWT_CONF = "ClusterName=demo\nAuthType=auth/slurm\n  authalttypes = auth/jwt\nAuthAltParameters=jwt_key=x\n"
+
+
+class Logs(list[str]):
+    def __call__(self, message: str) -> None:
+        self.append(message)
+
+
+def configmap(d: Path, files: dict[str, str], version: str = "..2026_01_01") -> Path:
+    """A ConfigMap volume as the kubelet makes it: the files in a hidden version directory, ``..data``
+    pointing at it, and one symbolic link per key through ``..data``."""
+    d.mkdir(parents=True, exist_ok=True)
+    (d / version).mkdir()
+    for name, text in files.items():
+        (d / version / name).write_text(text)
+        (d / name).symlink_to(f"..data/{name}")
+    (d / "..data").symlink_to(version)
+    return d
+
+
+@pytest.fixture
+def fs(tmp_path: Path) -> FileSettings:
+    configmap(tmp_path / "cm", {"slurm.conf": "ClusterName=demo\n", "cgroup.conf": "CgroupPlugin=autodetect\n"})
+    (tmp_path / "auth").mkdir()
+    (tmp_path / "auth" / "slurm.key").write_bytes(b"k" * 32)
+    (tmp_path / "jwt").mkdir()
+    (tmp_path / "jwt" / "jwt_hs256.key").write_bytes(b"j" * 32)
+    return FileSettings(
+        config_dir=tmp_path / "cm",
+        auth_key=tmp_path / "auth" / "slurm.key",
+        jwt_key=tmp_path / "jwt" / "jwt_hs256.key",
+        slurm_etc=tmp_path / "etc-slurm",
+        client_config_dir=tmp_path / "slurm-client",
+        file_owner=None,
+    )
+
+
+def env_of(fs: FileSettings) -> dict[str, str]:
+    return {
+        "WARDEN_CONFIG_DIR": str(fs.config_dir),
+        "WARDEN_AUTH_KEY": str(fs.auth_key),
+        "WARDEN_JWT_KEY": str(fs.jwt_key),
+        "SLURM_ETC": str(fs.slurm_etc),
+        "WARDEN_CLIENT_CONFIG": str(fs.client_config_dir),
+        "WARDEN_FILE_OWNER": "",
+    }
+
+
+def mode(p: Path) -> int:
+    return p.stat().st_mode & 0o777
+
+
+# --- settings ----------------------------------------------------------------------------------------
+
+
+def test_the_settings_are_warden_lib_sh_s_without_a_worker() -> None:
+    s = FileSettings.from_env({})
+    assert (s.config_dir, s.auth_key, s.jwt_key, s.slurm_etc, s.client_config_dir, s.file_owner) == (
+        Path("/etc/warden/slurm"), Path("/etc/warden/auth/slurm.key"), Path("/etc/warden/jwt/jwt_hs256.key"),
+        Path("/etc/slurm"), Path(CLIENT_CONFIG_DIR), "slurm",
+    )  # fmt: skip
+    lib = LIB.read_text()
+    for line in ('WARDEN_CONFIG_DIR="${WARDEN_CONFIG_DIR:-/etc/warden/slurm}"',
+                 'WARDEN_AUTH_KEY="${WARDEN_AUTH_KEY:-/etc/warden/auth/slurm.key}"',
+                 'WARDEN_JWT_KEY="${WARDEN_JWT_KEY:-/etc/warden/jwt/jwt_hs256.key}"',
+                 'SLURM_ETC="${SLURM_ETC:-/etc/slurm}"',
+                 f'WARDEN_CLIENT_CONFIG="${{WARDEN_CLIENT_CONFIG:-{CLIENT_CONFIG_DIR}}}"'):  # fmt: skip
+        assert line in lib, "the shell and warden.node default to the same paths"
+    s = FileSettings.from_env({"SLURM_ETC": "/x", "WARDEN_CLIENT_CONFIG": "/y", "WARDEN_FILE_OWNER": ""})
+    assert (s.slurm_etc, s.client_config_dir, s.file_owner) == (Path("/x"), Path("/y"), None)
+    worker = lifecycle.Settings.from_env({"WARDEN_SLURMD_CONF": "CPUs=1", "WARDEN_JWT_KEY": "/j"})
+    assert (worker.jwt_key, worker.file_owner) == (Path("/j"), "slurm"), "the worker's settings build on them"
+
+
+# --- config, keys, client config ---------------------------------------------------------------------
+
+
+def test_config_installs_the_configmap_and_the_key_without_a_workers_settings(fs: FileSettings) -> None:
+    logs = Logs()
+    SlurmFiles(fs, logs).install()
+    etc = fs.slurm_etc
+    assert sorted(p.name for p in etc.iterdir()) == ["cgroup.conf", "slurm.conf", "slurm.key"]
+    assert (etc / "slurm.conf").read_text() == "ClusterName=demo\n"
+    assert not (etc / "slurm.conf").is_symlink(), "a copy, not the volume's link"
+    assert (mode(etc / "slurm.conf"), mode(etc / "slurm.key"), mode(etc)) == (0o644, 0o600, 0o755)
+    assert logs == [f"config: {fs.config_dir} -> {etc} (cgroup.conf slurm.conf)"]
+    assert not (etc / "jwt_hs256.key").exists(), "config installs no JWT key"
+
+
+def test_config_without_the_configmap_keeps_what_is_there_or_stops(fs: FileSettings, tmp_path: Path) -> None:
+    missing = replace(fs, config_dir=tmp_path / "none")
+    with pytest.raises(FilesError, match=rf"^no {fs.slurm_etc}/slurm.conf \(mount the ConfigMap at {tmp_path}/none\)$"):
+        SlurmFiles(missing, Logs()).install()
+    SlurmFiles(fs, Logs()).install()
+    logs = Logs()
+    SlurmFiles(missing, logs).install()
+    assert logs == [f"config: {tmp_path}/none missing; using {fs.slurm_etc} as it is"]
+
+
+def test_a_missing_auth_key_names_its_secret(fs: FileSettings) -> None:
+    fs.auth_key.unlink()
+    with pytest.raises(FilesError, match=rf"^no auth key at {fs.auth_key} \(Secret <cluster>-slurm-key\)$"):
+        SlurmFiles(fs, Logs()).install()
+    (fs.slurm_etc / "slurm.key").write_bytes(b"old")
+    SlurmFiles(fs, Logs()).auth_key()  # a copy already there does
+
+
+def test_the_auth_key_alone_for_the_accounting_pod(fs: FileSettings) -> None:
+    SlurmFiles(fs, Logs()).auth_key()
+    assert sorted(p.name for p in fs.slurm_etc.iterdir()) == ["slurm.key"]
+    assert mode(fs.slurm_etc / "slurm.key") == 0o600
+
+
+def test_the_jwt_key_only_when_slurm_conf_asks_for_auth_jwt(fs: FileSettings) -> None:
+    files = SlurmFiles(fs, Logs())
+    files.install()
+    files.jwt_key()
+    assert not (fs.slurm_etc / "jwt_hs256.key").exists(), "no auth/jwt, no key"
+    (fs.slurm_etc / "slurm.conf").write_text("ClusterName=demo\n#AuthAltTypes=auth/jwt\n")
+    files.jwt_key()
+    assert not (fs.slurm_etc / "jwt_hs256.key").exists(), "a comment asks for nothing"
+    (fs.slurm_etc / "slurm.conf").write_text(JWT_CONF)
+    files.jwt_key()
+    assert (fs.slurm_etc / "jwt_hs256.key").read_bytes() == b"j" * 32
+    assert mode(fs.slurm_etc / "jwt_hs256.key") == 0o600
+    fs.jwt_key.unlink()
+    files.jwt_key()  # the copy there does
+    (fs.slurm_etc / "jwt_hs256.key").unlink()
+    with pytest.raises(FilesError) as e:
+        files.jwt_key()
+    assert str(e.value) == (
+        f"no JWT key at {fs.jwt_key} (Secret <cluster>-jwt-key, key jwt_hs256.key): slurmctld needs it for"
+        " AuthAltTypes=auth/jwt"
+    )
+
+
+def test_the_client_config_leaves_the_secrets_out(fs: FileSettings) -> None:
+    etc = fs.slurm_etc
+    SlurmFiles(fs, Logs()).install()
+    for secret in lifecycle.CLIENT_CONFIG_SECRETS:
+        (etc / secret).write_text("secret\n")
+    (etc / "plugstack.conf.d").mkdir()
+    (etc / "topology.conf").symlink_to("slurm.conf")  # not a regular file: left out, as find -type f does
+    (etc / "cgroup.conf").chmod(0o640)
+    SlurmFiles(fs, Logs()).client_config()
+    client = fs.client_config_dir
+    assert sorted(p.name for p in client.iterdir()) == ["cgroup.conf", "slurm.conf"]
+    assert mode(client / "cgroup.conf") == 0o640, "copied as cp -p does"
+    assert (client / "cgroup.conf").stat().st_mtime_ns == (etc / "cgroup.conf").stat().st_mtime_ns
+    assert mode(client) == 0o755
+
+
+# --- the hash ----------------------------------------------------------------------------------------
+
+
+def test_the_hash_is_the_files_contents(tmp_path: Path) -> None:
+    a = configmap(tmp_path / "a", {"slurm.conf": "A\n", "gres.conf": "G\n"})
+    b = configmap(tmp_path / "b", {"slurm.conf": "A\n", "gres.conf": "G\n"}, version="..2027_02_02")
+    (b / "sub").mkdir()  # not a regular file
+    assert lifecycle.dirs_hash([a]) == lifecycle.dirs_hash([b]), "equal contents, equal hashes"
+    # the shell's definition: `cat` of the regular files by name (..-entries skipped), then sha256sum
+    assert lifecycle.dirs_hash([a]) == hashlib.sha256(b"G\nA\n").hexdigest()
+    (tmp_path / "a" / "..2026_01_01" / "slurm.conf").write_text("B\n")
+    assert lifecycle.dirs_hash([a]) != lifecycle.dirs_hash([b]), "a change changes it"
+    (b / "..2027_02_02" / "extra").write_text("x\n")  # only inside the volume's version directory
+    assert lifecycle.dirs_hash([b]) == hashlib.sha256(b"G\nA\n").hexdigest(), "..-entries are not read"
+    assert lifecycle.dirs_hash([a, b]) != lifecycle.dirs_hash([b, a]), "in the order given"
+
+
+# --- the command line --------------------------------------------------------------------------------
+
+
+def test_the_cli_says_the_shells_lines_and_stops_on_an_error(
+    fs: FileSettings, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for name, value in {**env_of(fs), "WARDEN_COMPONENT": "controller"}.items():
+        monkeypatch.setenv(name, value)
+    assert main(["hash", str(fs.config_dir), str(fs.jwt_key.parent)]) == 0
+    out = capsys.readouterr()
+    assert out.out == lifecycle.dirs_hash([fs.config_dir, fs.jwt_key.parent]) + "\n"
+    assert main(["config"]) == 0
+    assert (
+        capsys.readouterr().err == f"[controller] config: {fs.config_dir} -> {fs.slurm_etc} (cgroup.conf slurm.conf)\n"
+    )
+    (fs.slurm_etc / "slurm.conf").write_text(JWT_CONF)
+    assert main(["jwt-key"]) == 0 and (fs.slurm_etc / "jwt_hs256.key").is_file()
+    assert main(["client-config"]) == 0
+    assert sorted(p.name for p in fs.client_config_dir.iterdir()) == ["cgroup.conf", "slurm.conf"]
+    (fs.slurm_etc / "slurm.key").unlink()
+    fs.auth_key.unlink()
+    assert main(["key"]) == 1
+    out = capsys.readouterr()
+    assert (out.out, out.err) == (
+        "",
+        f"[controller] error: no auth key at {fs.auth_key} (Secret <cluster>-slurm-key)\n",
+    )
+
+
+def test_warden_node_runs_as_a_program(fs: FileSettings) -> None:
+    env = {**os.environ, **env_of(fs), "PYTHONPATH": str(REPO / "operator"), "WARDEN_COMPONENT": "login"}
+    done = subprocess.run([sys.executable, "-m", "warden.node", "config"], env=env, capture_output=True, text=True)
+    assert (done.returncode, done.stdout) == (0, ""), done.stderr
+    fs.auth_key.unlink()
+    (fs.slurm_etc / "slurm.key").unlink()
+    done = subprocess.run([sys.executable, "-m", "warden.node", "config"], env=env, capture_output=True, text=True)
+    assert done.returncode == 1
+    assert done.stderr.endswith(f"[login] error: no auth key at {fs.auth_key} (Secret <cluster>-slurm-key)\n")
+
+
+# --- warden-lib.sh -----------------------------------------------------------------------------------
+
+
+def lib(fs: FileSettings, body: str) -> subprocess.CompletedProcess[str]:
+    """``body`` in bash after sourcing warden-lib.sh as an entrypoint does, with this checkout's Python."""
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("WARDEN_", "SLURM_"))},
+        **env_of(fs),
+        "WARDEN_NODE_PY": shlex.quote(sys.executable),
+        "PYTHONPATH": str(REPO / "operator"),
+        "WARDEN_SLURM_SERIES": "",
+        "LC_ALL": "C",
+    }
+    script = f"set -euo pipefail\nWARDEN_COMPONENT=controller\n. {shlex.quote(str(LIB))}\n{body}"
+    return subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, timeout=60)
+
+
+def test_the_shell_functions_call_warden_node(fs: FileSettings) -> None:
+    (fs.config_dir / "..2026_01_01" / "slurm.conf").write_text(JWT_CONF)
+    cm, jwt = shlex.quote(str(fs.config_dir)), shlex.quote(str(fs.jwt_key.parent))
+    done = lib(
+        fs,
+        f"""
+warden_dirs_hash {cm} {jwt}
+# the shell's own definition, as warden_dirs_hash was before it called warden.node
+for d in {cm} {jwt}; do find -L "$d" -maxdepth 1 -type f ! -name '..*' -print0 | sort -z | xargs -0r cat; done |
+    sha256sum | cut -d' ' -f1
+warden_slurm_config
+warden_jwt_key
+warden_client_config
+warden_slurm_key
+""",
+    )
+    assert done.returncode == 0, done.stderr
+    ours, shells = done.stdout.splitlines()
+    assert ours == shells == lifecycle.dirs_hash([fs.config_dir, fs.jwt_key.parent])
+    assert done.stderr == f"[controller] config: {fs.config_dir} -> {fs.slurm_etc} (cgroup.conf slurm.conf)\n"
+    etc = fs.slurm_etc
+    assert sorted(p.name for p in etc.iterdir()) == ["cgroup.conf", "jwt_hs256.key", "slurm.conf", "slurm.key"]
+    assert (mode(etc / "slurm.key"), mode(etc / "jwt_hs256.key")) == (0o600, 0o600)
+    assert sorted(p.name for p in fs.client_config_dir.iterdir()) == ["cgroup.conf", "slurm.conf"]
+
+
+def test_an_entrypoint_stops_where_warden_node_fails(fs: FileSettings) -> None:
+    fs.auth_key.unlink()
+    done = lib(fs, "warden_slurm_config\necho went on\n")
+    assert (done.returncode, done.stdout) == (1, "")
+    assert (
+        done.stderr.splitlines()[-1] == f"[controller] error: no auth key at {fs.auth_key} (Secret <cluster>-slurm-key)"
+    )
+    done = lib(fs, "reload() { warden_slurm_config || return 1; }\nreload || echo reload failed\n")
+    assert (done.returncode, done.stdout) == (0, "reload failed\n"), "a reload that fails is tried again"
