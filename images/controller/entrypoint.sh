@@ -20,7 +20,9 @@
 #                        gets its Slurm account k8s-<namespace> under k8s, warden-bridge in it (see
 #                        bridge_accounts)
 #   WARDEN_CONTROLLERS   with backups (spec.controller.replicas 2-3): this pod hands control over when
-#                        it stops and fences a slurmctld that lost control (warden-ctld-ha.sh)
+#                        it stops, fences a slurmctld that lost control and tells the operator who is in
+#                        charge (warden-ctld-ha.sh, operator/warden/ha/ctld.py)
+#   WARDEN_IN_CHARGE_PORT  with backups: the port of that answer (GET /in-charge)
 set -euo pipefail
 WARDEN_COMPONENT=controller
 # shellcheck source=../slurm-base/warden-lib.sh
@@ -42,6 +44,13 @@ state="${WARDEN_STATE_DIR:-/var/spool/slurmctld}"
 install -d -o slurm -g slurm -m 0755 "$state"
 # a PVC arrives root-owned; slurmctld runs as SlurmUser and must own its state
 chown slurm:slurm "$state"
+# with backups: who is in charge (the heartbeat's verdict), served to the operator from the start, a primary
+# standing by included (GET /in-charge on WARDEN_IN_CHARGE_PORT)
+serve_pid=""
+if [ -n "$ha" ]; then
+    ha_serve "$state" &
+    serve_pid=$!
+fi
 guard="${WARDEN_CTLD_GUARD:-/usr/lib/warden/libwarden_ctld_guard.so}"
 if [ "$guard" = none ]; then
     guard=""
@@ -237,7 +246,8 @@ wait "$ctld_pid"
 rc=$?
 # a signal interrupted the wait: slurmctld is stopping; wait for it
 while kill -0 "$ctld_pid" 2>/dev/null; do wait "$ctld_pid"; rc=$?; done
-kill -TERM "$follow_pid" "$save_pid" ${accounts_pid:+"$accounts_pid"} ${bridge_accounts_pid:+"$bridge_accounts_pid"} ${fence_pid:+"$fence_pid"} 2>/dev/null
+kill -TERM "$follow_pid" "$save_pid" ${accounts_pid:+"$accounts_pid"} ${bridge_accounts_pid:+"$bridge_accounts_pid"} \
+    ${fence_pid:+"$fence_pid"} ${serve_pid:+"$serve_pid"} 2>/dev/null
 [ -z "$ha" ] || ha_stopped "$state"
 warden_log "slurmctld exited (status $rc)"
 exit "$rc"
