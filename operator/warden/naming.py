@@ -129,6 +129,9 @@ EXPORTER_PORT = 9341
 #: the read gate (``warden.readgate``): the exporter's reads of Slurm, asked as SlurmUser
 READ_GATE_PORT = 6830
 OPERATOR_METRICS_PORT = 9340
+#: with backup controllers: each controller pod answers ``GET /in-charge`` here with its verdict of which
+#: slurmctld is in charge, from Slurm's heartbeat file (warden.ha.ctld serves it, warden.ha.verdict asks)
+IN_CHARGE_PORT = 6827
 SSH_PORT = 22
 
 # Keys inside the Secrets the operator generates.

@@ -1,14 +1,22 @@
-"""Which slurmctld is in charge with backup controllers (``warden.ha.incharge``), and how the Slurm sync
-carries it out (``warden.slurmsync``): pod conditions, a takeover Event, the status's record of it.
+"""Which slurmctld is in charge with backup controllers (``warden.ha.incharge``): the controller pods'
+verdict, asked over HTTP (``warden.ha.verdict``), relayed; and how the Slurm sync carries it out
+(``warden.slurmsync``): pod conditions, a takeover Event, the status's record of it.
 
-The planner is pure; the sync's part runs against fakes of the Kubernetes API and a loopback stand-in
-for slurmrestd (the real takeover is in the dataplane tier, tests/dataplane/test_controller_failover.py).
+The planner is pure; the verdict client asks real HTTP servers on loopback; the sync's part runs against
+fakes of the Kubernetes API, a loopback stand-in for slurmrestd and one for the pods' verdict (the real
+takeover is in the dataplane tier, tests/dataplane/test_controller_failover.py).
 """
 
 from __future__ import annotations
 
 import base64
-from collections.abc import Iterator
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from functools import partial
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, cast
 
 import pytest
@@ -17,7 +25,10 @@ from tests.support.jsonserver import JsonServer
 from warden import naming
 from warden.clusterqueue import ClusterQueue
 from warden.events import Event
+from warden.ha import sync as ha_sync
+from warden.ha import verdict
 from warden.ha.incharge import CONDITION, ControllerPod, condition_of, in_charge, plan
+from warden.ha.verdict import Verdict, WrongAnswer
 from warden.kube.client import Kube
 from warden.kube.events import EventRecorder
 from warden.kube.fanout import Fanout
@@ -42,41 +53,94 @@ def pods(*names: str, carry: dict[str, PodCondition] | None = None) -> list[Cont
     return [ControllerPod(n, (carry or {}).get(n)) for n in names]
 
 
+def said(charge: str | None, writer: str | None = None, age: int | None = 2, timeout: int = 15) -> Verdict:
+    """The pods' verdict: ``charge`` in charge (its beat ``age`` s old), or nobody (``writer``'s beat)."""
+    return Verdict(charge, writer or charge, age, timeout, asked=C0)
+
+
 IN_CHARGE = PodCondition("True", "InCharge", "slurmctld here is in charge")
 
 
-# --- who is in charge -------------------------------------------------------------------------------
+# --- who is in charge: the pods' verdict, relayed ----------------------------------------------------
 
 
-def test_the_first_controller_that_responds_in_slurmctldhost_order_is_in_charge() -> None:
-    assert in_charge(pings(True, True, True)) == C0
-    assert in_charge(pings(False, True, True)) == C1
-    assert in_charge(pings(False, False, True)) == C2
-    assert in_charge(pings(True, False)) == C0
+def test_the_one_in_charge_is_the_one_the_verdict_names() -> None:
+    assert in_charge(said(C2)) == C2
+    assert in_charge(said(None, writer=C0, age=40)) is None  # nobody: C0's beat is stale
+    assert in_charge(None) is None  # no pod said
 
 
-def test_nobody_is_in_charge_when_no_controller_responds() -> None:
-    assert in_charge(pings(False, False)) is None
-    assert in_charge([]) is None
+def test_backup_2_in_charge_while_backup_1_is_back_in_standby() -> None:
+    """The first controller to answer the ping is not the one in charge: backup 1 came back and stands by
+    while backup 2 holds control (the ping's order would have named backup 1)."""
+    todo = plan(pods(C0, C1, C2), pings(False, True, True), said(C2), previous=C2)
+    assert todo.in_charge == C2
+    assert {n: (c.status, c.reason) for n, c in todo.conditions.items()} == {
+        C0: ("False", "NotResponding"),
+        C1: ("False", "Standby"),
+        C2: ("True", "InCharge"),
+    }
+    assert C2 in todo.conditions[C1].message and C2 in todo.conditions[C0].message
+    assert todo.events == []
 
 
-def test_a_ping_without_a_hostname_is_never_in_charge() -> None:
-    assert in_charge([ControllerPing("", True), ControllerPing(C1, True)]) == C1
+def test_the_primary_answering_again_stands_by_while_a_backup_holds_control() -> None:
+    todo = plan(pods(C0, C1), pings(True, True), said(C1), previous=C1)
+    assert {n: c.reason for n, c in todo.conditions.items()} == {C0: "Standby", C1: "InCharge"}
+    assert todo.events == []
+
+
+def test_the_one_the_verdict_names_is_in_charge_even_if_its_ping_went_unanswered() -> None:
+    """The pods decide: a slurmctld whose beat is fresh is in charge, whatever one ping said."""
+    todo = plan(pods(C0, C1), pings(False, True), said(C0), previous=C0)
+    assert todo.conditions[C0] == IN_CHARGE and todo.conditions[C1].reason == "Standby"
+
+
+def test_nobody_in_charge_while_one_hangs_is_said_on_every_pod_and_recorded_as_nothing_new() -> None:
+    """C0 hangs: its beat is older than SlurmctldTimeout and no backup took over yet."""
+    hung = said(None, writer=C0, age=20, timeout=15)
+    carry = {C0: IN_CHARGE}
+    todo = plan(pods(C0, C1, C2, carry=carry), pings(False, True, False), hung, previous=C0)
+    assert todo.in_charge is None  # status keeps C0: the takeover that ends the gap is told against it
+    assert {n: (c.status, c.reason) for n, c in todo.conditions.items()} == {
+        C0: ("False", "NotResponding"),
+        C1: ("False", "Standby"),
+        C2: ("False", "NotResponding"),
+    }
+    why = f"no slurmctld is in charge: {C0}'s last beat is 20 s old (SlurmctldTimeout 15)"
+    assert all(c.message.endswith(why) for c in todo.conditions.values()), todo.conditions
+    assert todo.events == []  # no takeover to tell: nobody took charge
+
+
+def test_why_nobody_is_in_charge_in_words() -> None:
+    assert said(None, writer=C1, age=31, timeout=30).nobody() == (
+        f"no slurmctld is in charge: {C1}'s last beat is 31 s old (SlurmctldTimeout 30)"
+    )
+    assert Verdict(None, None, None, 15, C0).nobody() == (
+        "no slurmctld is in charge: no heartbeat in the state directory yet (SlurmctldTimeout 15)"
+    )
+    assert Verdict(None, C0, None, 15, C0).nobody() == (
+        f"no slurmctld is in charge: the heartbeat names {C0} but no time (SlurmctldTimeout 15)"
+    )
+
+
+def test_the_gap_closed_by_a_backup_is_told_once_against_the_one_that_was_in_charge() -> None:
+    hung = said(None, writer=C0, age=20)
+    gap = plan(pods(C0, C1, carry={C0: IN_CHARGE}), pings(False, True), hung, previous=C0)
+    assert gap.in_charge is None and gap.events == []
+    # status kept C0 (in_charge None is "not asked": warden.status._in_charge)
+    after = plan(pods(C0, C1, carry=gap.conditions), pings(False, True), said(C1), previous=C0)
+    [event] = after.events
+    assert (event.reason, event.pod, event.message) == (
+        "ControllerTakeover",
+        C1,
+        f"slurmctld in charge moved from {C0} to {C1}",
+    )
+    assert {n: c.reason for n, c in after.conditions.items()} == {C0: "NotResponding", C1: "InCharge"}
+    assert C1 in after.conditions[C0].message and "no slurmctld" not in after.conditions[C0].message
 
 
 # --- the pod conditions ---------------------------------------------------------------------------
-
-
-def test_one_in_charge_the_other_responding_ones_stand_by_the_rest_do_not_respond() -> None:
-    todo = plan(pods(C0, C1, C2), pings(False, True, True), previous=None)
-    assert todo.in_charge == C1
-    assert {n: (c.status, c.reason) for n, c in todo.conditions.items()} == {
-        C0: ("False", "NotResponding"),
-        C1: ("True", "InCharge"),
-        C2: ("False", "Standby"),
-    }
-    assert C1 in todo.conditions[C2].message  # a standby names the one in charge
-    assert all(c.message for c in todo.conditions.values())
 
 
 def test_the_condition_type_is_the_operators_own() -> None:
@@ -84,41 +148,54 @@ def test_the_condition_type_is_the_operators_own() -> None:
 
 
 def test_only_changed_conditions_are_set() -> None:
-    first = plan(pods(C0, C1), pings(True, True), previous=None)
+    first = plan(pods(C0, C1), pings(True, True), said(C0), previous=None)
     assert set(first.conditions) == {C0, C1}
-    again = plan(pods(C0, C1, carry=first.conditions), pings(True, True), previous=C0)
+    again = plan(pods(C0, C1, carry=first.conditions), pings(True, True), said(C0), previous=C0)
     assert again.conditions == {} and again.events == [] and again.in_charge == C0
 
 
 def test_a_takeover_changes_both_pods_conditions() -> None:
-    before = plan(pods(C0, C1), pings(True, True), previous=None).conditions
-    after = plan(pods(C0, C1, carry=before), pings(False, True), previous=C0)
+    before = plan(pods(C0, C1), pings(True, True), said(C0), previous=None).conditions
+    after = plan(pods(C0, C1, carry=before), pings(False, True), said(C1), previous=C0)
     assert {n: c.reason for n, c in after.conditions.items()} == {C0: "NotResponding", C1: "InCharge"}
 
 
 def test_a_standby_message_follows_who_is_in_charge() -> None:
     """Three controllers, the primary gone: the third's Standby now names the second."""
-    before = plan(pods(C0, C1, C2), pings(True, True, True), previous=None).conditions
-    after = plan(pods(C0, C1, C2, carry=before), pings(False, True, True), previous=C0)
+    before = plan(pods(C0, C1, C2), pings(True, True, True), said(C0), previous=None).conditions
+    after = plan(pods(C0, C1, C2, carry=before), pings(False, True, True), said(C1), previous=C0)
     assert after.conditions[C2].reason == "Standby" and C1 in after.conditions[C2].message
     assert C0 not in after.conditions[C2].message
 
 
 def test_a_pod_the_ping_does_not_list_does_not_respond() -> None:
-    assert condition_of(C2, pings(True, True), C0).reason == "NotResponding"
-    todo = plan(pods(C0, C1, C2), pings(True, True), previous=None)
+    cond = condition_of(C2, pings(True, True), said(C0))
+    assert cond is not None and cond.reason == "NotResponding"
+    todo = plan(pods(C0, C1, C2), pings(True, True), said(C0), previous=None)
     assert (todo.conditions[C2].status, todo.conditions[C2].reason) == ("False", "NotResponding")
 
 
-def test_nobody_responding_marks_every_pod_and_records_nobody() -> None:
-    todo = plan(pods(C0, C1), pings(False, False), previous=C0)
-    assert todo.in_charge is None
-    assert {c.reason for c in todo.conditions.values()} == {"NotResponding"}
-    assert todo.events == []  # no takeover to tell: nobody took charge
+def test_without_a_verdict_only_what_the_ping_tells_changes_and_nothing_is_recorded() -> None:
+    """No pod said who is in charge: the ones that do not answer the ping do not respond; the ones that
+    do keep what they carry (in charge or standing by: this round cannot tell)."""
+    carry = {C0: PodCondition("False", "Standby", "x"), C1: IN_CHARGE, C2: IN_CHARGE}
+    todo = plan(pods(C0, C1, C2, carry=carry), pings(False, True, False), None, previous=C1)
+    assert todo.in_charge is None and todo.events == []
+    assert {n: c.reason for n, c in todo.conditions.items()} == {C0: "NotResponding", C2: "NotResponding"}
+    assert condition_of(C1, pings(False, True), None) is None
+    # a pod that answers and carries nothing yet gets nothing yet
+    assert plan(pods(C0, C1), pings(True, True), None, previous=None).conditions == {}
+
+
+def test_without_a_ping_no_condition_changes_but_the_verdict_is_recorded_and_a_takeover_told() -> None:
+    todo = plan(pods(C0, C1, carry={C0: IN_CHARGE}), None, said(C1), previous=C0)
+    assert todo.conditions == {} and todo.in_charge == C1
+    [event] = todo.events
+    assert event.pod == C1
 
 
 def test_a_pod_being_deleted_is_left_alone() -> None:
-    todo = plan([ControllerPod(C0, None, deleting=True), ControllerPod(C1, None)], pings(False, True), None)
+    todo = plan([ControllerPod(C0, None, deleting=True), ControllerPod(C1, None)], pings(False, True), said(C1), None)
     assert set(todo.conditions) == {C1}
 
 
@@ -126,21 +203,201 @@ def test_a_pod_being_deleted_is_left_alone() -> None:
 
 
 def test_a_takeover_is_told_once_against_what_status_recorded() -> None:
-    todo = plan(pods(C0, C1), pings(False, True), previous=C0)
+    todo = plan(pods(C0, C1), pings(False, True), said(C1), previous=C0)
     [event] = todo.events
     assert event.reason == "ControllerTakeover" and event.pod == C1
     assert event.message == f"slurmctld in charge moved from {C0} to {C1}"
     # the next round reads the status this round wrote: nothing again (an operator restarted too)
-    assert plan(pods(C0, C1), pings(False, True), previous=C1).events == []
+    assert plan(pods(C0, C1), pings(False, True), said(C1), previous=C1).events == []
 
 
 def test_the_primary_taking_charge_back_is_a_takeover_too() -> None:
-    [event] = plan(pods(C0, C1), pings(True, True), previous=C1).events
+    [event] = plan(pods(C0, C1), pings(True, True), said(C0), previous=C1).events
     assert (event.pod, event.message) == (C0, f"slurmctld in charge moved from {C1} to {C0}")
 
 
 def test_the_first_sight_of_who_is_in_charge_is_no_takeover() -> None:
-    assert plan(pods(C0, C1), pings(False, True), previous=None).events == []
+    assert plan(pods(C0, C1), pings(False, True), said(C1), previous=None).events == []
+
+
+# --- the verdict client: GET /in-charge of each controller pod ----------------------------------------
+
+Reply = tuple[int, bytes]  # status, body
+
+
+class PodServer:
+    """A controller pod's ``/in-charge`` on loopback address ``host``: ``reply`` answers each GET (after
+    ``delay`` s); ``asked`` lists the paths asked."""
+
+    def __init__(self, host: str, port: int, reply: Callable[[], Reply], delay: float = 0.0) -> None:
+        self.asked: list[str] = []
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                outer.asked.append(self.path)
+                time.sleep(delay)
+                status, body = (404, b"{}") if self.path != "/in-charge" else reply()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer((host, port), Handler)
+        self.server.daemon_threads = True
+        self.port = int(self.server.server_address[1])
+        threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True).start()
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def answer(doc: Any) -> Callable[[], Reply]:
+    return lambda: (200, json.dumps(doc).encode())
+
+
+GOOD = {"inCharge": C1, "writer": C1, "beatAgeSeconds": 3, "slurmctldTimeout": 15}
+
+
+def pod(name: str, ip: str | None = "127.0.0.1", phase: str = "Running", deleting: bool = False) -> Manifest:
+    meta: Manifest = {"name": name, "labels": {"app.kubernetes.io/component": "controller"}}
+    if deleting:
+        meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    status: Manifest = {"phase": phase, "conditions": []}
+    if ip is not None:
+        status["podIP"] = ip
+    return {"metadata": meta, "status": status}
+
+
+@pytest.fixture
+def servers() -> Iterator[Callable[..., PodServer]]:
+    """Starts pod servers on one port (the pods' port), each on its own loopback address."""
+    started: list[PodServer] = []
+
+    def start(host: str, reply: Callable[[], Reply], delay: float = 0.0) -> PodServer:
+        server = PodServer(host, started[0].port if started else 0, reply, delay)
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        server.stop()
+
+
+def test_a_pods_answer_is_its_verdict(servers: Callable[..., PodServer]) -> None:
+    server = servers("127.0.0.1", answer(GOOD))
+    got = verdict.ask([pod(C0)], port=server.port)
+    assert got == Verdict(in_charge=C1, writer=C1, beat_age_s=3, timeout_s=15, asked=C0)
+    assert server.asked == ["/in-charge"]
+
+
+def test_nobody_in_charge_is_an_answer_too(servers: Callable[..., PodServer]) -> None:
+    doc = {"inCharge": None, "writer": C0, "beatAgeSeconds": 40, "slurmctldTimeout": 15}
+    server = servers("127.0.0.1", answer(doc))
+    assert verdict.ask([pod(C0)], port=server.port) == Verdict(None, C0, 40, 15, C0)
+    fresh = {"inCharge": None, "writer": None, "beatAgeSeconds": None, "slurmctldTimeout": 15}
+    assert verdict.parse(fresh, C1) == Verdict(None, None, None, 15, C1)
+
+
+def test_the_pods_are_asked_in_name_order_and_the_first_answer_wins(servers: Callable[..., PodServer]) -> None:
+    first = servers("127.0.0.1", answer(GOOD))
+    second = servers("127.0.0.2", answer({**GOOD, "inCharge": C2, "writer": C2}))
+    got = verdict.ask([pod(C1, "127.0.0.2"), pod(C0, "127.0.0.1")], port=first.port)
+    assert got is not None and (got.in_charge, got.asked) == (C1, C0)
+    assert second.asked == []
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        lambda: (404, b'{"inCharge": null}'),
+        lambda: (500, b"oops"),
+        lambda: (200, b"<html>not json</html>"),
+        lambda: (200, b'{"inCharge": "dp-controller-1"'),  # cut short
+        lambda: (200, b"\xff\xfe"),
+        answer(["dp-controller-1"]),
+        answer({**GOOD, "inCharge": "dp-login-0", "writer": "dp-login-0"}),
+    ],
+    ids=["404", "500", "not-json", "cut-short", "not-utf8", "a-list", "not-a-controller"],
+)
+def test_a_wrong_answer_is_no_answer_and_the_next_pod_is_asked(
+    servers: Callable[..., PodServer], reply: Callable[[], Reply]
+) -> None:
+    wrong = servers("127.0.0.1", reply)
+    right = servers("127.0.0.2", answer(GOOD))
+    got = verdict.ask([pod(C0, "127.0.0.1"), pod(C1, "127.0.0.2")], port=wrong.port)
+    assert got is not None and (got.in_charge, got.asked) == (C1, C1)
+    assert wrong.asked == ["/in-charge"] and right.asked == ["/in-charge"]
+
+
+def test_a_refused_port_or_a_silent_pod_moves_on_to_the_next(servers: Callable[..., PodServer]) -> None:
+    slow = servers("127.0.0.1", answer(GOOD), delay=1.0)
+    right = servers("127.0.0.2", answer({**GOOD, "inCharge": C2, "writer": C2}))
+    # 127.0.0.3: nothing listens there (refused); 127.0.0.1 answers too late
+    pods_ = [pod(C0, "127.0.0.3"), pod(C1, "127.0.0.1"), pod(C2, "127.0.0.2")]
+    begun = time.monotonic()
+    got = verdict.ask(pods_, port=slow.port, timeout_s=0.3)
+    assert got is not None and (got.in_charge, got.asked) == (C2, C2)
+    assert time.monotonic() - begun < 1.0
+    assert right.asked == ["/in-charge"]
+
+
+def test_when_no_pod_answers_there_is_no_verdict_and_the_log_says_why(
+    servers: Callable[..., PodServer], caplog: pytest.LogCaptureFixture
+) -> None:
+    wrong = servers("127.0.0.1", lambda: (404, b"{}"))
+    pods_ = [
+        pod(C0, "127.0.0.1"),
+        pod(C1, "127.0.0.3"),  # refused
+        pod(C2, None, phase="Pending"),
+        pod("dp-controller-3", "127.0.0.1", deleting=True),
+    ]
+    with caplog.at_level(logging.WARNING, logger="warden.ha.verdict"):
+        assert verdict.ask(pods_, port=wrong.port, who="SlurmCluster team-a/dp") is None
+    [line] = [r.getMessage() for r in caplog.records]
+    assert line.startswith("SlurmCluster team-a/dp: no controller pod said which slurmctld is in charge")
+    assert f"{C0} (127.0.0.1): HTTP 404" in line
+    assert f"{C1} (127.0.0.3): " in line and "refused" in line.lower()
+    assert f"{C2}: not running" in line and "dp-controller-3: not running" in line
+    assert wrong.asked == ["/in-charge"]  # the pod being deleted was not asked
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="warden.ha.verdict"):
+        assert verdict.ask([], port=wrong.port) is None
+    assert "no controller pods" in caplog.records[0].getMessage()
+
+
+@pytest.mark.parametrize(
+    "doc",
+    [
+        {"writer": C1, "beatAgeSeconds": 3, "slurmctldTimeout": 15},  # no inCharge
+        {"inCharge": C1, "writer": C1, "beatAgeSeconds": 3},  # no slurmctldTimeout
+        {**GOOD, "slurmctldTimeout": 0},
+        {**GOOD, "slurmctldTimeout": True},
+        {**GOOD, "slurmctldTimeout": "15"},
+        {**GOOD, "beatAgeSeconds": -1},
+        {**GOOD, "beatAgeSeconds": 2.5},
+        {**GOOD, "inCharge": 1, "writer": 1},
+        {**GOOD, "inCharge": "other-controller-1", "writer": "other-controller-1"},  # another cluster's
+        {**GOOD, "inCharge": f"{C1}x", "writer": f"{C1}x"},
+        {**GOOD, "writer": C0},  # in charge but not the heartbeat's writer
+        {**GOOD, "writer": None},
+        "dp-controller-1",
+        None,
+    ],
+)
+def test_an_answer_not_of_the_contracts_shape_is_refused(doc: Any) -> None:
+    with pytest.raises(WrongAnswer):
+        verdict.parse(doc, C0)
+
+
+def test_an_ipv6_pod_is_asked_by_its_bracketed_address() -> None:
+    assert verdict.url_of("fd00::7", 6827) == "http://[fd00::7]:6827/in-charge"
+    assert verdict.url_of("10.244.1.7", 6827) == "http://10.244.1.7:6827/in-charge"
 
 
 # --- the Slurm sync carries it out ------------------------------------------------------------------
@@ -212,11 +469,12 @@ class Workers:
         pass
 
 
-def controller(name: str, condition: Manifest | None = None) -> Manifest:
-    return {
-        "metadata": {"name": name, "labels": {"app.kubernetes.io/component": "controller"}},
-        "status": {"conditions": [condition] if condition else []},
-    }
+def controller(name: str, condition: Manifest | None = None, ip: str | None = None) -> Manifest:
+    """A controller pod; with ``ip``, Running there (its verdict asked of the ``pods_say`` server)."""
+    status: Manifest = {"conditions": [condition] if condition else []}
+    if ip is not None:
+        status |= {"phase": "Running", "podIP": ip}
+    return {"metadata": {"name": name, "labels": {"app.kubernetes.io/component": "controller"}}, "status": status}
 
 
 class Slurmrestd:
@@ -245,6 +503,27 @@ def slurmrestd() -> Iterator[tuple[Slurmrestd, str]]:
     server = JsonServer(fake.answer).start()
     try:
         yield fake, server.url
+    finally:
+        server.stop()
+
+
+class PodsSay:
+    """The controller pods' verdict, served on 127.0.0.1; the sync asks it there (``ha_sync.ask``'s port)."""
+
+    def __init__(self) -> None:
+        self.doc: Any = None  # None: the pods answer 404
+
+    def reply(self) -> Reply:
+        return (404, b"{}") if self.doc is None else (200, json.dumps(self.doc).encode())
+
+
+@pytest.fixture
+def pods_say(monkeypatch: pytest.MonkeyPatch) -> Iterator[PodsSay]:
+    says = PodsSay()
+    server = PodServer("127.0.0.1", 0, says.reply)
+    monkeypatch.setattr(ha_sync, "ask", partial(ha_sync.ask, port=server.port))
+    try:
+        yield says
     finally:
         server.stop()
 
@@ -283,33 +562,44 @@ def test_a_one_controller_cluster_is_never_pinged(slurmrestd: tuple[Slurmrestd, 
 
 
 def test_with_backups_the_pods_are_marked_and_status_hears_who_is_in_charge(
-    slurmrestd: tuple[Slurmrestd, str],
+    slurmrestd: tuple[Slurmrestd, str], pods_say: PodsSay
 ) -> None:
     fake, url = slurmrestd
     fake.pings = [
         {"hostname": C0, "responding": False, "latency": 5_000_000, "mode": "primary", "primary": True},
         {"hostname": C1, "responding": True, "latency": 300, "mode": "backup1", "primary": False},
+        {"hostname": C2, "responding": True, "latency": 300, "mode": "backup2", "primary": False},
     ]
-    kube = FakeKube({"controller": {"replicas": 2}, "workerGroups": GROUPS}, {}, [controller(C0), controller(C1)])
+    pods_say.doc = {"inCharge": C2, "writer": C2, "beatAgeSeconds": 1, "slurmctldTimeout": 15}
+    kube = FakeKube(
+        {"controller": {"replicas": 3}, "workerGroups": GROUPS},
+        {},
+        [controller(C0, ip="127.0.0.1"), controller(C1, ip="127.0.0.1"), controller(C2, ip="127.0.0.1")],
+    )
     recorder, refreshed = sync(kube, url)
     assert "ping" in fake.asked
     marked = {pod: (c["type"], c["status"], c["reason"]) for pod, c in kube.conditions}
-    assert marked == {C0: (CONDITION, "False", "NotResponding"), C1: (CONDITION, "True", "InCharge")}
+    assert marked == {
+        C0: (CONDITION, "False", "NotResponding"),
+        C1: (CONDITION, "False", "Standby"),  # answers first, yet not in charge: the pods said C2
+        C2: (CONDITION, "True", "InCharge"),
+    }
     assert all(c["message"] and c["lastTransitionTime"] for _, c in kube.conditions)
     assert recorder.events == []  # status recorded nobody yet: no takeover
-    assert [s for _, s in refreshed] == [Slurmctld(answers=True, in_charge=C1)]
+    assert [s for _, s in refreshed] == [Slurmctld(answers=True, in_charge=C2)]
 
 
 def test_a_takeover_is_posted_about_the_cluster_and_the_pod_now_in_charge(
-    slurmrestd: tuple[Slurmrestd, str],
+    slurmrestd: tuple[Slurmrestd, str], pods_say: PodsSay
 ) -> None:
     fake, url = slurmrestd
     fake.pings = [{"hostname": C0, "pinged": "DOWN"}, {"hostname": C1, "pinged": "UP"}]  # the older spelling
+    pods_say.doc = {"inCharge": C1, "writer": C1, "beatAgeSeconds": 0, "slurmctldTimeout": 15}
     carried = {"type": CONDITION, "status": "True", "reason": "InCharge", "message": IN_CHARGE.message}
     kube = FakeKube(
         {"controller": {"replicas": 2}, "workerGroups": GROUPS},
         {"slurmctldInCharge": C0},
-        [controller(C0, carried), controller(C1)],
+        [controller(C0, carried), controller(C1, ip="127.0.0.1")],  # C0's pod is not running: C1 is asked
     )
     recorder, refreshed = sync(kube, url)
     [event] = recorder.events
@@ -319,11 +609,55 @@ def test_a_takeover_is_posted_about_the_cluster_and_the_pod_now_in_charge(
     assert [s.in_charge for _, s in refreshed if s is not None] == [C1]
 
 
-def test_a_failed_ping_keeps_what_pods_and_status_say(slurmrestd: tuple[Slurmrestd, str]) -> None:
+def test_nobody_in_charge_is_said_on_the_pods_and_status_keeps_the_last_one(
+    slurmrestd: tuple[Slurmrestd, str], pods_say: PodsSay
+) -> None:
+    fake, url = slurmrestd
+    fake.pings = [{"hostname": C0, "responding": False}, {"hostname": C1, "responding": True}]
+    pods_say.doc = {"inCharge": None, "writer": C0, "beatAgeSeconds": 18, "slurmctldTimeout": 15}
+    carried = {"type": CONDITION, "status": "True", "reason": "InCharge", "message": IN_CHARGE.message}
+    kube = FakeKube(
+        {"controller": {"replicas": 2}, "workerGroups": GROUPS},
+        {"slurmctldInCharge": C0},
+        [controller(C0, carried, ip="127.0.0.1"), controller(C1, ip="127.0.0.1")],
+    )
+    recorder, refreshed = sync(kube, url)
+    why = f"no slurmctld is in charge: {C0}'s last beat is 18 s old (SlurmctldTimeout 15)"
+    assert {pod: (c["reason"], c["message"].endswith(why)) for pod, c in kube.conditions} == {
+        C0: ("NotResponding", True),
+        C1: ("Standby", True),
+    }
+    assert recorder.events == []
+    assert [s for _, s in refreshed] == [Slurmctld(answers=True)]  # in_charge None: status keeps C0
+
+
+def test_a_failed_ping_keeps_the_pods_conditions_but_the_verdict_is_heard(
+    slurmrestd: tuple[Slurmrestd, str], pods_say: PodsSay
+) -> None:
     fake, url = slurmrestd
     fake.ping_fails = True
+    pods_say.doc = {"inCharge": C1, "writer": C1, "beatAgeSeconds": 0, "slurmctldTimeout": 15}
     kube = FakeKube(
-        {"controller": {"replicas": 2}, "workerGroups": GROUPS}, {"slurmctldInCharge": C0}, [controller(C0)]
+        {"controller": {"replicas": 2}, "workerGroups": GROUPS},
+        {"slurmctldInCharge": C0},
+        [controller(C0), controller(C1, ip="127.0.0.1")],
+    )
+    recorder, refreshed = sync(kube, url)
+    assert "ping" in fake.asked and kube.conditions == []
+    [event] = recorder.events
+    assert event.reason == "ControllerTakeover"
+    assert [s for _, s in refreshed] == [Slurmctld(answers=True, in_charge=C1)]
+
+
+def test_neither_ping_nor_verdict_keeps_what_pods_and_status_say(
+    slurmrestd: tuple[Slurmrestd, str], pods_say: PodsSay
+) -> None:
+    fake, url = slurmrestd
+    fake.ping_fails = True  # and the pods answer 404
+    kube = FakeKube(
+        {"controller": {"replicas": 2}, "workerGroups": GROUPS},
+        {"slurmctldInCharge": C0},
+        [controller(C0, ip="127.0.0.1"), controller(C1, ip="127.0.0.1")],
     )
     recorder, refreshed = sync(kube, url)
     assert "ping" in fake.asked

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from tests.support.netpol import Endpoint, allowed, slurm_traffic
+from warden import naming
 from warden.model import parse_spec
 from warden.naming import Names
 from warden.render.cluster import render
@@ -125,3 +126,20 @@ def test_the_jail_backup_reaches_its_repository_and_opens_nothing_else() -> None
     volume = {"claimName": "jail-backups", "credentialsSecret": "jail-backup"}
     on_a_volume = _policies({**SPEC, "jail": {"backup": {"enabled": True, "repository": volume}}})
     assert not allowed(on_a_volume, backup, s3, 443)
+
+
+def test_with_backups_anyone_may_ask_the_controllers_who_is_in_charge_and_nothing_more() -> None:
+    """The operator asks the controller pods' verdict (GET /in-charge, warden.ha.verdict) from its own
+    namespace: that port opens to anywhere with backup controllers, slurmctld's stays closed."""
+    pods = _pods()
+    one = _policies(SPEC)
+    assert not allowed(one, OUTSIDE["client"], pods["controller"], naming.IN_CHARGE_PORT)
+    backups = _policies({**SPEC, "controller": {"replicas": 2}})
+    for who in (OUTSIDE["client"], OUTSIDE["stranger"], pods["worker"]):
+        assert allowed(backups, who, pods["controller"], naming.IN_CHARGE_PORT)
+    assert not allowed(backups, OUTSIDE["client"], pods["controller"], naming.SLURMCTLD_PORT)
+    assert not allowed(backups, OUTSIDE["client"], pods["restapi"], naming.IN_CHARGE_PORT)
+    assert not allowed(backups, OUTSIDE["client"], pods["worker"], naming.IN_CHARGE_PORT)
+    needed, forbidden = slurm_traffic(pods, OUTSIDE)
+    assert all(allowed(backups, *c) for c in needed)
+    assert not [_describe(*c) for c in forbidden if allowed(backups, *c)]

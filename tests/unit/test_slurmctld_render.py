@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from warden import naming
 from warden.model import parse_spec
 from warden.render import config
 from warden.render.cluster import render
@@ -87,3 +88,16 @@ def test_a_storage_class_of_single_node_volumes_is_refused_naming_the_fields() -
     assert state_class_problem(cluster(stateVolume={"storageClassName": "gp3"}), ebs) is None
     # no class named and no default class: the claim waits, shown in ControllerReady
     assert state_class_problem(cluster(replicas=2), None) is None
+
+
+def test_with_backups_each_controller_serves_its_in_charge_verdict_on_the_operators_port() -> None:
+    """warden.ha.verdict asks each controller pod on naming.IN_CHARGE_PORT; one controller has none."""
+    one = objects(cluster(), "StatefulSet")["hpc-controller"]["spec"]["template"]["spec"]["containers"][0]
+    assert "WARDEN_IN_CHARGE_PORT" not in {e["name"] for e in one["env"]}
+    assert [p["name"] for p in one["ports"]] == ["slurmctld"]
+    for replicas in (2, 3):
+        sts = objects(cluster(replicas=replicas), "StatefulSet")["hpc-controller"]
+        container = sts["spec"]["template"]["spec"]["containers"][0]
+        assert {"name": "WARDEN_IN_CHARGE_PORT", "value": str(naming.IN_CHARGE_PORT)} in container["env"]
+        assert {"name": "in-charge", "containerPort": naming.IN_CHARGE_PORT, "protocol": "TCP"} in container["ports"]
+    assert naming.IN_CHARGE_PORT == 6827

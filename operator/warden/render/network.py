@@ -5,6 +5,9 @@ Every pod of the cluster is isolated both ways, then allowed exactly this (docs/
   any port: srun and job steps connect back to the login node and to each other on ephemeral ports,
   MPI and NCCL between workers too; and DNS.
 - SSH into the login pods and the REST API from anywhere (both authenticate every caller).
+- With backup controllers: the controller pods' in-charge answer (``GET /in-charge``, the operator's
+  question of which slurmctld is in charge: ``warden.ha.verdict``) from anywhere, on its port only; it
+  reads out a heartbeat's writer and age, nothing secret, and takes nothing in.
 - The in-cluster database: only slurmdbd, on its port. An external database: slurmdbd, on its port.
 - The NCCL check's Job: anywhere (it writes its report through the Kubernetes API).
 - The jail's backup Job, and the populate Job while it restores a backup, when their restic repository is a
@@ -103,6 +106,18 @@ def render(cluster: Cluster) -> list[Manifest]:
             },
         ),
     ]
+    if spec.controller.has_backup:
+        out.append(
+            _policy(
+                cluster,
+                "controller-in-charge",
+                _components(cluster, "controller"),
+                {
+                    "policyTypes": ["Ingress"],
+                    "ingress": [{"ports": _ports(naming.IN_CHARGE_PORT)}],
+                },
+            )
+        )
     accounting = spec.accounting
     if accounting.mode == "InCluster":
         out.append(

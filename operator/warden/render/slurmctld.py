@@ -166,6 +166,10 @@ def controller_statefulset(cluster: Cluster) -> Manifest:
     if backups:
         # the entrypoint hands control to a backup when its pod stops, and fences a slurmctld that lost it
         container["env"].append({"name": "WARDEN_CONTROLLERS", "value": str(spec.controller.replicas)})
+        # and answers the operator's question of which slurmctld is in charge (its verdict from Slurm's
+        # heartbeat file: warden.ha.verdict asks it; the NetworkPolicy "controller-in-charge" lets it in)
+        container["env"].append({"name": "WARDEN_IN_CHARGE_PORT", "value": str(naming.IN_CHARGE_PORT)})
+        container["ports"].append({"name": "in-charge", "containerPort": naming.IN_CHARGE_PORT, "protocol": "TCP"})
     labels = names.labels(COMPONENT)
     volumes = [
         *slurm_volumes(cluster),
