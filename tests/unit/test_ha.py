@@ -12,11 +12,13 @@ from __future__ import annotations
 import base64
 import json
 import logging
+import struct
 import threading
 import time
 from collections.abc import Callable, Iterator
 from functools import partial
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any, cast
 
 import pytest
@@ -25,8 +27,8 @@ from tests.support.jsonserver import JsonServer
 from warden import naming
 from warden.clusterqueue import ClusterQueue
 from warden.events import Event
+from warden.ha import beat, ctld, verdict
 from warden.ha import sync as ha_sync
-from warden.ha import verdict
 from warden.ha.incharge import CONDITION, ControllerPod, condition_of, in_charge, plan
 from warden.ha.verdict import Verdict, WrongAnswer
 from warden.kube.client import Kube
@@ -398,6 +400,33 @@ def test_an_answer_not_of_the_contracts_shape_is_refused(doc: Any) -> None:
 def test_an_ipv6_pod_is_asked_by_its_bracketed_address() -> None:
     assert verdict.url_of("fd00::7", 6827) == "http://[fd00::7]:6827/in-charge"
     assert verdict.url_of("10.244.1.7", 6827) == "http://10.244.1.7:6827/in-charge"
+
+
+def test_the_client_reads_what_the_pods_serve(tmp_path: Path) -> None:
+    """The contract end to end: warden.ha.ctld's server (what each controller pod runs) answers, from a
+    heartbeat file as Slurm writes it, and warden.ha.verdict reads that answer."""
+    etc, state = tmp_path / "etc", tmp_path / "state"
+    etc.mkdir()
+    state.mkdir()
+    hosts = "".join(f"SlurmctldHost={n}\n" for n in (C0, C1, C2))
+    (etc / "slurm.conf").write_text(f"ClusterName=dp\n{hosts}SlurmctldTimeout=15\n")
+    me = ctld.Pod(host=C0, slurm_conf=etc / "slurm.conf", self_conf=tmp_path / "self.conf", waiting=tmp_path / "w")
+    server = ctld.server(me, state, 0)
+    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
+    try:
+        port = int(server.server_address[1])
+        assert verdict.ask([pod(C0)], port=port) == Verdict(None, None, None, 15, C0)  # no heartbeat yet
+        now = int(time.time())
+        (state / beat.HEARTBEAT).write_bytes(struct.pack(">QQ", now, 2))
+        got = verdict.ask([pod(C0)], port=port)
+        assert got is not None and (got.in_charge, got.writer, got.timeout_s) == (C2, C2, 15)
+        (state / beat.HEARTBEAT).write_bytes(struct.pack(">QQ", now - 100, 2))
+        got = verdict.ask([pod(C0)], port=port)
+        assert got is not None and (got.in_charge, got.writer) == (None, C2)
+        assert got.beat_age_s is not None and got.beat_age_s >= 100
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 # --- the Slurm sync carries it out ------------------------------------------------------------------
