@@ -39,6 +39,7 @@ from warden.model import (
     API_GROUP,
     API_VERSION,
     WORKER_SET_KIND,
+    SlurmClusterSpec,
     Slurmctld,
     parse_spec,
     previous_status,
@@ -185,19 +186,19 @@ class SlurmSync:
             rest.look_up_absent_job()  # the job lock users need answers too
         except SlurmUnreachable as e:
             log.warning("SlurmCluster %s/%s: %s", namespace, name, e)
-            self._tell_slurmctld(body, Slurmctld(answers=False, why=str(e)))
+            # with backups, this is when who is in charge matters most (the one that was hangs or died and no
+            # backup took over yet): the controller pods say it without slurmctld
+            charge = self._in_charge(body, spec, rest)
+            self._tell_slurmctld(body, Slurmctld(answers=False, why=str(e), in_charge=charge))
             return True
         except SlurmError as e:
             log.warning("SlurmCluster %s/%s: %s", namespace, name, e)
             return True
-        charge = ha_sync.ask(api, body, rest) if spec.controller.has_backup else None
-        slurmctld = Slurmctld(answers=True, in_charge=charge.in_charge if charge else None)
+        slurmctld = Slurmctld(answers=True, in_charge=self._in_charge(body, spec, rest))
         self._tell_slurmctld(body, slurmctld)
         now = datetime.datetime.now(datetime.UTC)
         stamp = kubetime.stamp(now)
         cluster = Ref.of(body)
-        if charge is not None:
-            ha_sync.carry_out(api, self.recorder, body, charge, stamp)
         pods = [worker_pod(p) for p in api.list("v1", "Pod", namespace, names.selector("worker"))]
         cordoned = dict.fromkeys(api.cordoned_nodes(), True)
         todo = plan(pods, nodes, cordoned)
@@ -239,6 +240,18 @@ class SlurmSync:
         view = SlurmView(next(self._rounds), cluster, {n.name: n for n in nodes}, rest, now)
         self.workers.observed(view, [ws["metadata"]["name"] for ws in sets])
         return True
+
+    def _in_charge(self, body: Manifest, spec: SlurmClusterSpec, rest: SlurmRest) -> str | None:
+        """With backup controllers: who is in charge as the controller pods say it (``warden.ha.sync``), their
+        conditions and a takeover Event carried out; None when there are no backups, nobody is in charge, or
+        neither the pods nor the ping answered (status keeps the last one)."""
+        if not spec.controller.has_backup:
+            return None
+        charge = ha_sync.ask(self.kube, body, rest)
+        if charge is None:
+            return None
+        ha_sync.carry_out(self.kube, self.recorder, body, charge, kubetime.stamp(datetime.datetime.now(datetime.UTC)))
+        return charge.in_charge
 
     def _tell_slurmctld(self, body: Manifest, slurmctld: Slurmctld) -> None:
         """An Event when slurmctld stopped or started answering again, as told by the status this round

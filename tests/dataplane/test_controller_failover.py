@@ -21,6 +21,7 @@ the name does not exist.)
 
 from __future__ import annotations
 
+import shlex
 import threading
 import time
 import uuid
@@ -76,6 +77,18 @@ def writer(c: DockerCluster) -> str:
     # a beat older than takeoverSeconds names nobody (a backup that stopped in charge dates its last back)
     fresh = len(words) == 3 and int(words[2]) - int(words[0]) <= TAKEOVER_S
     return words[1] if fresh else ""
+
+
+def served(c: DockerCluster, pod: str) -> str:
+    """Who is in charge as controller pod ``pod`` tells the operator (its GET /in-charge, warden.ha.ctld): the
+    pod's name, "None" when nobody is, or what went wrong."""
+    code = (
+        "import json, os, urllib.request as u; "
+        "url = 'http://127.0.0.1:%s/in-charge' % os.environ['WARDEN_IN_CHARGE_PORT']; "
+        "print(json.load(u.urlopen(url, timeout=5))['inCharge'])"
+    )
+    r = c.exec(pod, f"/opt/warden/bin/python -I -c {shlex.quote(code)}", check=False)
+    return (r.out or r.err).strip()
 
 
 def _probe(c: DockerCluster, pod: str) -> str:
@@ -139,6 +152,9 @@ def _one_in_charge(c: DockerCluster) -> tuple[str, str]:
     boss, other = pods[int(w)], pods[1 - int(w)]
     eventually(f"{boss} answers its probe", lambda: _probe(c, boss), lambda o: "HEALTHY" in o, timeout=60)
     eventually(f"{other} stands by", lambda: _probe(c, other), lambda o: "HEALTHY" in o, timeout=120)
+    # what the operator relays: each pod serves the heartbeat's verdict, the one standing by too
+    for pod in pods:
+        eventually(f"{pod} says {boss} is in charge", partial(served, c, pod), lambda s: s == boss, timeout=30)
     return boss, other
 
 

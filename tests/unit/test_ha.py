@@ -511,10 +511,13 @@ class Slurmrestd:
         self.asked: list[str] = []
         self.pings: list[dict[str, Any]] = []
         self.ping_fails = False
+        self.reads_fail = False  # slurmctld does not answer (the ping, slurmrestd's own, still does)
 
     def answer(self, method: str, path: str, headers: dict[str, str], raw: bytes) -> tuple[int, Any]:
         below = path.split(f"/slurm/{naming.RESTAPI_VERSION}/", 1)[1]
         self.asked.append(below)
+        if below == "nodes" and self.reads_fail:
+            return 500, {"errors": [{"description": "Unable to contact slurm controller (connect failure)"}]}
         if below == "nodes":
             return 200, {"nodes": [], "errors": []}
         if below.startswith("job/"):
@@ -692,3 +695,29 @@ def test_neither_ping_nor_verdict_keeps_what_pods_and_status_say(
     assert "ping" in fake.asked
     assert kube.conditions == [] and recorder.events == []
     assert [s for _, s in refreshed] == [Slurmctld(answers=True)]  # in_charge None: the last answer stands
+
+
+def test_while_slurmctld_does_not_answer_the_pods_still_say_nobody_is_in_charge(
+    slurmrestd: tuple[Slurmrestd, str], pods_say: PodsSay
+) -> None:
+    """The gap the verdict is for: the one in charge hangs, no backup took over yet, so slurmctld answers no
+    read; the controller pods still say it (their verdict needs no slurmctld)."""
+    fake, url = slurmrestd
+    fake.reads_fail = True
+    fake.pings = [{"hostname": C0, "responding": False}, {"hostname": C1, "responding": True}]
+    pods_say.doc = {"inCharge": None, "writer": C0, "beatAgeSeconds": 9, "slurmctldTimeout": 15}
+    carried = {"type": CONDITION, "status": "True", "reason": "InCharge", "message": IN_CHARGE.message}
+    kube = FakeKube(
+        {"controller": {"replicas": 2}, "workerGroups": GROUPS},
+        {"slurmctldInCharge": C0},
+        [controller(C0, carried, ip="127.0.0.1"), controller(C1, ip="127.0.0.1")],
+    )
+    recorder, refreshed = sync(kube, url)
+    assert [e.reason for e in recorder.events if e.reason == "ControllerTakeover"] == []
+    why = f"no slurmctld is in charge: {C0}'s last beat is 9 s old (SlurmctldTimeout 15)"
+    assert {pod: (c["reason"], c["message"].endswith(why)) for pod, c in kube.conditions} == {
+        C0: ("NotResponding", True),
+        C1: ("Standby", True),
+    }
+    [(_, said)] = refreshed
+    assert said is not None and not said.answers and said.in_charge is None

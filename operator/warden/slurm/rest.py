@@ -126,9 +126,10 @@ CONTROLLER_SILENT = ("Socket timed out on send/recv operation", "Unable to conta
 
 @dataclass(frozen=True)
 class ControllerPing:
-    """One slurmctld as slurmrestd's ping found it. ``pings()`` lists them in SlurmctldHost order; which
-    one is in charge is the first that responds (``warden.ha.incharge``): the answer's ``primary``
-    and ``mode`` name the position in that list only."""
+    """One slurmctld as slurmrestd's ping found it. ``pings()`` lists them in SlurmctldHost order. A ping
+    tells whether a slurmctld answers, not whether it is in charge (a standby backup answers too; the
+    answer's ``primary`` and ``mode`` name the position in the list only): the controller pods say who is,
+    from Slurm's heartbeat (``warden.ha.beat``, relayed by ``warden.ha.incharge``)."""
 
     hostname: str
     responding: bool
