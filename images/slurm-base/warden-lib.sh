@@ -276,7 +276,8 @@ warden_jail_rebind() {
 
 # A hash of the regular files in the given directories (ConfigMap and Secret volumes: the kubelet swaps
 # their ..data link atomically, so one read sees one version).
-warden_dirs_hash() { warden_node hash "$@"; }
+# shellcheck disable=SC2086  # WARDEN_NODE_PY: the interpreter and its options
+warden_dirs_hash() { $WARDEN_NODE_PY -m warden.node.dirhash "$@"; }
 
 # Follow edits of mounted ConfigMaps/Secrets without restarting the pod. The operator rewrites them on
 # spec changes (a new partition or worker group, extraLines, login keys) and the kubelet updates such

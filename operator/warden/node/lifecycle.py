@@ -11,7 +11,6 @@ and the hash that tells a changed ConfigMap.
 from __future__ import annotations
 
 import enum
-import hashlib
 import os
 import re
 import socket
@@ -19,8 +18,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
 
+from warden.node import dirhash
 from warden.slurm import reasons
 
+#: the hash of the regular files of directories (one definition: ``warden.node.dirhash``)
+dirs_hash = dirhash.dirs_hash
 #: seconds a terminating pod gives its running jobs after draining (``WARDEN_LEAVE_TIMEOUT``)
 DEFAULT_LEAVE_TIMEOUT_S = 40
 #: what the leave needs beyond that wait: the drain, the squeue rounds, the delete, slurmd's stop.
@@ -204,23 +206,6 @@ def gres_step(want: Iterable[str], registered_gres: str | None, gres_types: str 
     if gres_types is None or not wanted <= set(gres_names(gres_types)):
         return GresStep.WAIT
     return GresStep.REREGISTER
-
-
-def dirs_hash(dirs: Iterable[Path]) -> str:
-    """A hash of the regular files in ``dirs`` (ConfigMap and Secret volumes: the kubelet swaps their
-    ``..data`` link atomically, so one read sees one version); ``..``-entries are skipped."""
-    h = hashlib.sha256()
-    for d in dirs:
-        if not d.is_dir():
-            continue
-        for p in sorted(d.iterdir(), key=lambda p: p.name):
-            if p.name.startswith("..") or not p.is_file():
-                continue
-            try:
-                h.update(p.read_bytes())
-            except OSError:
-                continue
-    return h.hexdigest()
 
 
 def exit_status(wait_status: int) -> int:
