@@ -31,6 +31,7 @@ from warden.ha import beat, ctld, verdict
 from warden.ha import sync as ha_sync
 from warden.ha.incharge import CONDITION, ControllerPod, condition_of, in_charge, plan
 from warden.ha.verdict import Verdict, WrongAnswer
+from warden.kube.cache import slim_pod
 from warden.kube.client import Kube
 from warden.kube.events import EventRecorder
 from warden.kube.fanout import Fanout
@@ -464,7 +465,8 @@ class FakeKube:
         self.listed.append(f"{kind}/{component}")
         if kind != "Pod":
             return []
-        return [p for p in self.pods if p["metadata"]["labels"]["app.kubernetes.io/component"] == component]
+        # as the operator's pod cache holds them (warden.kube.cache.slim_pod): what the sync reads must be kept
+        return [slim_pod(p) for p in self.pods if p["metadata"]["labels"]["app.kubernetes.io/component"] == component]
 
     def cordoned_nodes(self) -> set[str]:
         return set()

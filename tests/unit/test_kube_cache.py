@@ -83,6 +83,7 @@ def test_a_cached_pod_keeps_what_the_operator_reads_and_nothing_else() -> None:
         ],
     }
     assert slim["status"]["phase"] == "Running"
+    assert slim["status"]["podIP"] == "10.0.0.7"  # a controller pod's verdict is asked there (warden.ha.verdict)
     assert slim["status"]["conditions"] == [
         {"type": "Ready", "status": "True"},
         {"type": "slurm.warden.dev/SlurmNode", "status": "False", "reason": "Draining", "message": "m"},

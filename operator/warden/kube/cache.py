@@ -97,8 +97,9 @@ def _kept_annotations(annotations: dict[str, str] | None) -> dict[str, str]:
 def slim_pod(pod: Manifest) -> Manifest:
     """A pod as the operator reads it (``warden.workers``, ``warden.slurmsync``, ``warden.observe``): its
     identity, labels, annotations, owners, node, containers' names, images and environment markers,
-    phase, the Ready condition and Warden's own, container states (an init container's while it
-    waits); its strings shared with every other pod's. Everything else (volumes, the full container
+    phase, its address (a controller pod's verdict is asked there: ``warden.ha.verdict``), the Ready
+    condition and Warden's own, container states (an init container's while it waits); its strings
+    shared with every other pod's. Everything else (volumes, the full container
     specs, managedFields) stays on the API server."""
     meta, spec, status = pod.get("metadata") or {}, pod.get("spec") or {}, pod.get("status") or {}
     kept_meta = {
@@ -136,8 +137,8 @@ def slim_pod(pod: Manifest) -> Manifest:
         "kind": "Pod",
         "metadata": kept_meta,
         "spec": {"nodeName": spec.get("nodeName"), "containers": containers, "initContainers": inits},
-        "status": {"phase": status.get("phase"), "conditions": conditions, "containerStatuses": statuses,
-                   "initContainerStatuses": waiting},
+        "status": {"phase": status.get("phase"), "podIP": status.get("podIP"), "conditions": conditions,
+                   "containerStatuses": statuses, "initContainerStatuses": waiting},
     })  # fmt: skip
     return slim
 
