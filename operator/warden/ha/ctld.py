@@ -40,7 +40,6 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -48,6 +47,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from warden.ha import beat
+from warden.node.files import FilesError, write_whole
 
 #: how often the loops look at the heartbeat (seconds)
 POLL_S = 1.0
@@ -108,7 +108,12 @@ def write_self_conf(pod: Pod) -> int:
     except (OSError, ValueError) as e:
         pod.log(f"error: {e}")
         return 1
-    _write(pod.self_conf, text.encode(), 0o644)
+    try:
+        pod.self_conf.parent.mkdir(parents=True, exist_ok=True)
+        write_whole(pod.self_conf, text.encode(), 0o644, None)
+    except (OSError, FilesError) as e:
+        pod.log(f"error: {e}")
+        return 1
     return 0
 
 
@@ -192,7 +197,11 @@ def stopped(pod: Pod, state: Path) -> int:
     me = pod.index
     now = beat.read(state)
     if me != 0 and now is not None and now.writer == me:
-        _write(state / beat.HEARTBEAT, beat.dated_back(me), 0o644)
+        try:
+            write_whole(state / beat.HEARTBEAT, beat.dated_back(me), 0o644, None)
+        except FilesError as e:
+            pod.log(f"stopped in charge: cannot date the heartbeat back ({e}); the primary waits SlurmctldTimeout")
+            return 0
         pod.log("stopped in charge: heartbeat dated back for the primary standing by")
     return 0
 
@@ -271,20 +280,6 @@ def _alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
-
-
-def _write(dst: Path, data: bytes, mode: int) -> None:
-    """``dst`` whole: a file beside it renamed over it."""
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{dst.name}.", dir=dst.parent)
-    try:
-        with os.fdopen(fd, "wb") as out:
-            out.write(data)
-        os.chmod(tmp, mode)
-        os.replace(tmp, dst)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def main(argv: Sequence[str] | None = None) -> int:

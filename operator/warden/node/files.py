@@ -92,7 +92,7 @@ class SlurmFiles:
             if entry.name in lifecycle.CLIENT_CONFIG_SECRETS or not entry.is_file(follow_symlinks=False):
                 continue
             st = entry.stat(follow_symlinks=False)
-            _write(dst / entry.name, Path(entry.path).read_bytes(), st.st_mode & 0o7777, (st.st_uid, st.st_gid),
+            write_whole(dst / entry.name, Path(entry.path).read_bytes(), st.st_mode & 0o7777, (st.st_uid, st.st_gid),
                    (st.st_atime_ns, st.st_mtime_ns))  # fmt: skip
 
     def _copy_dir(self, src: Path, dst: Path, mode: int) -> bool:
@@ -119,7 +119,7 @@ class SlurmFiles:
             data = src.read_bytes()
         except OSError as e:
             raise FilesError(f"cannot read {src}: {e}") from e
-        _write(dst, data, mode, ids)
+        write_whole(dst, data, mode, ids)
 
 
 class NodeFiles(SlurmFiles):
@@ -165,12 +165,12 @@ class NodeFiles(SlurmFiles):
             mode, owner = st.st_mode & 0o7777, (st.st_uid, st.st_gid)
         except FileNotFoundError:
             mode, owner = 0o644, None
-        _write(conf, "".join([*kept, line + "\n"]).encode(), mode, owner)
+        write_whole(conf, "".join([*kept, line + "\n"]).encode(), mode, owner)
         name = spec.split(",", 1)[0].split(":")[0]
         self.log(f"gres: {s.node} has {name} {','.join(str(s.dev_dir / p.name) for p in files)}")
 
 
-def _write(
+def write_whole(
     dst: Path, data: bytes, mode: int, owner: tuple[int, int] | None, times: tuple[int, int] | None = None
 ) -> None:
     """Write ``dst`` whole: a temporary file beside it, with its mode, owner and times, renamed over it."""
