@@ -118,41 +118,7 @@ def render(cluster: Cluster) -> list[Manifest]:
                 },
             )
         )
-    accounting = spec.accounting
-    if accounting.mode == "InCluster":
-        out.append(
-            _policy(
-                cluster,
-                "database",
-                _components(cluster, "database"),
-                {
-                    "policyTypes": ["Ingress"],
-                    "ingress": [
-                        {
-                            "from": [{"podSelector": _components(cluster, "accounting")}],
-                            "ports": _ports(naming.MARIADB_PORT),
-                        }
-                    ],
-                },
-            )
-        )
-    to_database: Manifest | None = None
-    if accounting.mode == "InCluster":
-        to_database = {"to": [{"podSelector": _components(cluster, "database")}], "ports": _ports(naming.MARIADB_PORT)}
-    elif accounting.mode == "External" and accounting.external is not None:
-        to_database = {"to": EVERYWHERE, "ports": _ports(accounting.external.port)}
-    if to_database is not None:
-        out.append(
-            _policy(
-                cluster,
-                "slurmdbd-database",
-                _components(cluster, "accounting"),
-                {
-                    "policyTypes": ["Egress"],
-                    "egress": [to_database],
-                },
-            )
-        )
+    out += _database_policies(cluster)
     if spec.health_checks.nccl.enabled:
         out.append(
             _policy(
@@ -190,6 +156,47 @@ def render(cluster: Cluster) -> list[Manifest]:
                 {
                     "policyTypes": ["Egress"],
                     "egress": [{"to": [{"ipBlock": {"cidr": c}} for c in cidrs]}],
+                },
+            )
+        )
+    return out
+
+
+def _database_policies(cluster: Cluster) -> list[Manifest]:
+    """Accounting's database: only slurmdbd reaches it (in the cluster), and slurmdbd reaches only it."""
+    out: list[Manifest] = []
+    accounting = cluster.spec.accounting
+    if accounting.mode == "InCluster":
+        out.append(
+            _policy(
+                cluster,
+                "database",
+                _components(cluster, "database"),
+                {
+                    "policyTypes": ["Ingress"],
+                    "ingress": [
+                        {
+                            "from": [{"podSelector": _components(cluster, "accounting")}],
+                            "ports": _ports(naming.MARIADB_PORT),
+                        }
+                    ],
+                },
+            )
+        )
+    to_database: Manifest | None = None
+    if accounting.mode == "InCluster":
+        to_database = {"to": [{"podSelector": _components(cluster, "database")}], "ports": _ports(naming.MARIADB_PORT)}
+    elif accounting.mode == "External" and accounting.external is not None:
+        to_database = {"to": EVERYWHERE, "ports": _ports(accounting.external.port)}
+    if to_database is not None:
+        out.append(
+            _policy(
+                cluster,
+                "slurmdbd-database",
+                _components(cluster, "accounting"),
+                {
+                    "policyTypes": ["Egress"],
+                    "egress": [to_database],
                 },
             )
         )
