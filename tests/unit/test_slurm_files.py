@@ -200,9 +200,6 @@ def test_the_cli_says_the_shells_lines_and_stops_on_an_error(
 ) -> None:
     for name, value in {**env_of(fs), "WARDEN_COMPONENT": "controller"}.items():
         monkeypatch.setenv(name, value)
-    assert main(["hash", str(fs.config_dir), str(fs.jwt_key.parent)]) == 0
-    out = capsys.readouterr()
-    assert out.out == lifecycle.dirs_hash([fs.config_dir, fs.jwt_key.parent]) + "\n"
     assert main(["config"]) == 0
     assert (
         capsys.readouterr().err == f"[controller] config: {fs.config_dir} -> {fs.slurm_etc} (cgroup.conf slurm.conf)\n"

@@ -1,7 +1,8 @@
 """The Slurm files of every Slurm pod and the worker node's life in Slurm (``warden-node``). In every
-Slurm image, images/slurm-base/warden-lib.sh runs ``warden-node config``, ``key``, ``jwt-key``,
-``client-config`` and ``hash`` for its entrypoint; in the worker image it is also PID 1 of the worker
-container (images/worker/entrypoint.sh prepares mounts and devices, then ``exec``s ``warden-node run``):
+Slurm image, images/slurm-base/warden-lib.sh runs ``warden-node config``, ``key``, ``jwt-key`` and
+``client-config`` for its entrypoint and ``python -m warden.node.dirhash`` in its follow loop; in the
+worker image it is also PID 1 of the worker container (images/worker/entrypoint.sh prepares mounts and
+devices, then ``exec``s ``warden-node run``):
 
 - ``lifecycle``: settings from the environment and pure decisions (slurmd's command line, gres,
   drain reasons from ``warden.slurm.reasons``, the config hash);

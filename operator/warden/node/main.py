@@ -7,8 +7,6 @@ warden-node key      the auth key alone (warden_slurm_key: the accounting image)
 warden-node jwt-key  the JWT key, when SLURM_ETC/slurm.conf asks for auth/jwt (warden_jwt_key: slurmctld)
 warden-node client-config
                      SLURM_ETC without its secrets, for the jail (warden_client_config)
-warden-node hash DIR...
-                     the hash of the regular files in the directories (warden_dirs_hash)
 warden-node files    install the worker's Slurm files (its entrypoint, before its mounts); prints the
                      hash of the mounted config taken before copying it, for ``run --config-hash``
 warden-node run [--config-hash H] [--also-stop PID]... [-- SLURMD_ARGS...]
@@ -24,7 +22,6 @@ import os
 import signal
 import sys
 from collections.abc import Callable, Sequence
-from pathlib import Path
 
 from warden.node import lifecycle
 from warden.node.files import FilesError, NodeFiles, SlurmFiles
@@ -52,8 +49,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub.add_parser("key", help="the auth key into SLURM_ETC")
     sub.add_parser("jwt-key", help="the JWT key into SLURM_ETC, when slurm.conf asks for auth/jwt")
     sub.add_parser("client-config", help="SLURM_ETC without its secrets into WARDEN_CLIENT_CONFIG")
-    hash_ = sub.add_parser("hash", help="print the hash of the regular files in the directories")
-    hash_.add_argument("dirs", nargs="*", type=Path, metavar="DIR")
     sub.add_parser("files", help="install the worker's Slurm files; print the config hash taken before")
     run = sub.add_parser("run", help="start slurmd and supervise it (arguments after -- go to slurmd)")
     run.add_argument("--config-hash", default=None, help="hash of the mounted config the files came from")
@@ -62,9 +57,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     log = log_line(os.environ.get("WARDEN_COMPONENT") or "worker")
     try:
-        if opts.command == "hash":
-            print(lifecycle.dirs_hash(opts.dirs))
-            return 0
         if opts.command in _SLURM_FILES:
             _SLURM_FILES[opts.command](SlurmFiles(FileSettings.from_env(), log))
             return 0
