@@ -643,10 +643,14 @@ def test_a_takeover_is_posted_about_the_cluster_and_the_pod_now_in_charge(
     assert [s.in_charge for _, s in refreshed if s is not None] == [C1]
 
 
+@pytest.mark.parametrize("answers", [True, False], ids=["slurmctld-answers", "slurmctld-silent"])
 def test_nobody_in_charge_is_said_on_the_pods_and_status_keeps_the_last_one(
-    slurmrestd: tuple[Slurmrestd, str], pods_say: PodsSay
+    slurmrestd: tuple[Slurmrestd, str], pods_say: PodsSay, answers: bool
 ) -> None:
+    """Also while slurmctld answers no read (``answers`` False): the gap the verdict is for, the one in charge
+    hangs and no backup took over yet; the controller pods still say it (their verdict needs no slurmctld)."""
     fake, url = slurmrestd
+    fake.reads_fail = not answers
     fake.pings = [{"hostname": C0, "responding": False}, {"hostname": C1, "responding": True}]
     pods_say.doc = {"inCharge": None, "writer": C0, "beatAgeSeconds": 18, "slurmctldTimeout": 15}
     carried = {"type": CONDITION, "status": "True", "reason": "InCharge", "message": IN_CHARGE.message}
@@ -661,8 +665,11 @@ def test_nobody_in_charge_is_said_on_the_pods_and_status_keeps_the_last_one(
         C0: ("NotResponding", True),
         C1: ("Standby", True),
     }
-    assert recorder.events == []
-    assert [s for _, s in refreshed] == [Slurmctld(answers=True)]  # in_charge None: status keeps C0
+    assert not any(e.reason == "ControllerTakeover" for e in recorder.events)
+    [(_, said)] = refreshed
+    assert said is not None and said.answers == answers and said.in_charge is None  # status keeps C0
+    if answers:
+        assert recorder.events == [] and said == Slurmctld(answers=True)
 
 
 def test_a_failed_ping_keeps_the_pods_conditions_but_the_verdict_is_heard(
@@ -697,29 +704,3 @@ def test_neither_ping_nor_verdict_keeps_what_pods_and_status_say(
     assert "ping" in fake.asked
     assert kube.conditions == [] and recorder.events == []
     assert [s for _, s in refreshed] == [Slurmctld(answers=True)]  # in_charge None: the last answer stands
-
-
-def test_while_slurmctld_does_not_answer_the_pods_still_say_nobody_is_in_charge(
-    slurmrestd: tuple[Slurmrestd, str], pods_say: PodsSay
-) -> None:
-    """The gap the verdict is for: the one in charge hangs, no backup took over yet, so slurmctld answers no
-    read; the controller pods still say it (their verdict needs no slurmctld)."""
-    fake, url = slurmrestd
-    fake.reads_fail = True
-    fake.pings = [{"hostname": C0, "responding": False}, {"hostname": C1, "responding": True}]
-    pods_say.doc = {"inCharge": None, "writer": C0, "beatAgeSeconds": 9, "slurmctldTimeout": 15}
-    carried = {"type": CONDITION, "status": "True", "reason": "InCharge", "message": IN_CHARGE.message}
-    kube = FakeKube(
-        {"controller": {"replicas": 2}, "workerGroups": GROUPS},
-        {"slurmctldInCharge": C0},
-        [controller(C0, carried, ip="127.0.0.1"), controller(C1, ip="127.0.0.1")],
-    )
-    recorder, refreshed = sync(kube, url)
-    assert [e.reason for e in recorder.events if e.reason == "ControllerTakeover"] == []
-    why = f"no slurmctld is in charge: {C0}'s last beat is 9 s old (SlurmctldTimeout 15)"
-    assert {pod: (c["reason"], c["message"].endswith(why)) for pod, c in kube.conditions} == {
-        C0: ("NotResponding", True),
-        C1: ("Standby", True),
-    }
-    [(_, said)] = refreshed
-    assert said is not None and not said.answers and said.in_charge is None
