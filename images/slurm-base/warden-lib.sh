@@ -268,8 +268,15 @@ warden_jail_bind() {
 # shared volume (a populate overwrite, an admin's editor, another node), the kernel drops the mount and
 # jobs would see the jail's own /etc/hosts or lose /etc/slurm. Put back whatever went missing.
 warden_jail_rebind() {
-    local pair
-    for pair in ${WARDEN_JAIL_BOUND[@]+"${WARDEN_JAIL_BOUND[@]}"}; do
+    [ ${#WARDEN_JAIL_BOUND[@]} -gt 0 ] || return 0
+    # the follow loops call this every few seconds: the mount table read once by bash itself, no process
+    # started unless a bind went missing (mountinfo's 5th field; a path with a space falls through to
+    # warden_jail_bind's own check)
+    local pair dst mounted=" " fields
+    while read -r -a fields; do mounted+="${fields[4]} "; done </proc/self/mountinfo
+    for pair in "${WARDEN_JAIL_BOUND[@]}"; do
+        IFS=: read -r _ dst _ <<<"$pair"
+        [[ "$mounted" == *" $WARDEN_JAIL$dst "* ]] && continue
         warden_jail_bind "$pair" "bound again (the jail's file was replaced)" || true
     done
 }
@@ -279,27 +286,49 @@ warden_jail_rebind() {
 # shellcheck disable=SC2086  # WARDEN_NODE_PY: the interpreter and its options
 warden_dirs_hash() { $WARDEN_NODE_PY -m warden.node.dirhash "$@"; }
 
+# Whether anything in the directories DIR... is newer than the file STAMP or as new: a directory's own
+# time (a file added, removed or renamed in; the kubelet's swap of a volume's ..data link), ..data's
+# target and each file's. Bash's own tests only, no process started: the follow loops ask every few
+# seconds, and only a yes costs the hash.
+#   warden_changed_since STAMP DIR...
+warden_changed_since() {
+    local stamp="$1" d f
+    shift
+    for d in "$@"; do
+        for f in "$d" "$d/..data" "$d"/*; do
+            # -ot: also true when f does not exist (an empty directory's unexpanded glob)
+            [ "$f" -ot "$stamp" ] || return 0
+        done
+    done
+    return 1
+}
+
 # Follow edits of mounted ConfigMaps/Secrets without restarting the pod. The operator rewrites them on
 # spec changes (a new partition or worker group, extraLines, login keys) and the kubelet updates such
 # volumes in place within about a minute. In the background, every WARDEN_CONFIG_POLL seconds
-# (default 10), hash DIR...; when the hash differs from HASH (taken before the files were first
-# copied), run HOOK; a failing HOOK is retried at the next poll. Each poll also puts back the jail
-# binds a replaced file took away (warden_jail_rebind), then runs the functions named in
-# WARDEN_POLL_HOOKS (space-separated). Sets follow_pid.
+# (default 2), when anything in DIR... is newer than the last look (warden_changed_since), hash DIR...;
+# when the hash differs from HASH (taken before the files were first copied), run HOOK; a failing HOOK
+# is retried at the next change. Each poll also puts back the jail binds a replaced file took away
+# (warden_jail_rebind), then runs the functions named in WARDEN_POLL_HOOKS (space-separated). Sets
+# follow_pid.
 #   warden_follow HASH HOOK DIR...
 warden_follow() {
-    local last="$1" hook="$2"
+    local last="$1" hook="$2" stamp
     shift 2
+    # dated 1970: the first poll always hashes (a change between HASH and now is not missed)
+    stamp="$(mktemp "${TMPDIR:-/tmp}/warden-follow.XXXXXX")" && touch -d @0 "$stamp" || return 1
     (
         trap - TERM INT
         set +e
         while sleep "${WARDEN_CONFIG_POLL:-2}"; do
             warden_jail_rebind
             for h in ${WARDEN_POLL_HOOKS:-}; do "$h"; done
+            warden_changed_since "$stamp" "$@" || continue
+            touch "$stamp" # before the hash: a change while it is taken is newer than the stamp
             now="$(warden_dirs_hash "$@")"
             [ "$now" = "$last" ] && continue
             warden_log "config: $* changed; reloading"
-            if "$hook"; then last="$now"; else warden_log "config: reload failed; retrying"; fi
+            if "$hook"; then last="$now"; else touch -d @0 "$stamp"; warden_log "config: reload failed; retrying"; fi
         done
     ) &
     # shellcheck disable=SC2034 # for the entrypoint that sourced this file

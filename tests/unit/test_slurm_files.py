@@ -1,5 +1,5 @@
 """The Slurm files every Slurm pod installs (``warden.node.files.SlurmFiles``, ``warden-node config``,
-``key``, ``jwt-key``, ``client-config``, ``hash``), on real files in a temporary directory, without a
+``key``, ``jwt-key``, ``client-config``), on real files in a temporary directory, without a
 worker's settings; and images/slurm-base/warden-lib.sh's functions, which the controller, login,
 accounting and health-check entrypoints call, running them. The worker's own files (NodeFiles) are in
 tests/unit/test_node_lifecycle.py; the dataplane tier runs the images."""
@@ -11,6 +11,7 @@ import os
 import shlex
 import subprocess
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -281,3 +282,113 @@ def test_an_entrypoint_stops_where_warden_node_fails(fs: FileSettings) -> None:
     )
     done = lib(fs, "reload() { warden_slurm_config || return 1; }\nreload || echo reload failed\n")
     assert (done.returncode, done.stdout) == (0, "reload failed\n"), "a reload that fails is tried again"
+
+
+# --- the follow loop: what it costs when nothing changed ----------------------------------------------
+
+
+def test_changed_since_sees_a_volume_swap_an_added_file_and_an_edit_and_nothing_else(tmp_path: Path) -> None:
+    cm = configmap(tmp_path / "cm", {"slurm.conf": "a\n"})
+    plain = tmp_path / "ssh"
+    plain.mkdir()
+    (plain / "key.pub").write_text("k\n")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    stamp = tmp_path / "stamp"
+    stamp.touch()
+    old = stamp.stat().st_mtime - 100
+    for p in (cm, cm / "..2026_01_01", cm / "..2026_01_01" / "slurm.conf", plain, plain / "key.pub", empty):
+        os.utime(p, (old, old), follow_symlinks=False)
+    os.utime(cm / "..data", (old, old), follow_symlinks=False)
+    os.utime(cm / "slurm.conf", (old, old), follow_symlinks=False)
+    dirs = " ".join(shlex.quote(str(d)) for d in (cm, plain, empty))
+
+    def changed() -> bool:
+        done = subprocess.run(["bash", "-c", f". {shlex.quote(str(LIB))}\nwarden_changed_since {stamp} {dirs}"],
+                              capture_output=True, text=True, timeout=30)  # fmt: skip
+        assert done.returncode in (0, 1), done.stderr
+        return done.returncode == 0
+
+    assert not changed()
+    # the kubelet's swap: a new version directory, ..data renamed onto it
+    (cm / "..2026_02_02").mkdir()
+    (cm / "..2026_02_02" / "slurm.conf").write_text("b\n")
+    (cm / "..data_tmp").symlink_to("..2026_02_02")
+    (cm / "..data_tmp").rename(cm / "..data")
+    assert changed()
+    stamp.touch()
+    assert not changed()
+    (plain / "key.pub").write_text("k2\n")  # edited in place: the directory's time stays
+    os.utime(plain, (old, old))
+    assert changed()
+    stamp.touch()
+    (empty / "new").write_text("x")
+    assert changed()
+
+
+def test_the_follow_loop_starts_python_only_when_a_followed_file_changed(fs: FileSettings, tmp_path: Path) -> None:
+    """Every Slurm pod's follow loop looks every WARDEN_CONFIG_POLL seconds; on a slow node (a TCG VM, a busy
+    one) a Python start each time was the loop's whole cost. It hashes once at start, then only after a
+    change, and reloads when the hash differs."""
+    starts, polls, reloads = tmp_path / "starts", tmp_path / "polls", tmp_path / "reloads"
+    py = tmp_path / "py"
+    py.write_text(f'#!/bin/sh\necho start >> {starts}\nexec {shlex.quote(sys.executable)} "$@"\n')
+    py.chmod(0o755)
+    cm = shlex.quote(str(fs.config_dir))
+    body = f"""
+WARDEN_NODE_PY={shlex.quote(str(py))}
+WARDEN_CONFIG_POLL=0.05
+counted() {{ echo poll >> {polls}; }}
+WARDEN_POLL_HOOKS=counted
+reload() {{ echo reloaded >> {reloads}; }}
+warden_follow {lifecycle.dirs_hash([fs.config_dir])} reload {cm}
+echo "$follow_pid"
+wait "$follow_pid"
+"""
+    env = {**os.environ, "PYTHONPATH": str(REPO / "operator"), "TMPDIR": str(tmp_path)}
+    loop = subprocess.Popen(["bash", "-c", f". {shlex.quote(str(LIB))}\n{body}"], env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)  # fmt: skip
+    try:
+        assert loop.stdout is not None
+        loop.stdout.readline()
+
+        def count(p: Path) -> int:
+            return len(p.read_text().splitlines()) if p.exists() else 0
+
+        def after_polls(n: int) -> None:
+            target = count(polls) + n
+            deadline = time.monotonic() + 30
+            while count(polls) < target:
+                assert time.monotonic() < deadline and loop.poll() is None, "the loop stopped polling"
+                time.sleep(0.02)
+
+        after_polls(10)
+        assert count(starts) == 1, "the first look hashes (a change before the loop began is not missed); no more"
+        assert count(reloads) == 0
+        (fs.config_dir / "..2026_02_02").mkdir()
+        (fs.config_dir / "..2026_02_02" / "slurm.conf").write_text("ClusterName=other\n")
+        (fs.config_dir / "..2026_02_02" / "cgroup.conf").write_text("CgroupPlugin=autodetect\n")
+        (fs.config_dir / "..data_tmp").symlink_to("..2026_02_02")
+        (fs.config_dir / "..data_tmp").rename(fs.config_dir / "..data")
+        deadline = time.monotonic() + 30
+        while count(reloads) == 0:
+            assert time.monotonic() < deadline, "the change was not followed"
+            time.sleep(0.02)
+        after_polls(10)
+        assert (count(starts), count(reloads)) == (2, 1)
+    finally:
+        os.killpg(loop.pid, 15)
+        loop.wait(timeout=30)
+
+
+def test_the_jail_rebind_binds_again_only_what_is_no_longer_mounted(fs: FileSettings) -> None:
+    done = lib(
+        fs,
+        """
+WARDEN_JAIL=""
+warden_jail_bind() { echo "bind $1"; }
+WARDEN_JAIL_BOUND=("/proc:/proc:rw" "/etc/hosts:/no/such/mount:ro")
+warden_jail_rebind
+""",
+    )
+    assert (done.returncode, done.stdout) == (0, "bind /etc/hosts:/no/such/mount:ro\n"), done.stderr
