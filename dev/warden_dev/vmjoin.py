@@ -15,7 +15,10 @@ What a joined node is:
 * **images from the local registry**: the VM's containerd resolves ``127.0.0.1:5000/...`` through a mirror on
   the bridge's address, a second docker-registry process serving the same storage read-only;
 * a **taint** (``warden.dev/vm-node=true:NoSchedule``) and a label: only pods that tolerate it land there, so
-  the tiers that do not ask for VM nodes run as they always did.
+  the tiers that do not ask for VM nodes run as they always did;
+* **stand-in GPUs** when asked (``gpus``): the host node's stand-in device plugin (hack/fakegpu) and stand-in
+  drivers (``warden_dev.fakedriver``) in the share, the device files made in the VM, so the worker's cgroup v2
+  device rules meet GPUs (no GPU exists here).
 
 Everything the host side makes (the mirror, routes, iptables rules) is recorded in the VM node's state before
 it is made (``vmnode.NodeState``) and removed by ``leave``/``vm-node down``; what several nodes share goes to
@@ -232,6 +235,13 @@ apparmor_parser --replace "$S"/apparmor/warden-* >>"$L/node-start.log" 2>&1 ||
     echo "warden AppArmor profiles: not loaded" >>"$L/node-start.log"
 cp "$S/seccomp/worker.json" /var/lib/kubelet/seccomp/warden/worker.json
 install -m 0755 "$S/bin/kubelet" "$S/bin/kube-proxy" /usr/local/bin/
+# stand-in GPUs (no GPU exists here): character devices (195, N) that no driver owns, the device plugin
+# advertising them to the kubelet (it waits for the kubelet's socket itself)
+gpus=$(cat "$S/gpus" 2>/dev/null || echo 0)
+if [ "$gpus" -gt 0 ]; then
+    mkdir -p /run/warden-gpudev
+    for i in $(seq 0 $((gpus - 1))); do mknod -m 0666 "/run/warden-gpudev/nvidia$i" c 195 "$i"; done
+fi
 containerd --config "$S/containerd.toml" >>"$L/containerd.log" 2>&1 &
 for _ in $(seq 1 120); do ctr version >/dev/null 2>&1 && break; sleep 0.5; done
 ctr -n k8s.io images import "$S/images/pause.tar" >>"$L/node-start.log" 2>&1
@@ -243,6 +253,10 @@ supervise kubelet /usr/local/bin/kubelet --config="$S/kubelet.yaml" --kubeconfig
     --hostname-override="$(hostname)" --node-ip="$(cat "$S/node-ip")" --node-labels="$(cat "$S/node-labels")" \
     --cert-dir=/var/lib/kubelet/pki --v=1
 supervise kube-proxy /usr/local/bin/kube-proxy --config="$S/kube-proxy.yaml" --v=1
+if [ "$gpus" -gt 0 ]; then
+    supervise fake-gpu-plugin "$S/bin/warden-fake-gpu-plugin" -count="$gpus" -device-dir=/run/warden-gpudev \
+        -resource=nvidia.com/gpu -drivers="$(cat "$S/gpu-drivers")"
+fi
 """
 
 
@@ -250,8 +264,9 @@ supervise kube-proxy /usr/local/bin/kube-proxy --config="$S/kube-proxy.yaml" --v
 # the host's side
 
 
-def write_share(layout: NodeLayout, node_dir: Path, pki: Pki, server: str, bins: Path) -> Path:
-    """The node's share: everything ``NODE_START`` reads. Certificates are made for this node's name."""
+def write_share(layout: NodeLayout, node_dir: Path, pki: Pki, server: str, bins: Path, gpus: int = 0) -> Path:
+    """The node's share: everything ``NODE_START`` reads. Certificates are made for this node's name;
+    ``gpus`` stand-in GPUs with the host's stand-in device plugin and drivers."""
     share = node_dir / "share"
     if share.exists():
         shutil.rmtree(share)
@@ -283,9 +298,26 @@ def write_share(layout: NodeLayout, node_dir: Path, pki: Pki, server: str, bins:
         proc = subprocess.run(["docker", "save", PAUSE_IMAGE], stdout=f, stderr=subprocess.PIPE)
     if proc.returncode != 0:
         raise VmNodeError(f"docker save {PAUSE_IMAGE}: {proc.stderr.decode(errors='replace').strip()}")
+    if gpus:
+        write_gpus(share, gpus)
     (share / "node-start").write_text(NODE_START)
     (share / "node-start").chmod(0o755)
     return share
+
+
+def write_gpus(share: Path, gpus: int) -> None:
+    """``gpus`` stand-in GPUs: the device plugin (static Go) and the stand-in drivers it hands out in turn
+    (``drivers/<version>``, built on the host: C against glibc, which the VM's newer one runs)."""
+    from warden_dev import fakedriver
+
+    shutil.copyfile(localcluster.build_fake_gpu_plugin(), share / "bin" / "warden-fake-gpu-plugin")
+    (share / "bin" / "warden-fake-gpu-plugin").chmod(0o755)
+    paths = []
+    for driver in fakedriver.build_all():
+        shutil.copytree(driver.path, share / "drivers" / driver.version, symlinks=True)
+        paths.append(f"{SHARE_MOUNT}/drivers/{driver.version}")
+    (share / "gpu-drivers").write_text(",".join(paths) + "\n")
+    (share / "gpus").write_text(f"{gpus}\n")
 
 
 def _vm_user(user: str) -> str:
@@ -474,15 +506,15 @@ def kubectl_argv() -> list[str]:
     return [str(bins / "kubectl"), f"--kubeconfig={saved['kubeconfig']}"]
 
 
-def join(index: int, cpus: int = 1, memory_mib: int = 3072, timeout: float = 900) -> dict[str, Any]:
-    """Boot VM node ``index`` as a node of the running local cluster and wait until it is Ready; what it
-    reported at boot, its Node's facts and the times."""
+def join(index: int, cpus: int = 1, memory_mib: int = 3072, timeout: float = 900, gpus: int = 0) -> dict[str, Any]:
+    """Boot VM node ``index`` as a node of the running local cluster (with ``gpus`` stand-in GPUs) and wait
+    until it is Ready; what it reported at boot, its Node's facts and the times."""
     server, bins, pki = local_cluster_api(localcluster_state())
     layout = node_layout(index)
     t0 = time.monotonic()
 
     def prepare(state: NodeState, layout: NodeLayout, ndir: Path) -> list[Share]:
-        share = write_share(layout, ndir, pki, server, bins)
+        share = write_share(layout, ndir, pki, server, bins, gpus=gpus)
         host_side(state, layout, registry_dir())
         return [Share(SHARE_TAG, share), Share(LOGS_TAG, ndir / "logs", readonly=False)]
 
@@ -532,7 +564,7 @@ def joined(index: int) -> bool:
     return conds.get("Ready") == "True"
 
 
-def join_all(indexes: Sequence[int], cpus: int = 1, memory_mib: int = 3072) -> dict[str, dict[str, Any]]:
+def join_all(indexes: Sequence[int], cpus: int = 1, memory_mib: int = 3072, gpus: int = 0) -> dict[str, dict[str, Any]]:
     """Join VM nodes ``indexes`` side by side (those already joined are left as they are): each boots once
     the one before runs its qemu, so the first makes what they share (the bridge, the mirror, the NFS
     server) alone. What each join returned, by node name ({"reused": True} for one already joined)."""
@@ -547,7 +579,7 @@ def join_all(indexes: Sequence[int], cpus: int = 1, memory_mib: int = 3072) -> d
                 out[layout.name] = {"reused": True}
                 continue
             t0 = time.monotonic()
-            futures[layout.name] = pool.submit(join, index, cpus=cpus, memory_mib=memory_mib)
+            futures[layout.name] = pool.submit(join, index, cpus=cpus, memory_mib=memory_mib, gpus=gpus)
             state = vmnode.state_file(layout)
             while not futures[layout.name].done() and '"pid"' not in (state.read_text() if state.is_file() else ""):
                 time.sleep(1)

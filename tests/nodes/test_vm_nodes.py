@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import time
 import uuid
@@ -54,6 +55,9 @@ VM_CPUS = 2
 VM_MEMORY_MIB = 3072
 TOLERATE = [{"key": vmjoin.VM_NODE_KEY, "operator": "Exists", "effect": "NoSchedule"}]
 WORKER_RESOURCES = {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"cpu": "2", "memory": "1Gi"}}
+#: stand-in GPUs each VM node advertises (vmjoin: hack/fakegpu's device plugin in the VM; no GPU exists here);
+#: worker group b asks for both
+GPUS = 2
 
 
 def on(index: int) -> dict[str, Any]:
@@ -115,7 +119,7 @@ def vm_nodes(kube: Kube) -> Iterator[dict[str, dict[str, Any]]]:
     """Both VM nodes joined side by side (booted here unless already joined), left again at the end."""
     started = [i for i in NODES if not vmjoin.joined(i)]
     try:
-        yield vmjoin.join_all(NODES, cpus=VM_CPUS, memory_mib=VM_MEMORY_MIB)
+        yield vmjoin.join_all(NODES, cpus=VM_CPUS, memory_mib=VM_MEMORY_MIB, gpus=GPUS)
     finally:
         for index in reversed(started) if not KEEP else ():
             vmjoin.leave(index)
@@ -158,7 +162,8 @@ def cluster(kube: Kube, vm_nodes: dict[str, dict[str, Any]],
         # a powered-off node is DOWN after 30 s, not Slurm's default 300 (the node-death test waits for it)
         "slurmConfig": {"extraLines": ["SlurmdTimeout=30"]},
         "workerGroups": [{"name": "a", "replicas": 1, "resources": WORKER_RESOURCES, **on(1)},
-                         {"name": "b", "replicas": 1, "resources": WORKER_RESOURCES, **on(2)}],
+                         {"name": "b", "replicas": 1, "resources": WORKER_RESOURCES, **on(2),
+                          "gpus": {"count": GPUS, "type": "fake"}}],
     }  # fmt: skip
     t0 = time.monotonic()
     kube.apply([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}])
@@ -275,6 +280,25 @@ wait
     assert _cpus(one) in ("0", "1"), one
     where = cluster.as_user(USER, ada, f"srun -N1 -w {WORKER_A} cat /proc/self/cgroup")
     assert where.startswith("0::/") and "step_" in where, where  # one cgroup v2 hierarchy, a step's own cgroup
+
+
+def test_cgroup_v2_a_gpu_step_opens_only_the_gpu_it_was_given(cluster: VmCluster, ada: Path) -> None:
+    """Worker b holds the VM node's two stand-in GPUs (character devices (195, N) that no driver owns: opening
+    one fails with ENXIO where the cgroup allows it, EPERM where it does not; no GPU exists here). On cgroup
+    v2 there is no devices controller: slurmd's cgroup/v2 plugin attaches a BPF device program to each step's
+    cgroup. A step given one GPU opens that one and is refused the other; a step given none is refused both."""
+    probe = shlex.quote(
+        "echo CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-}; for d in /dev/nvidia[0-9]*; do "
+        'if msg=$( (exec 3<"$d") 2>&1 ); then echo "$d=open"; else echo "$d=${msg##*: }"; fi; done'
+    )
+    one = cluster.as_user(USER, ada, f"srun -N1 -w {WORKER_B} --gpus=1 sh -c {probe}").strip().splitlines()
+    none = cluster.as_user(USER, ada, f"srun -N1 -w {WORKER_B} sh -c {probe}").strip().splitlines()
+    print(f"\ngpu steps on cgroup v2: given one {one}, given none {none}")
+    cvd, *opened = one
+    assert cvd in ("CUDA_VISIBLE_DEVICES=0", "CUDA_VISIBLE_DEVICES=1"), one
+    results = sorted(line.split("=", 1)[1] for line in opened)
+    assert results == ["No such device or address", "Operation not permitted"], one
+    assert len(none) == 1 + GPUS and all(line.endswith("=Operation not permitted") for line in none[1:]), none
 
 
 def _cpus(status_line: str) -> str:
