@@ -146,10 +146,25 @@ def test_daemon_probes_never_connect_to_slurm_or_sshd(example: str) -> None:
             seen.add(c["name"])
             if c["name"] == "slurmctld":
                 continue  # probed by what users need of it, below
-            for probe in ("readinessProbe", "livenessProbe"):
+            for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
                 if probe in c:
                     assert c[probe]["exec"]["command"] == [naming.LISTENING_CHECK, str(ports[c["name"]])], key
     assert {"slurmctld", "slurmd", "sshd"} <= seen
+
+
+@pytest.mark.parametrize("example", EXAMPLES)
+def test_a_slow_starting_sshd_or_slurmdbd_is_not_restarted_before_it_could_listen(example: str) -> None:
+    """The login's and slurmdbd's entrypoints do minutes of work on a slow node before the daemon listens: a
+    startup probe gives them ten minutes, and liveness (two minutes without listening) only counts after."""
+    for key, obj in objects(load(example)).items():
+        if obj["kind"] != "StatefulSet":
+            continue
+        for c in containers(obj):
+            if c["name"] not in ("sshd", "slurmdbd"):
+                continue
+            start, live = c["startupProbe"], c["livenessProbe"]
+            assert start["periodSeconds"] * start["failureThreshold"] == 600, key
+            assert (live["periodSeconds"] * live["failureThreshold"], live["initialDelaySeconds"]) == (120, 0), key
 
 
 def test_a_stuck_slurmctld_is_not_ready_then_restarted_within_a_bounded_time() -> None:

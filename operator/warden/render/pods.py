@@ -167,12 +167,19 @@ def listening_probe(port: int, period: int = 10, failures: int = 3, initial_dela
     }
 
 
-def daemon_probes(port: int, liveness_delay: int) -> Manifest:
-    """A long-running daemon's probes: ready once it listens (checked every 5 s), restarted after two
-    minutes of not listening (6 x 20 s, from ``liveness_delay`` s after start)."""
+#: how long a daemon's pod may take to start listening before the kubelet restarts it
+DAEMON_START_SECONDS = 600
+
+
+def daemon_probes(port: int) -> Manifest:
+    """A long-running daemon's probes: up to ``DAEMON_START_SECONDS`` to start listening (what its entrypoint
+    does first takes minutes on a slow node: the login's setup took three on a TCG VM node, where a liveness
+    probe from 30 s after start restarted it just as sshd came up, again and again), ready once it listens
+    (checked every 5 s), restarted after two minutes of not listening once it has (6 x 20 s)."""
     return {
+        "startupProbe": listening_probe(port, period=5, failures=DAEMON_START_SECONDS // 5),
         "readinessProbe": listening_probe(port, period=5),
-        "livenessProbe": listening_probe(port, period=20, failures=6, initial_delay=liveness_delay),
+        "livenessProbe": listening_probe(port, period=20, failures=6),
     }
 
 
