@@ -704,6 +704,7 @@ def main(argv: Sequence[str], prog: str = "python -m warden_dev vm-node") -> int
     parser.add_argument("--timeout", type=float, default=600, help="boot: seconds to wait for both reports")
     parser.add_argument("--once", action="store_true", help="boot: remove the VM again once it has reported")
     parser.add_argument("--verbose", action="store_true", help="every kernel message on the console (console.log)")
+    parser.add_argument("--gpus", type=int, default=0, help="join: stand-in nvidia.com/gpu devices (hack/fakegpu)")
     ns = parser.parse_args(list(argv))
 
     def terminated(signum: int, _frame: object) -> None:
@@ -717,7 +718,7 @@ def main(argv: Sequence[str], prog: str = "python -m warden_dev vm-node") -> int
             from warden_dev import vmjoin
 
             print(json.dumps(vmjoin.join(ns.index, cpus=ns.cpus, memory_mib=ns.memory or 3072,
-                                         timeout=max(ns.timeout, 900)), indent=2))  # fmt: skip
+                                         timeout=max(ns.timeout, 900), gpus=ns.gpus), indent=2))  # fmt: skip
         elif ns.command == "leave":
             from warden_dev import vmjoin
 

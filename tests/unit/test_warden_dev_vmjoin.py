@@ -7,6 +7,8 @@ import ipaddress
 import json
 from pathlib import Path
 
+import pytest
+
 from warden_dev import localcluster, vmjoin
 from warden_dev.vmnode import BRIDGE, VM_SUBNET, Share, VmFiles, kernel_cmdline, node_layout, qemu_argv
 
@@ -80,3 +82,30 @@ def test_the_nodes_load_the_apparmor_profiles_the_chart_ships() -> None:
         text = (vmjoin.APPARMOR_PROFILES / name).read_text()
         assert f"profile {name} flags=" in text  # the name spec.security.appArmorProfile: Warden asks for
         assert "pivot_root," in text and "mount," in text
+
+
+def test_stand_in_gpus_put_the_plugin_and_drivers_where_node_start_reads_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The builds themselves (go build, the C stand-in driver) are the e2e tier's; here, what the share holds."""
+    from warden_dev import fakedriver
+
+    plugin = tmp_path / "plugin"
+    plugin.write_text("#!/bin/true\n")
+    drivers = []
+    for version in ("580.1", "575.2"):
+        (tmp_path / version / "lib64").mkdir(parents=True)
+        (tmp_path / version / "lib64" / f"libcuda.so.{version}").write_text("x")
+        (tmp_path / version / "lib64" / "libcuda.so.1").symlink_to(f"libcuda.so.{version}")
+        drivers.append(fakedriver.FakeDriver(version, 13000, tmp_path / version))
+    monkeypatch.setattr(localcluster, "build_fake_gpu_plugin", lambda: plugin)
+    monkeypatch.setattr(fakedriver, "build_all", lambda: drivers)
+    share = tmp_path / "share"
+    (share / "bin").mkdir(parents=True)
+    vmjoin.write_gpus(share, 2)
+    assert (share / "gpus").read_text() == "2\n"
+    assert (share / "gpu-drivers").read_text() == "/warden/drivers/580.1,/warden/drivers/575.2\n"
+    assert (share / "bin" / "warden-fake-gpu-plugin").stat().st_mode & 0o111
+    assert (share / "drivers" / "575.2" / "lib64" / "libcuda.so.1").is_symlink()
+    for name in ('"$S/gpus"', '"$S/gpu-drivers"', '"$S/bin/warden-fake-gpu-plugin"', "c 195"):
+        assert name in vmjoin.NODE_START, name
