@@ -1,13 +1,12 @@
 """The nodes tier: Warden on the nodes platform teams run, with one jail shared by two of them.
 
 Two VM nodes (``warden_dev.vmjoin``: Debian's own kernel under qemu, cgroup v2 only, AppArmor on as Debian
-ships it, NFS client) join the local cluster beside its host node. A SlurmCluster's login and workers run on
-them: its jail a ReadWriteMany volume served over NFS from the host (nfs-ganesha), the login node and one
-worker on the first VM node, a second worker (with two stand-in GPUs) and the populate Job on the second. The
-controller and the operator stay on the host node, as platform teams keep them on a system node pool (and
-because a TCG vCPU cannot hold slurmctld's probe deadlines beside a login and a worker: its state saves took
-2-7 s there and its liveness probe restarted it). Users do what they do: log in, write files, run steps
-across both nodes, ask for memory, cores and GPUs; then a node is powered off under a running job.
+ships it, NFS client) join the local cluster beside its host node. A SlurmCluster's Slurm pods run on
+them: its jail a ReadWriteMany volume served over NFS from the host (nfs-ganesha), the controller, the login
+node and one worker on the first VM node (the controller mounts the jail too, and the host node has no NFS
+client), a second worker (with two stand-in GPUs) and the populate Job on the second. The operator stays on
+the host node. Users do what they do: log in, write files, run steps across both nodes, ask for memory, cores
+and GPUs; then a node is powered off under a running job.
 
 The tests share one installation and run in file order. What ran where (node, kernel, cgroup version,
 AppArmor mode) is printed at the start.
@@ -151,9 +150,9 @@ def cluster(kube: Kube, vm_nodes: dict[str, dict[str, Any]],
         "nameOverride": NAME,
         # the jail on NFS (every VM node mounts it; the host node has no NFS client)
         "jail": {"existingClaim": "jail", "populate": on(2)},
-        # slurmctld on the host node (the module's docstring says why), its state on the host's disk; its
-        # slurmds and clients reach it across nodes over the pod network
-        "controller": {"stateVolume": {"storageClassName": NODE_LOCAL}},
+        # slurmctld's state on the node's own disk: from a TCG guest every NFS round trip costs ~0.4 s, and
+        # slurmctld said so ("Saving to StateSaveLocation took 37s ... all of Slurm operations are delayed")
+        "controller": {"stateVolume": {"storageClassName": NODE_LOCAL}, **on(1)},
         "login": {"sshAuthorizedKeys": [key.with_suffix(".pub").read_text().strip()],
                   "service": {"type": "NodePort"}, **on(1)},
         "accounting": {"mode": "Disabled"},
@@ -230,9 +229,8 @@ def test_what_ran_where(cluster: VmCluster) -> None:
                  "apparmor": "on" if Path("/sys/module/apparmor").exists() else "off",
                  "pods": on_node("warden-node")})  # fmt: skip
     print("\nwhat ran where: " + json.dumps({"nodes": rows, "joins": cluster.nodes}, indent=1, default=str))
-    for pod in (f"{NAME}-login-0", WORKER_A):
+    for pod in (f"{NAME}-controller-0", f"{NAME}-login-0", WORKER_A):
         assert cluster.pod_node(pod) == vmnode.node_layout(1).name, pod
-    assert cluster.pod_node(f"{NAME}-controller-0") == "warden-node"
     assert [r["cgroup"] for r in rows[:2]] == ["v2", "v2"] and [r["apparmor"] for r in rows[:2]] == ["on", "on"]
     assert all(str(r["worker_confined_by"]).startswith("warden-worker") for r in rows[:2]), rows
 
