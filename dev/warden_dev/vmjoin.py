@@ -32,7 +32,7 @@ import json
 import shutil
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -564,10 +564,12 @@ def joined(index: int) -> bool:
     return conds.get("Ready") == "True"
 
 
-def join_all(indexes: Sequence[int], cpus: int = 1, memory_mib: int = 3072, gpus: int = 0) -> dict[str, dict[str, Any]]:
+def join_all(indexes: Sequence[int], cpus: int | Mapping[int, int] = 1, memory_mib: int = 3072,
+             gpus: int = 0) -> dict[str, dict[str, Any]]:  # fmt: skip
     """Join VM nodes ``indexes`` side by side (those already joined are left as they are): each boots once
     the one before runs its qemu, so the first makes what they share (the bridge, the mirror, the NFS
-    server) alone. What each join returned, by node name ({"reused": True} for one already joined)."""
+    server) alone. ``cpus``: for every node, or by index. What each join returned, by node name
+    ({"reused": True} for one already joined)."""
     from concurrent.futures import Future, ThreadPoolExecutor
 
     out: dict[str, dict[str, Any]] = {}
@@ -579,7 +581,8 @@ def join_all(indexes: Sequence[int], cpus: int = 1, memory_mib: int = 3072, gpus
                 out[layout.name] = {"reused": True}
                 continue
             t0 = time.monotonic()
-            futures[layout.name] = pool.submit(join, index, cpus=cpus, memory_mib=memory_mib, gpus=gpus)
+            n = cpus if isinstance(cpus, int) else cpus[index]
+            futures[layout.name] = pool.submit(join, index, cpus=n, memory_mib=memory_mib, gpus=gpus)
             state = vmnode.state_file(layout)
             while not futures[layout.name].done() and '"pid"' not in (state.read_text() if state.is_file() else ""):
                 time.sleep(1)

@@ -1,11 +1,13 @@
 """The nodes tier: Warden on the nodes platform teams run, with one jail shared by two of them.
 
-Two VM nodes (``warden_dev.vmjoin``: Debian's own kernel under qemu, cgroup v2 only, AppArmor on as Debian
+Three VM nodes (``warden_dev.vmjoin``: Debian's own kernel under qemu, cgroup v2 only, AppArmor on as Debian
 ships it, NFS client) join the local cluster beside its host node. A SlurmCluster's Slurm pods run on
-them: its jail a ReadWriteMany volume served over NFS from the host (nfs-ganesha), the controller, the login
-node and one worker on the first VM node (the controller mounts the jail too, and the host node has no NFS
-client), a second worker (with two stand-in GPUs) and the populate Job on the second. The operator stays on
-the host node. Users do what they do: log in, write files, run steps across both nodes, ask for memory, cores
+them, its jail a ReadWriteMany volume served over NFS from the host (nfs-ganesha): the controller and the
+login node on the first (the controller mounts the jail too, and the host node has no NFS client), worker a
+on the second, worker b (with two stand-in GPUs) and the populate Job on the third. Each worker has a node of
+its own because on this machine's TCG a node holding slurmctld, the login and a worker ran out of emulated
+CPU (its exec probes and slurmctld's state saves missed their deadlines). The operator stays on the host
+node. Users do what they do: log in, write files, run steps across both nodes, ask for memory, cores
 and GPUs; then a node is powered off under a running job.
 
 The tests share one installation and run in file order. What ran where (node, kernel, cgroup version,
@@ -51,8 +53,11 @@ KEEP = os.environ.get("WARDEN_NODES_KEEP") == "1"
 KEEP_LABEL = "warden.dev/nodes-tier"
 #: the user the cases run as (made on the login node; a kept installation gets a new one each run)
 USER = f"ada{uuid.uuid4().hex[:4]}" if KEEP else "ada"
-NODES = (1, 2)
-VM_CPUS = 2
+#: the VM nodes: slurmctld and the login; worker a (2 CPUs: the cores test pins one of two); worker b, which
+#: dies in the last test
+CONTROL, NODE_A, NODE_B = 1, 2, 3
+NODES = (CONTROL, NODE_A, NODE_B)
+VM_CPUS = {CONTROL: 2, NODE_A: 2, NODE_B: 1}
 VM_MEMORY_MIB = 3072
 TOLERATE = [{"key": vmjoin.VM_NODE_KEY, "operator": "Exists", "effect": "NoSchedule"}]
 WORKER_RESOURCES = {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"cpu": "2", "memory": "1Gi"}}
@@ -117,7 +122,7 @@ def node_facts(kube: Kube, name: str) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def vm_nodes(kube: Kube) -> Iterator[dict[str, dict[str, Any]]]:
-    """Both VM nodes joined side by side (booted here unless already joined), left again at the end."""
+    """The VM nodes joined side by side (booted here unless already joined), left again at the end."""
     started = [i for i in NODES if not vmjoin.joined(i)]
     try:
         yield vmjoin.join_all(NODES, cpus=VM_CPUS, memory_mib=VM_MEMORY_MIB, gpus=GPUS)
@@ -149,12 +154,12 @@ def cluster(kube: Kube, vm_nodes: dict[str, dict[str, Any]],
     values: dict[str, Any] = {
         "nameOverride": NAME,
         # the jail on NFS (every VM node mounts it; the host node has no NFS client)
-        "jail": {"existingClaim": "jail", "populate": on(2)},
+        "jail": {"existingClaim": "jail", "populate": on(NODE_B)},
         # slurmctld's state on the node's own disk: from a TCG guest every NFS round trip costs ~0.4 s, and
         # slurmctld said so ("Saving to StateSaveLocation took 37s ... all of Slurm operations are delayed")
-        "controller": {"stateVolume": {"storageClassName": NODE_LOCAL}, **on(1)},
+        "controller": {"stateVolume": {"storageClassName": NODE_LOCAL}, **on(CONTROL)},
         "login": {"sshAuthorizedKeys": [key.with_suffix(".pub").read_text().strip()],
-                  "service": {"type": "NodePort"}, **on(1)},
+                  "service": {"type": "NodePort"}, **on(CONTROL)},
         "accounting": {"mode": "Disabled"},
         # a VM node kept between runs (WARDEN_NODES_KEEP) holds the images of the last one under the same tags
         "images": {"pullPolicy": "Always"},
@@ -162,8 +167,8 @@ def cluster(kube: Kube, vm_nodes: dict[str, dict[str, Any]],
         "security": {"appArmorProfile": "Warden"},
         # a powered-off node is DOWN after 30 s, not Slurm's default 300 (the node-death test waits for it)
         "slurmConfig": {"extraLines": ["SlurmdTimeout=30"]},
-        "workerGroups": [{"name": "a", "replicas": 1, "resources": WORKER_RESOURCES, **on(1)},
-                         {"name": "b", "replicas": 1, "resources": WORKER_RESOURCES, **on(2),
+        "workerGroups": [{"name": "a", "replicas": 1, "resources": WORKER_RESOURCES, **on(NODE_A)},
+                         {"name": "b", "replicas": 1, "resources": WORKER_RESOURCES, **on(NODE_B),
                           "gpus": {"count": GPUS, "type": "fake"}}],
     }  # fmt: skip
     t0 = time.monotonic()
@@ -190,7 +195,7 @@ def prefill_jail(kube: Kube, namespace: str) -> None:
     Why not the cluster's own populate Job: on a TCG VM node it copies the 11,000 files of the jail over
     NFS at about 10 files a second (measured: each file is several NFS round trips, each costing the
     emulated guest's network and RPC stack), some 15 minutes; the tier would not fit CI. The Job still runs
-    on the second VM node, mounts the NFS jail and finds it populated (its sentinel)."""
+    on worker b's VM node, mounts the NFS jail and finds it populated (its sentinel)."""
     kube.apply([{"apiVersion": "v1", "kind": "PersistentVolumeClaim",
                  "metadata": {"name": "jail", "namespace": namespace},
                  "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": NFS,
@@ -206,8 +211,9 @@ def prefill_jail(kube: Kube, namespace: str) -> None:
 
 
 def test_what_ran_where(cluster: VmCluster) -> None:
-    """The list of nodes this tier ran on, read on each node (a worker pod there, and this machine for the
-    host node): kernel, cgroup version, AppArmor mode, and which of the cluster's pods ran there."""
+    """The list of nodes this tier ran on, read on each node (a Slurm pod there, and this machine for the
+    host node): kernel, cgroup version, AppArmor mode and the profile confining that pod, and which of the
+    cluster's pods ran there."""
     probe = ("stat -fc %T /sys/fs/cgroup; cat /sys/module/apparmor/parameters/enabled 2>/dev/null || echo N; "
              "cat /proc/1/attr/current 2>/dev/null || echo none")  # fmt: skip
     pods = cluster.kube.json("-n", cluster.namespace, "get", "pods")["items"]
@@ -216,12 +222,13 @@ def test_what_ran_where(cluster: VmCluster) -> None:
         return sorted(p["metadata"]["name"] for p in pods if p["spec"].get("nodeName") == node)
 
     rows = []
-    for index, worker in ((1, WORKER_A), (2, WORKER_B)):
+    for index, (pod, container) in ((CONTROL, (f"{NAME}-login-0", "sshd")), (NODE_A, (WORKER_A, "slurmd")),
+                                    (NODE_B, (WORKER_B, "slurmd"))):  # fmt: skip
         name = vmnode.node_layout(index).name
-        out = cluster.kube.kubectl("-n", cluster.namespace, "exec", worker, "-c", "slurmd", "--", "sh", "-c", probe)
+        out = cluster.kube.kubectl("-n", cluster.namespace, "exec", pod, "-c", container, "--", "sh", "-c", probe)
         fs, apparmor, label = [*out.splitlines(), "", "", ""][:3]
         rows.append({**node_facts(cluster.kube, name), "cgroup": "v2" if fs == "cgroup2fs" else "v1",
-                     "apparmor": "on" if apparmor == "Y" else "off", "worker_confined_by": label,
+                     "apparmor": "on" if apparmor == "Y" else "off", f"{container}_confined_by": label,
                      "pods": on_node(name)})  # fmt: skip
     host_fs = subprocess.run(["stat", "-fc", "%T", "/sys/fs/cgroup"], capture_output=True, text=True).stdout.strip()
     rows.append({"node": "warden-node (this machine)", "kernel": os.uname().release,
@@ -229,10 +236,13 @@ def test_what_ran_where(cluster: VmCluster) -> None:
                  "apparmor": "on" if Path("/sys/module/apparmor").exists() else "off",
                  "pods": on_node("warden-node")})  # fmt: skip
     print("\nwhat ran where: " + json.dumps({"nodes": rows, "joins": cluster.nodes}, indent=1, default=str))
-    for pod in (f"{NAME}-controller-0", f"{NAME}-login-0", WORKER_A):
-        assert cluster.pod_node(pod) == vmnode.node_layout(1).name, pod
-    assert [r["cgroup"] for r in rows[:2]] == ["v2", "v2"] and [r["apparmor"] for r in rows[:2]] == ["on", "on"]
-    assert all(str(r["worker_confined_by"]).startswith("warden-worker") for r in rows[:2]), rows
+    for pod, index in ((f"{NAME}-controller-0", CONTROL), (f"{NAME}-login-0", CONTROL), (WORKER_A, NODE_A),
+                       (WORKER_B, NODE_B)):  # fmt: skip
+        assert cluster.pod_node(pod) == vmnode.node_layout(index).name, pod
+    vms = rows[: len(NODES)]
+    assert [r["cgroup"] for r in vms] == ["v2"] * len(NODES) and [r["apparmor"] for r in vms] == ["on"] * len(NODES)
+    assert str(vms[0]["sshd_confined_by"]).startswith("warden-login"), vms
+    assert all(str(r["slurmd_confined_by"]).startswith("warden-worker") for r in vms[1:]), vms
 
 
 @pytest.fixture(scope="module")
@@ -243,14 +253,14 @@ def ada(cluster: VmCluster) -> Path:
 
 def test_one_jail_two_nodes_a_users_file_and_a_job_across_both(cluster: VmCluster, ada: Path) -> None:
     """The jail is one NFS volume: what a user writes on the login node (VM node 1) is there, with its
-    owner and mode, for her step on the other VM node; a 2-node step runs on both at once."""
-    assert cluster.pod_node(WORKER_A) == vmnode.node_layout(1).name
-    assert cluster.pod_node(WORKER_B) == vmnode.node_layout(2).name
+    owner and mode, for her step on worker b (VM node 3); a 2-node step runs on both workers at once."""
+    assert cluster.pod_node(WORKER_A) == vmnode.node_layout(NODE_A).name
+    assert cluster.pod_node(WORKER_B) == vmnode.node_layout(NODE_B).name
     cluster.as_user(USER, ada, "umask 027; echo written-on-login > ~/note; mkdir -p ~/d && chmod 700 ~/d")
     out = cluster.as_user(USER, ada, f"srun -N1 -w {WORKER_B} stat -c '%U %G %a %n' ~/note ~/d; "
                                       f"srun -N1 -w {WORKER_B} cat ~/note")  # fmt: skip
     assert f"{USER} {USER} 640" in out and f"{USER} {USER} 700" in out and "written-on-login" in out, out
-    # and back: written by the step on node 2, read on the login node
+    # and back: written by the step on node 3, read on the login node
     cluster.as_user(USER, ada, f"srun -N1 -w {WORKER_B} sh -c 'hostname > ~/from-b'")
     assert cluster.as_user(USER, ada, "cat ~/from-b").strip() == WORKER_B
     both = cluster.as_user(USER, ada, "srun -N2 -l hostname")
@@ -331,7 +341,7 @@ def _job(cluster: VmCluster, ada: Path, job: str) -> dict[str, str]:
 
 
 def test_a_node_powered_off_under_a_two_node_job(cluster: VmCluster, ada: Path) -> None:
-    """VM node 2 is powered off hard while a 2-node job runs on it and on node 1. Slurm marks its node
+    """VM node 3 is powered off hard while a 2-node job runs on its worker and on node 2's. Slurm marks its node
     DOWN with a reason, the job is requeued (never silently lost), users run on the node left at once; the
     admin's out-of-service taint (Kubernetes' non-graceful node shutdown) frees the pod stuck there, and the
     WorkerSet makes it again, waiting for its node."""
@@ -339,7 +349,7 @@ def test_a_node_powered_off_under_a_two_node_job(cluster: VmCluster, ada: Path) 
                                       "--wrap 'srun sleep 900'").strip()  # fmt: skip
     eventually(f"job {job} running on both nodes", lambda: _job(cluster, ada, job).get("JobState", ""),
                lambda s: s == "RUNNING", timeout=120)  # fmt: skip
-    layout = vmnode.node_layout(2)
+    layout = vmnode.node_layout(NODE_B)
     pid = int(vmnode.NodeState(layout).data["pid"])
     t0 = time.monotonic()
     os.kill(pid, 9)  # the power cord: no shutdown, no goodbye to the API server or slurmctld
