@@ -61,6 +61,8 @@ VM_CPUS = {CONTROL: 2, NODE_A: 2, NODE_B: 1}
 VM_MEMORY_MIB = 3072
 TOLERATE = [{"key": vmjoin.VM_NODE_KEY, "operator": "Exists", "effect": "NoSchedule"}]
 WORKER_RESOURCES = {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"cpu": "2", "memory": "1Gi"}}
+#: worker b's node has one CPU: its Slurm node says so (CPUs= comes from the limit)
+WORKER_B_RESOURCES = {**WORKER_RESOURCES, "limits": {"cpu": "1", "memory": "1Gi"}}
 #: stand-in GPUs each VM node advertises (vmjoin: hack/fakegpu's device plugin in the VM; no GPU exists here);
 #: worker group b asks for both
 GPUS = 2
@@ -168,7 +170,7 @@ def cluster(kube: Kube, vm_nodes: dict[str, dict[str, Any]],
         # a powered-off node is DOWN after 30 s, not Slurm's default 300 (the node-death test waits for it)
         "slurmConfig": {"extraLines": ["SlurmdTimeout=30"]},
         "workerGroups": [{"name": "a", "replicas": 1, "resources": WORKER_RESOURCES, **on(NODE_A)},
-                         {"name": "b", "replicas": 1, "resources": WORKER_RESOURCES, **on(NODE_B),
+                         {"name": "b", "replicas": 1, "resources": WORKER_B_RESOURCES, **on(NODE_B),
                           "gpus": {"count": GPUS, "type": "fake"}}],
     }  # fmt: skip
     t0 = time.monotonic()
