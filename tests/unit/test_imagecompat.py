@@ -68,3 +68,21 @@ def test_the_process_switch_is_not_sent_to_images_that_ignore_it() -> None:
     spec = {"images": {"version": "0.1.0"}, "security": {"hideOtherUsersProcesses": False}}
     old = Cluster("c", "ns", parse_spec({**spec, "workerGroups": [{"name": "a"}]}))
     assert "WARDEN_HIDE_PROCESSES" not in _env(login_statefulset(old))
+
+
+def test_login_and_slurmdbd_probes_stay_as_the_previous_release_rendered_them() -> None:
+    """The startup probes came with this release: a cluster on the previous release's images keeps the probes
+    it was made with (a changed pod template would replace the login pod, and its users' sessions, on the
+    operator's upgrade)."""
+    from warden.render.accounting import slurmdbd_statefulset
+
+    def probes(pod: dict[str, Any]) -> dict[str, Any]:
+        (c,) = [c for c in pod["spec"]["template"]["spec"]["containers"] if c["name"] in ("sshd", "slurmdbd")]
+        return {k: v for k, v in c.items() if k.endswith("Probe")}
+
+    for version, startup in (("0.1.0", False), (None, True)):
+        cluster = _cluster(version)
+        for pod, delay in ((login_statefulset(cluster), 30), (slurmdbd_statefulset(cluster), 60)):
+            got = probes(pod)
+            assert ("startupProbe" in got) is startup, (version, got)
+            assert got["livenessProbe"]["initialDelaySeconds"] == (0 if startup else delay), (version, got)

@@ -63,7 +63,7 @@ def slurmdbd_statefulset(cluster: Cluster) -> Manifest:
             # and directory users (spec.identity.ldap) through SSSD, like slurmctld
             *identity_mounts(cluster),
         ],
-        **daemon_probes(naming.SLURMDBD_PORT),
+        **daemon_probes(naming.SLURMDBD_PORT, liveness_delay=60, startup=cluster.has_limits),
         "resources": resources(spec.accounting.resources),
     }
     return statefulset(

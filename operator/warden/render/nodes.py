@@ -329,7 +329,7 @@ def login_statefulset(cluster: Cluster) -> Manifest:
         # Sessions are chrooted into the jail; the entrypoint binds Slurm's client config (without
         # the key), the auth socket of sackd and the pod's DNS files into it, in this pod only.
         "securityContext": login_security(cluster),
-        **daemon_probes(naming.SSH_PORT),
+        **daemon_probes(naming.SSH_PORT, liveness_delay=30, startup=cluster.has_limits),
         "resources": resources(spec.login.resources),
     }
     if spec.identity.ldap is not None and spec.accounting.mode != "Disabled" and spec.accounting.default_account:

@@ -171,11 +171,20 @@ def listening_probe(port: int, period: int = 10, failures: int = 3, initial_dela
 DAEMON_START_SECONDS = 600
 
 
-def daemon_probes(port: int) -> Manifest:
+def daemon_probes(port: int, liveness_delay: int, startup: bool = True) -> Manifest:
     """A long-running daemon's probes: up to ``DAEMON_START_SECONDS`` to start listening (what its entrypoint
     does first takes minutes on a slow node: the login's setup took three on a TCG VM node, where a liveness
     probe from 30 s after start restarted it just as sshd came up, again and again), ready once it listens
-    (checked every 5 s), restarted after two minutes of not listening once it has (6 x 20 s)."""
+    (checked every 5 s), restarted after two minutes of not listening once it has (6 x 20 s).
+
+    ``startup`` False (a cluster held on an older release's images, ``warden.imagecompat``): the probes that
+    release rendered, liveness from ``liveness_delay`` s after start and no startup probe, so that upgrading
+    the operator changes no pod template and replaces no pod."""
+    if not startup:
+        return {
+            "readinessProbe": listening_probe(port, period=5),
+            "livenessProbe": listening_probe(port, period=20, failures=6, initial_delay=liveness_delay),
+        }
     return {
         "startupProbe": listening_probe(port, period=5, failures=DAEMON_START_SECONDS // 5),
         "readinessProbe": listening_probe(port, period=5),
