@@ -180,15 +180,11 @@ def daemon_probes(port: int, liveness_delay: int, startup: bool = True) -> Manif
     ``startup`` False (a cluster held on an older release's images, ``warden.imagecompat``): the probes that
     release rendered, liveness from ``liveness_delay`` s after start and no startup probe, so that upgrading
     the operator changes no pod template and replaces no pod."""
-    if not startup:
-        return {
-            "readinessProbe": listening_probe(port, period=5),
-            "livenessProbe": listening_probe(port, period=20, failures=6, initial_delay=liveness_delay),
-        }
+    first = {"startupProbe": listening_probe(port, period=5, failures=DAEMON_START_SECONDS // 5)} if startup else {}
     return {
-        "startupProbe": listening_probe(port, period=5, failures=DAEMON_START_SECONDS // 5),
+        **first,
         "readinessProbe": listening_probe(port, period=5),
-        "livenessProbe": listening_probe(port, period=20, failures=6),
+        "livenessProbe": listening_probe(port, period=20, failures=6, initial_delay=0 if startup else liveness_delay),
     }
 
 
