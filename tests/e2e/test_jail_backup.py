@@ -137,7 +137,7 @@ def _install(setup: tuple[Kube, str, str, Path], key: Path, **jail: Any) -> Inst
 
 
 def _ok(out: Any) -> str:
-    assert out.returncode == 0, f"{out.stdout}\n{out.stderr}"
+    assert out.returncode == 0, f"exit {out.returncode}: {out.stderr.strip()}\n{out.stdout}"
     return str(out.stdout)
 
 

@@ -83,6 +83,20 @@ def _operators(installed: Handover) -> dict[str, dict[str, Any]]:
     return {p["metadata"]["name"]: p for p in pods if not p["metadata"].get("deletionTimestamp")}
 
 
+def _lease_state(installed: Handover) -> str:
+    """Who holds the Lease and what became of each operator pod, for a failed wait's first line."""
+    pods = installed.kube.json("-n", installed.namespace, "get", "pods", "-l", OPERATOR)["items"]
+    said = []
+    for p in pods:
+        statuses = p["status"].get("containerStatuses") or []
+        restarts = sum(c.get("restartCount", 0) for c in statuses)
+        last = next((c.get("lastState", {}).get("terminated") for c in statuses if c.get("lastState")), None) or {}
+        said.append(f"{p['metadata']['name']} {p['status'].get('phase')}{' Ready' if _ready(p) else ''}"
+                    f"{' deleting' if p['metadata'].get('deletionTimestamp') else ''} restarts {restarts}"
+                    f"{' (last exit ' + str(last.get('exitCode')) + ')' if last else ''}")  # fmt: skip
+    return f"the Lease held by {_holder(installed) or 'nobody'}; operator pods: {', '.join(said)}"
+
+
 def _leader_and_standby(installed: Handover) -> tuple[str, str]:
     def both_ready() -> tuple[str, str] | None:
         pods = _operators(installed)
@@ -155,8 +169,11 @@ def _scale_and_edit_then(installed: Handover, act: Callable[[], None], what: str
         installed.helm_upgrade()
         t0 = time.monotonic()
         act()
-        _eventually(f"{standby} holding the Lease", lambda: _holder(installed) == standby, timeout=LEASE_S + 15,
-                    interval=0.2)  # fmt: skip
+        try:
+            _eventually(f"{standby} holding the Lease", lambda: _holder(installed) == standby,
+                        timeout=LEASE_S + 15, interval=0.2)  # fmt: skip
+        except AssertionError as e:
+            raise AssertionError(f"{e}; {_lease_state(installed)}") from e
         leads = time.monotonic() - t0
         new = f"{NAME}-worker-cpu-{group['replicas'] - 1}"
         _eventually(f"{new} made", lambda: new in watch.first, timeout=120, interval=0.2)

@@ -342,6 +342,15 @@ def _job(cluster: VmCluster, ada: Path, job: str) -> dict[str, str]:
     return _fields(cluster.as_user(USER, ada, f"scontrol show job {job} -o"))
 
 
+def _job_story(cluster: VmCluster, ada: Path, job: str) -> str:
+    """What a person reads when a job did not end as it should: its output and slurmctld's lines about it."""
+    out = cluster.ssh(f"cat /home/{USER}/two-{job}.out", key=ada, user=USER).stdout
+    log = cluster.kube.kubectl("-n", cluster.namespace, "logs", f"{NAME}-controller-0", "-c", "slurmctld",
+                               check=False)  # fmt: skip
+    about = [line for line in log.splitlines() if f"JobId={job}" in line or WORKER_B in line]
+    return f"--- the job's output\n{out}--- slurmctld on job {job} and {WORKER_B}\n" + "\n".join(about[-40:])
+
+
 def test_a_node_powered_off_under_a_two_node_job(cluster: VmCluster, ada: Path) -> None:
     """VM node 3 is powered off hard while a 2-node job runs on its worker and on node 2's. Slurm marks its node
     DOWN with a reason, the job is requeued (never silently lost), users run on the node left at once; the
@@ -361,9 +370,14 @@ def test_a_node_powered_off_under_a_two_node_job(cluster: VmCluster, ada: Path) 
                       lambda s: s.split("|")[0].startswith("down") and s.split("|")[1] not in ("", "none"),
                       timeout=180)  # fmt: skip
     timings["slurm_node_down_s"] = time.monotonic() - t0
-    requeued = eventually(f"job {job} requeued", lambda: cluster.as_user(USER, ada, f"scontrol show job {job} -o"),
-                          lambda j: " Restarts=1 " in j and "JobState=COMPLETED" not in j
-                          and "JobState=FAILED" not in j and "JobState=CANCELLED" not in j, timeout=180)  # fmt: skip
+    try:
+        requeued = eventually(f"job {job} requeued",
+                              lambda: cluster.as_user(USER, ada, f"scontrol show job {job} -o"),
+                              lambda j: " Restarts=1 " in j and "JobState=COMPLETED" not in j
+                              and "JobState=FAILED" not in j and "JobState=CANCELLED" not in j,
+                              timeout=180)  # fmt: skip
+    except AssertionError as e:
+        raise AssertionError(f"{e}\n{_job_story(cluster, ada, job)}") from e
     timings["job_requeued_s"] = time.monotonic() - t0
     cluster.as_user(USER, ada, f"srun -N1 -w {WORKER_A} true", timeout=120)
     timings["users_run_again_s"] = time.monotonic() - t0

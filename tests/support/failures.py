@@ -7,6 +7,7 @@ scroll out of what CI keeps). Loaded for every tier by tests/conftest.py."""
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Generator
 
 import pytest
@@ -29,8 +30,16 @@ def pytest_runtest_makereport(
 
 def _first_line(report: pytest.TestReport) -> str:
     crash = getattr(report.longrepr, "reprcrash", None)
-    message = str(getattr(crash, "message", "") or report.longreprtext or "")
-    line = next((x.strip() for x in message.splitlines() if x.strip()), "")
+    return first_line(str(getattr(crash, "message", "") or report.longreprtext or ""))
+
+
+def first_line(message: str) -> str:
+    """Why a test failed, in one line: its message's first line, with the next one when the first is only the
+    exception's name ("AssertionError:" of an assertion whose message begins with a newline)."""
+    lines = [x.strip() for x in message.splitlines() if x.strip()]
+    line = lines[0] if lines else ""
+    if re.fullmatch(r"\w+:", line) and len(lines) > 1:
+        line = f"{line} {lines[1]}"
     return line if len(line) <= 400 else line[:399] + "…"
 
 
