@@ -113,7 +113,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 from warden_dev import vmjoin
 
                 script(["bash", str(REPO_ROOT / "hack" / "install-deps.sh"), "nodes"])  # qemu, nfs-ganesha
-                timed(f"{nodes} VM node(s)", lambda: vmjoin.join_all(range(1, nodes + 1), cpus=2))
+                from warden_dev import vmimages
+
+                timed(f"{nodes} VM node(s)", lambda: vmjoin.join_all(range(1, nodes + 1), cpus=2,
+                                                                    images=vmimages.slurm_images()))  # fmt: skip
             log(f"make up: {time.monotonic() - t0:.0f}s in all")
         elif ns.command == "cluster":
             cluster_up(cluster)

@@ -36,7 +36,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from warden_dev import localcluster, localvolumes, vmnode
+from warden_dev import localcluster, localvolumes, vmimages, vmnode
 from warden_dev.controlplane import REPO_ROOT, Pki, wait_for
 from warden_dev.localcluster import (
     CLUSTER_CIDR,
@@ -241,6 +241,11 @@ gpus=$(cat "$S/gpus" 2>/dev/null || echo 0)
 if [ "$gpus" -gt 0 ]; then
     mkdir -p /run/warden-gpudev
     for i in $(seq 0 $((gpus - 1))); do mknod -m 0666 "/run/warden-gpudev/nvidia$i" c 195 "$i"; done
+fi
+# the images disk (vmimages: the cluster's images already pulled, made on the host), when attached
+mkdir -p /var/lib/containerd
+if mount -L warden-images /var/lib/containerd 2>>"$L/node-start.log"; then
+    echo "images disk mounted on /var/lib/containerd" >>"$L/node-start.log"
 fi
 containerd --config "$S/containerd.toml" >>"$L/containerd.log" 2>&1 &
 for _ in $(seq 1 120); do ctr version >/dev/null 2>&1 && break; sleep 0.5; done
@@ -506,9 +511,11 @@ def kubectl_argv() -> list[str]:
     return [str(bins / "kubectl"), f"--kubeconfig={saved['kubeconfig']}"]
 
 
-def join(index: int, cpus: int = 1, memory_mib: int = 3072, timeout: float = 900, gpus: int = 0) -> dict[str, Any]:
-    """Boot VM node ``index`` as a node of the running local cluster (with ``gpus`` stand-in GPUs) and wait
-    until it is Ready; what it reported at boot, its Node's facts and the times."""
+def join(index: int, cpus: int = 1, memory_mib: int = 3072, timeout: float = 900, gpus: int = 0,
+         images: Sequence[str] = ()) -> dict[str, Any]:  # fmt: skip
+    """Boot VM node ``index`` as a node of the running local cluster (with ``gpus`` stand-in GPUs, and
+    ``images`` of the local registry already in its containerd: ``vmimages``) and wait until it is Ready;
+    what it reported at boot, its Node's facts and the times."""
     server, bins, pki = local_cluster_api(localcluster_state())
     layout = node_layout(index)
     t0 = time.monotonic()
@@ -518,7 +525,12 @@ def join(index: int, cpus: int = 1, memory_mib: int = 3072, timeout: float = 900
         host_side(state, layout, registry_dir())
         return [Share(SHARE_TAG, share), Share(LOGS_TAG, ndir / "logs", readonly=False)]
 
-    result = vmnode.boot(index, cpus=cpus, memory_mib=memory_mib, timeout=timeout, prepare=prepare)
+    # a Node object left from an earlier boot of this name (a node that died and never left) goes first: its
+    # taints (the out-of-service one an admin set when it died) would keep pods off the new machine
+    subprocess.run([*kubectl_argv(), "delete", "node", layout.name, "--ignore-not-found", "--wait=false"],
+                   capture_output=True, timeout=60)  # fmt: skip
+    disks = [vmimages.ensure_disk(images)] if images else []
+    result = vmnode.boot(index, cpus=cpus, memory_mib=memory_mib, timeout=timeout, prepare=prepare, disks=disks)
     ready = result["reports"].get("ready", {})
     if ready.get("joined") != "yes":
         raise VmNodeError(f"{layout.name}: node-start failed; see {vmnode.node_dir(layout) / 'logs'}")
@@ -565,15 +577,23 @@ def joined(index: int) -> bool:
 
 
 def join_all(indexes: Sequence[int], cpus: int | Mapping[int, int] = 1, memory_mib: int = 3072,
-             gpus: int = 0) -> dict[str, dict[str, Any]]:  # fmt: skip
+             gpus: int = 0, images: Sequence[str] = ()) -> dict[str, dict[str, Any]]:  # fmt: skip
     """Join VM nodes ``indexes`` side by side (those already joined are left as they are): each boots once
     the one before runs its qemu, so the first makes what they share (the bridge, the mirror, the NFS
-    server) alone. ``cpus``: for every node, or by index. What each join returned, by node name
-    ({"reused": True} for one already joined)."""
+    server) alone. ``cpus``: for every node, or by index; ``images``: already in each node's containerd.
+    What each join returned, by node name ({"reused": True} for one already joined)."""
     from concurrent.futures import Future, ThreadPoolExecutor
 
     out: dict[str, dict[str, Any]] = {}
     futures: dict[str, Future[dict[str, Any]]] = {}
+    # leftovers of nodes that did not leave (a machine restarted under kept nodes) are cleared one by one
+    # first: a leftover's state names the shared bridge, and clearing it while a sibling boots took the
+    # sibling's tap off the bridge (its VM booted without a network), and its stale pid started the next boot
+    for index in indexes:
+        if vmnode.state_file(node_layout(index)).is_file() and not joined(index):
+            vmnode.down(index)
+    if images and not all(joined(i) for i in indexes):
+        vmimages.ensure_disk(images)  # once, before the nodes that share it boot
     with ThreadPoolExecutor(max(1, len(indexes))) as pool:
         for index in indexes:
             layout = node_layout(index)
@@ -582,7 +602,7 @@ def join_all(indexes: Sequence[int], cpus: int | Mapping[int, int] = 1, memory_m
                 continue
             t0 = time.monotonic()
             n = cpus if isinstance(cpus, int) else cpus[index]
-            futures[layout.name] = pool.submit(join, index, cpus=n, memory_mib=memory_mib, gpus=gpus)
+            futures[layout.name] = pool.submit(join, index, cpus=n, memory_mib=memory_mib, gpus=gpus, images=images)
             state = vmnode.state_file(layout)
             while not futures[layout.name].done() and '"pid"' not in (state.read_text() if state.is_file() else ""):
                 time.sleep(1)

@@ -184,11 +184,12 @@ class Share:
 
 def qemu_argv(files: VmFiles, layout: NodeLayout, accel: str, report_to: str, node_dir: Path, cpus: int = 1,
               memory_mib: int = 1536, quiet: bool = True, machine: str = "q35",
-              shares: Sequence[Share] = ()) -> list[str]:  # fmt: skip
+              shares: Sequence[Share] = (), disks: Sequence[Path] = ()) -> list[str]:  # fmt: skip
     """qemu's command line for a node: the disk read-only underneath (``snapshot=on``), the tap (no scripts:
     the host side is made by ``boot``), the serial console to a file, ``shares`` as 9p devices (a node
-    with shares joins the local cluster). ``machine`` is ``q35`` (PCI, SeaBIOS) or ``microvm`` (virtio-mmio
-    devices, no PCI, qboot: less to emulate under TCG)."""
+    with shares joins the local cluster), ``disks`` after the root disk, read-only underneath too (shared by
+    the nodes: ``vmimages``). ``machine`` is ``q35`` (PCI, SeaBIOS) or ``microvm`` (virtio-mmio devices, no
+    PCI, qboot: less to emulate under TCG)."""
     if not 1 <= cpus <= 2:
         raise VmNodeError("a VM node gets 1 or 2 CPUs here")
     if not 256 <= memory_mib <= MAX_MEMORY_MIB:
@@ -201,6 +202,9 @@ def qemu_argv(files: VmFiles, layout: NodeLayout, accel: str, report_to: str, no
     # microvm: without a PIT the kernel cannot calibrate the TSC under TCG and stops there
     machine_opt = "q35" if machine == "q35" else "microvm,pit=on,pic=on,rtc=on"
     share_args: list[str] = []
+    for n, disk in enumerate(disks, start=1):
+        share_args += ["-drive", f"id=disk{n},file={disk},if=none,format=raw,snapshot=on,cache=unsafe",
+                       "-device", f"virtio-blk-{bus},drive=disk{n}"]  # fmt: skip
     for sh in shares:
         ro = ",readonly=on" if sh.readonly else ""
         share_args += ["-fsdev", f"local,id={sh.tag},path={sh.path},security_model=none{ro}",
@@ -504,9 +508,11 @@ Prepare = Callable[["NodeState", NodeLayout, Path], Sequence[Share]]
 
 
 def boot(index: int = 1, cpus: int = 1, memory_mib: int = 1536, timeout: float = 600, quiet: bool = True,
-         machine: str = "q35", prepare: Prepare | None = None) -> dict[str, Any]:  # fmt: skip
+         machine: str = "q35", prepare: Prepare | None = None,
+         disks: Sequence[Path] = ()) -> dict[str, Any]:  # fmt: skip
     """Build what is missing, boot node ``index`` and wait for its two reports; return them with the times.
-    ``prepare`` makes what a node of the local cluster needs from the host, and names its shares."""
+    ``prepare`` makes what a node of the local cluster needs from the host, and names its shares; ``disks``
+    are attached after the root disk."""
     if os.geteuid() != 0:
         raise VmNodeError("VM nodes need root (bridge, tap)")
     layout = node_layout(index)
@@ -521,14 +527,14 @@ def boot(index: int = 1, cpus: int = 1, memory_mib: int = 1536, timeout: float =
         raise VmNodeError(f"{VM_SUBNET} overlaps the local cluster's {clash}")
     files = ensure_image()
     try:
-        return _start(layout, files, cpus, memory_mib, timeout, quiet, machine, prepare)
+        return _start(layout, files, cpus, memory_mib, timeout, quiet, machine, prepare, disks)
     except BaseException:
         down(index)  # a boot that fails or is stopped (SIGTERM: main) removes what it made, and only that
         raise
 
 
 def _start(layout: NodeLayout, files: VmFiles, cpus: int, memory_mib: int, timeout: float, quiet: bool,
-           machine: str, prepare: Prepare | None) -> dict[str, Any]:  # fmt: skip
+           machine: str, prepare: Prepare | None, disks: Sequence[Path] = ()) -> dict[str, Any]:  # fmt: skip
     state = NodeState(layout)
     accel = host_accel()
     ndir = node_dir(layout)
@@ -560,7 +566,7 @@ def _start(layout: NodeLayout, files: VmFiles, cpus: int, memory_mib: int, timeo
     listener.listen(4)
     report_to = f"{layout.gateway}:{listener.getsockname()[1]}"
     argv = qemu_argv(files, layout, accel, report_to, ndir, cpus=cpus, memory_mib=memory_mib, quiet=quiet,
-                     machine=machine, shares=shares)  # fmt: skip
+                     machine=machine, shares=shares, disks=disks)  # fmt: skip
     (ndir / "console.log").unlink(missing_ok=True)
     qlog = (ndir / "qemu.log").open("wb")
     env = {**os.environ, "TMPDIR": str(ndir)}  # snapshot=on's temporary overlay lives here

@@ -169,11 +169,8 @@ def _scale_and_edit_then(installed: Handover, act: Callable[[], None], what: str
         installed.helm_upgrade()
         t0 = time.monotonic()
         act()
-        try:
-            _eventually(f"{standby} holding the Lease", lambda: _holder(installed) == standby,
-                        timeout=LEASE_S + 15, interval=0.2)  # fmt: skip
-        except AssertionError as e:
-            raise AssertionError(f"{e}; {_lease_state(installed)}") from e
+        _eventually(f"{standby} holding the Lease", lambda: _holder(installed) == standby,
+                    timeout=LEASE_S + 15, interval=0.2, explain=lambda: _lease_state(installed))  # fmt: skip
         leads = time.monotonic() - t0
         new = f"{NAME}-worker-cpu-{group['replicas'] - 1}"
         _eventually(f"{new} made", lambda: new in watch.first, timeout=120, interval=0.2)

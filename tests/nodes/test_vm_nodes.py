@@ -30,7 +30,7 @@ from typing import Any
 import pytest
 
 from tests.support.eventually import eventually
-from warden_dev import vmjoin, vmnode
+from warden_dev import vmimages, vmjoin, vmnode
 from warden_dev.localcluster import (
     Kube,
     install_charts,
@@ -127,7 +127,8 @@ def vm_nodes(kube: Kube) -> Iterator[dict[str, dict[str, Any]]]:
     """The VM nodes joined side by side (booted here unless already joined), left again at the end."""
     started = [i for i in NODES if not vmjoin.joined(i)]
     try:
-        yield vmjoin.join_all(NODES, cpus=VM_CPUS, memory_mib=VM_MEMORY_MIB, gpus=GPUS)
+        yield vmjoin.join_all(NODES, cpus=VM_CPUS, memory_mib=VM_MEMORY_MIB, gpus=GPUS,
+                              images=vmimages.slurm_images())  # fmt: skip
     finally:
         for index in reversed(started) if not KEEP else ():
             vmjoin.leave(index)
@@ -370,14 +371,10 @@ def test_a_node_powered_off_under_a_two_node_job(cluster: VmCluster, ada: Path) 
                       lambda s: s.split("|")[0].startswith("down") and s.split("|")[1] not in ("", "none"),
                       timeout=180)  # fmt: skip
     timings["slurm_node_down_s"] = time.monotonic() - t0
-    try:
-        requeued = eventually(f"job {job} requeued",
-                              lambda: cluster.as_user(USER, ada, f"scontrol show job {job} -o"),
-                              lambda j: " Restarts=1 " in j and "JobState=COMPLETED" not in j
-                              and "JobState=FAILED" not in j and "JobState=CANCELLED" not in j,
-                              timeout=180)  # fmt: skip
-    except AssertionError as e:
-        raise AssertionError(f"{e}\n{_job_story(cluster, ada, job)}") from e
+    requeued = eventually(f"job {job} requeued", lambda: cluster.as_user(USER, ada, f"scontrol show job {job} -o"),
+                          lambda j: " Restarts=1 " in j and "JobState=COMPLETED" not in j
+                          and "JobState=FAILED" not in j and "JobState=CANCELLED" not in j,
+                          timeout=180, explain=lambda: _job_story(cluster, ada, job))  # fmt: skip
     timings["job_requeued_s"] = time.monotonic() - t0
     cluster.as_user(USER, ada, f"srun -N1 -w {WORKER_A} true", timeout=120)
     timings["users_run_again_s"] = time.monotonic() - t0

@@ -10,26 +10,36 @@ from typing import Any
 from warden_dev.controlplane import wait_scale
 
 
-def eventually(what: str, probe: Callable[[], str], ok: Callable[[str], bool], timeout: float = 30) -> str:
+def _told(explain: Callable[[], str] | None) -> str:
+    """What ``explain`` adds to a wait's failure (what a person needs to see why), on a line of its own."""
+    return f"\n{explain()}" if explain is not None else ""
+
+
+def eventually(what: str, probe: Callable[[], str], ok: Callable[[str], bool], timeout: float = 30,
+               explain: Callable[[], str] | None = None) -> str:  # fmt: skip
     """``probe()`` every second until ``ok`` holds of its output (returned), or fail after ``timeout`` s
-    with the last output (``timeout`` times ``wait_scale()``: longer for tiers run side by side)."""
+    with the last output (``timeout`` times ``wait_scale()``: longer for tiers run side by side) and what
+    ``explain()`` says then."""
     deadline = time.monotonic() + timeout * wait_scale()
     out = probe()
     while not ok(out) and time.monotonic() < deadline:
         time.sleep(1)
         out = probe()
-    assert ok(out), f"{what}: {out!r}"
+    if not ok(out):
+        raise AssertionError(f"{what}: {out!r}{_told(explain)}")
     return out
 
 
-def until(what: str, check: Callable[[], Any], timeout: float = 60, interval: float = 1) -> Any:
+def until(what: str, check: Callable[[], Any], timeout: float = 60, interval: float = 1,
+          explain: Callable[[], str] | None = None) -> Any:  # fmt: skip
     """``check()`` every ``interval`` s until it returns something true (returned), or fail after
-    ``timeout`` s (times ``wait_scale()``) naming ``what``."""
+    ``timeout`` s (times ``wait_scale()``) naming ``what``, with what ``explain()`` says then."""
     timeout *= wait_scale()
     deadline = time.monotonic() + timeout
     while True:
         got = check()
         if got:
             return got
-        assert time.monotonic() < deadline, f"{what}: not within {timeout:.0f}s (last: {got!r})"
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"{what}: not within {timeout:.0f}s (last: {got!r}){_told(explain)}")
         time.sleep(interval)
