@@ -165,6 +165,8 @@ def test_a_slow_starting_sshd_or_slurmdbd_is_not_restarted_before_it_could_liste
             start, live = c["startupProbe"], c["livenessProbe"]
             assert start["periodSeconds"] * start["failureThreshold"] == 600, key
             assert (live["periodSeconds"] * live["failureThreshold"], live["initialDelaySeconds"]) == (120, 0), key
+            # a check slowed by a starved node is not "not listening": it has 15 s, within liveness's period
+            assert start["timeoutSeconds"] == 5 and 15 == live["timeoutSeconds"] < live["periodSeconds"], key
 
 
 def test_a_stuck_slurmctld_is_not_ready_then_restarted_within_a_bounded_time() -> None:

@@ -155,36 +155,47 @@ def tcp_probe(port: int, period: int = 10, failures: int = 3, initial_delay: int
     }
 
 
-def listening_probe(port: int, period: int = 10, failures: int = 3, initial_delay: int = 0) -> Manifest:
+def listening_probe(port: int, period: int = 10, failures: int = 3, initial_delay: int = 0,
+                    timeout: int = 5) -> Manifest:  # fmt: skip
     """Like tcp_probe (ready once the daemon listens), without connecting: slurmd and sshd log every
-    bare TCP connect as a broken connection, every `period` seconds on every node."""
+    bare TCP connect as a broken connection, every `period` seconds on every node. A check that takes
+    longer than ``timeout`` s counts as a failure."""
     return {
         "exec": {"command": [naming.LISTENING_CHECK, str(port)]},
         "periodSeconds": period,
         "failureThreshold": failures,
         "initialDelaySeconds": initial_delay,
-        "timeoutSeconds": 5,
+        "timeoutSeconds": timeout,
     }
 
 
 #: how long a daemon's pod may take to start listening before the kubelet restarts it
 DAEMON_START_SECONDS = 600
+#: how long liveness's listening check may take before it counts as a failure (its exec, on a starved node)
+LIVENESS_CHECK_SECONDS = 15
 
 
 def daemon_probes(port: int, liveness_delay: int, startup: bool = True) -> Manifest:
     """A long-running daemon's probes: up to ``DAEMON_START_SECONDS`` to start listening (what its entrypoint
     does first takes minutes on a slow node: the login's setup took three on a TCG VM node, where a liveness
     probe from 30 s after start restarted it just as sshd came up, again and again), ready once it listens
-    (checked every 5 s), restarted after two minutes of not listening once it has (6 x 20 s).
+    (checked every 10 s), restarted after two minutes of not listening once it has (6 x 20 s), a check
+    having ``LIVENESS_CHECK_SECONDS`` to answer: on a starved node (a TCG VM node, every pod starting at
+    once) the check's own exec took over 5 s for two minutes while sshd listened, and liveness restarted
+    it three times, each restart starving the node again.
 
     ``startup`` False (a cluster held on an older release's images, ``warden.imagecompat``): the probes that
     release rendered, liveness from ``liveness_delay`` s after start and no startup probe, so that upgrading
     the operator changes no pod template and replaces no pod."""
-    first = {"startupProbe": listening_probe(port, period=5, failures=DAEMON_START_SECONDS // 5)} if startup else {}
+    if not startup:
+        return {
+            "readinessProbe": listening_probe(port, period=5),
+            "livenessProbe": listening_probe(port, period=20, failures=6, initial_delay=liveness_delay),
+        }
     return {
-        **first,
-        "readinessProbe": listening_probe(port, period=5),
-        "livenessProbe": listening_probe(port, period=20, failures=6, initial_delay=0 if startup else liveness_delay),
+        "startupProbe": listening_probe(port, period=5, failures=DAEMON_START_SECONDS // 5),
+        "readinessProbe": listening_probe(port, period=10),
+        "livenessProbe": listening_probe(port, period=20, failures=6, timeout=LIVENESS_CHECK_SECONDS),
     }
 
 
