@@ -526,9 +526,12 @@ def join(index: int, cpus: int = 1, memory_mib: int = 3072, timeout: float = 900
         return [Share(SHARE_TAG, share), Share(LOGS_TAG, ndir / "logs", readonly=False)]
 
     # a Node object left from an earlier boot of this name (a node that died and never left) goes first: its
-    # taints (the out-of-service one an admin set when it died) would keep pods off the new machine
-    subprocess.run([*kubectl_argv(), "delete", "node", layout.name, "--ignore-not-found", "--wait=false"],
-                   capture_output=True, timeout=60)  # fmt: skip
+    # taints (the out-of-service one an admin set when it died) would keep pods off the new machine. Not a
+    # running node's: boot refuses that one, and its kubelet would not register again
+    pid = NodeState(layout).data.get("pid")
+    if not (pid and vmnode.process_alive(int(pid), layout.name)):
+        subprocess.run([*kubectl_argv(), "delete", "node", layout.name, "--ignore-not-found", "--wait=false"],
+                       capture_output=True, timeout=60)  # fmt: skip
     disks = [vmimages.ensure_disk(images)] if images else []
     result = vmnode.boot(index, cpus=cpus, memory_mib=memory_mib, timeout=timeout, prepare=prepare, disks=disks)
     ready = result["reports"].get("ready", {})
