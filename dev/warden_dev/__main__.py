@@ -110,11 +110,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             timed("demo", lambda: demo(cluster))
             nodes = int(os.environ.get("WARDEN_VM_NODES") or 0)
             if nodes:
-                from warden_dev import vmjoin
+                from warden_dev import vmimages, vmjoin
 
                 script(["bash", str(REPO_ROOT / "hack" / "install-deps.sh"), "nodes"])  # qemu, nfs-ganesha
-                from warden_dev import vmimages
-
                 timed(f"{nodes} VM node(s)", lambda: vmjoin.join_all(range(1, nodes + 1), cpus=2,
                                                                     images=vmimages.slurm_images()))  # fmt: skip
             log(f"make up: {time.monotonic() - t0:.0f}s in all")

@@ -528,8 +528,7 @@ def join(index: int, cpus: int = 1, memory_mib: int = 3072, timeout: float = 900
     # a Node object left from an earlier boot of this name (a node that died and never left) goes first: its
     # taints (the out-of-service one an admin set when it died) would keep pods off the new machine. Not a
     # running node's: boot refuses that one, and its kubelet would not register again
-    pid = NodeState(layout).data.get("pid")
-    if not (pid and vmnode.process_alive(int(pid), layout.name)):
+    if not NodeState(layout).running():
         subprocess.run([*kubectl_argv(), "delete", "node", layout.name, "--ignore-not-found", "--wait=false"],
                        capture_output=True, timeout=60)  # fmt: skip
     disks = [vmimages.ensure_disk(images)] if images else []
@@ -567,9 +566,7 @@ __all__ = ["VM_NODE_KEY", "VM_TAINT", "cni_conflist", "containerd_config", "join
 def joined(index: int) -> bool:
     """VM node ``index`` runs (its qemu is alive) and its Node is Ready."""
     layout = node_layout(index)
-    state = NodeState(layout)
-    pid = state.data.get("pid")
-    if not pid or not vmnode.process_alive(int(pid), layout.name) or not localcluster_state().is_file():
+    if not NodeState(layout).running() or not localcluster_state().is_file():
         return False
     proc = subprocess.run([*kubectl_argv(), "get", "node", layout.name, "-o", "json"], capture_output=True,
                           text=True, timeout=60)  # fmt: skip

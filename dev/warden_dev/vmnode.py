@@ -491,6 +491,11 @@ class NodeState:
         self.data[key] = value
         self.save()
 
+    def running(self) -> bool:
+        """The qemu this state names is alive."""
+        pid = self.data.get("pid")
+        return pid is not None and process_alive(int(pid), self.layout.name)
+
 
 def process_alive(pid: int, marker: str) -> bool:
     """The process ``pid`` is alive and is our qemu (its command line names ``marker``)."""
@@ -517,7 +522,7 @@ def boot(index: int = 1, cpus: int = 1, memory_mib: int = 1536, timeout: float =
         raise VmNodeError("VM nodes need root (bridge, tap)")
     layout = node_layout(index)
     state = NodeState(layout)
-    if state.data.get("pid") and process_alive(state.data["pid"], layout.name):
+    if state.running():
         raise VmNodeError(f"{layout.name} is running (pid {state.data['pid']}): python -m warden_dev vm-node down")
     if state.data:
         down(index)  # leftovers of a crash: remove them first
