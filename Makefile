@@ -97,7 +97,7 @@ e2e: venv ## e2e tier: helm install on a real single-node Kubernetes (local clus
 	@$(MAKE) --no-print-directory e2e-builds
 	@$(STAGE) e2e hack/pytest-tier.sh e2e -q --durations=15
 
-nodes: venv nodes-builds ## nodes tier: three VM nodes (Debian's kernel: cgroup v2, AppArmor, NFS) join the local cluster; a SlurmCluster on them shares one NFS jail, then a node dies
+nodes: venv nodes-builds ## nodes tier: two VM nodes (Debian's kernel: cgroup v2, AppArmor, NFS) join the local cluster; a SlurmCluster on them shares one NFS jail, then a node dies
 	@$(STAGE) docker hack/docker.sh ensure
 	@$(STAGE) base-image hack/base-image.sh
 	@$(STAGE) images hack/images.sh

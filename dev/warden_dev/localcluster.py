@@ -520,8 +520,9 @@ def provisioner_rbac() -> list[dict[str, Any]]:
             "kind": "ClusterRole",
             "metadata": {"name": "warden:local-volumes"},
             "rules": [
-                {"apiGroups": [""], "resources": ["persistentvolumes"], "verbs": ["list", "create", "delete"]},
-                {"apiGroups": [""], "resources": ["persistentvolumeclaims"], "verbs": ["list"]},
+                # watch: a change wakes its pass (warden_dev.localvolumes)
+                {"apiGroups": [""], "resources": ["persistentvolumes"], "verbs": ["list", "watch", "create", "delete"]},
+                {"apiGroups": [""], "resources": ["persistentvolumeclaims"], "verbs": ["list", "watch"]},
                 {"apiGroups": ["storage.k8s.io"], "resources": ["storageclasses"], "verbs": ["list"]},
             ],
         },

@@ -50,8 +50,9 @@ from warden_dev.controlplane import SERVICE_CIDR, cache_dir
 
 VM_SUITE = "trixie"
 #: installed by apt inside the debootstrapped root (minbase has no kernel, init or network tools); pigz:
-#: containerd unpacks gzip layers with unpigz when it is there (image pulls are the slowest part of a node under TCG)
-ROOT_PACKAGES = ("linux-image-amd64", "initramfs-tools", "zstd", "kmod", "containerd", "runc", "nfs-common",
+#: containerd unpacks gzip layers with unpigz when it is there (image pulls are the slowest part of a node under TCG);
+#: crun: the node's OCI runtime (vmjoin.containerd_config: under TCG an exec, every exec probe, costs half runc's)
+ROOT_PACKAGES = ("linux-image-amd64", "initramfs-tools", "zstd", "kmod", "containerd", "runc", "crun", "nfs-common",
                  "apparmor", "iproute2", "iptables", "tini", "procps", "ca-certificates",
                  "containernetworking-plugins", "conntrack", "ethtool", "socat", "pigz")  # fmt: skip
 #: the initramfs holds only what finds and mounts the root (Debian's default, MODULES=most, is 37 MB and

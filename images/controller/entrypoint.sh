@@ -35,10 +35,9 @@ ha=""
 
 # what this pod follows: the config files and the JWT key
 followed=("$WARDEN_CONFIG_DIR" "$(dirname "$WARDEN_JWT_KEY")")
-config_hash="$(warden_dirs_hash "${followed[@]}")"
-warden_slurm_config
+# the hash of what it follows taken before the copy (a change meanwhile is not missed), the files, the JWT key
+config_hash="$(warden_slurm_config --jwt-key "${followed[@]/#/--print-hash=}")"
 [ -z "$ha" ] || ha_self_conf || exit 1
-warden_jwt_key
 warden_jail_users
 state="${WARDEN_STATE_DIR:-/var/spool/slurmctld}"
 install -d -o slurm -g slurm -m 0755 "$state"
@@ -63,10 +62,8 @@ fi
 if [ -n "$ha" ]; then
     ha_wait_for_turn "$state"
     # the files may have changed while it stood by
-    config_hash="$(warden_dirs_hash "${followed[@]}")"
-    warden_slurm_config
+    config_hash="$(warden_slurm_config --jwt-key "${followed[@]/#/--print-hash=}")"
     ha_self_conf || exit 1
-    warden_jwt_key
 fi
 # With AccountingStorageEnforce (spec.accounting.enforce), a slurmctld that has no association state of its
 # own yet (its first start) stops at once unless slurmdbd answers ("fatal: slurmdbd and/or database must be
@@ -185,8 +182,7 @@ save_state_once &
 save_pid=$!
 
 reload() {
-    warden_slurm_config || return 1
-    warden_jwt_key || return 1
+    warden_slurm_config --jwt-key || return 1
     if [ -n "$ha" ]; then
         ha_self_conf || return 1
         if [ "$(ha_in_charge "$state")" != "$(ha_index)" ]; then

@@ -25,8 +25,8 @@ warden_passthrough /usr/sbin/sshd "$@"
 ssh_in="${WARDEN_SSH_DIR:-/etc/warden/ssh}"
 hostkeys="${WARDEN_SSH_HOST_KEYS:-/etc/warden/ssh-host-keys}"
 
-config_hash="$(warden_dirs_hash "$WARDEN_CONFIG_DIR" "$ssh_in")"
-warden_slurm_config
+# the hash of what it follows taken before the copy (a change meanwhile is not missed), then the files
+config_hash="$(warden_slurm_config --print-hash="$WARDEN_CONFIG_DIR" --print-hash="$ssh_in")"
 warden_jail_users
 # what sshd's PAM session hook (directory users: /usr/lib/warden/warden-session) needs of this environment
 install -d -m 0755 /run/warden

@@ -30,12 +30,13 @@ warden_node() {
 
 # slurm.conf and friends (every regular file of the ConfigMap at $WARDEN_CONFIG_DIR), then the auth/slurm
 # key, into $SLURM_ETC, owned by SlurmUser; the key mode 0600 (slurmctld, slurmd, sackd and slurmdbd refuse
-# a key others can read).
-warden_slurm_config() { warden_node config; }
+# a key others can read). Its options make an entrypoint's first steps one Python start: --jwt-key, then
+# auth/jwt's HS256 key for slurmctld when slurm.conf asks for auth/jwt (`warden-node jwt-key`);
+# --print-hash=DIR..., print warden_dirs_hash DIR... taken before copying.
+#   warden_slurm_config [--jwt-key] [--print-hash=DIR]...
+warden_slurm_config() { warden_node config "$@"; }
 # the auth/slurm key alone
 warden_slurm_key() { warden_node key; }
-# auth/jwt's HS256 key, for slurmctld, when slurm.conf asks for auth/jwt (AuthAltTypes)
-warden_jwt_key() { warden_node jwt-key; }
 
 # The populate Job writes this file last: the jail volume holds a complete jail once it exists.
 WARDEN_JAIL_SENTINEL="${WARDEN_JAIL_SENTINEL:-.warden-populated}"
@@ -124,18 +125,27 @@ warden_start_sssd() {
     WARDEN_POLL_HOOKS="${WARDEN_POLL_HOOKS:-} warden_sssd_keep"
 }
 
-# The poll hook of warden_start_sssd.
+# The poll hook of warden_start_sssd (every WARDEN_CONFIG_POLL seconds in every pod of a directory cluster):
+# SSSD started again when it is gone, restarted when the directory settings' hash changed. The hash (a
+# Python start) is taken at the first poll, then only when a file of the settings is newer than the last
+# look (warden_changed_since against sssd_stamp).
 warden_sssd_keep() {
-    local now
-    now="$(warden_dirs_hash "$WARDEN_IDENTITY_DIR" "$WARDEN_IDENTITY_BIND_DIR" "$WARDEN_IDENTITY_CA_DIR")"
+    local now dirs=("$WARDEN_IDENTITY_DIR" "$WARDEN_IDENTITY_BIND_DIR" "$WARDEN_IDENTITY_CA_DIR")
     if ! kill -0 "$sssd_pid" 2>/dev/null; then
         warden_log "users: SSSD ($sssd_pid) is gone; starting it again"
-    elif [ "$now" != "$sssd_inputs" ]; then
+    else
+        if [ -n "${sssd_stamp:-}" ]; then
+            warden_changed_since "$sssd_stamp" "${dirs[@]}" || return 0
+        else
+            sssd_stamp="$(mktemp "${TMPDIR:-/tmp}/warden-sssd.XXXXXX")" || sssd_stamp=""
+        fi
+        # before the hash: a change while it is taken is newer than the stamp
+        [ -z "$sssd_stamp" ] || touch "$sssd_stamp"
+        now="$(warden_dirs_hash "${dirs[@]}")"
+        [ "$now" != "$sssd_inputs" ] || return 0
         warden_log "users: the directory settings changed; restarting SSSD"
         kill -TERM "$sssd_pid" 2>/dev/null
         for _ in $(seq 1 50); do kill -0 "$sssd_pid" 2>/dev/null || break; sleep 0.1; done
-    else
-        return 0
     fi
     warden_sssd_run && warden_log "users: SSSD running again ($sssd_pid)"
 }

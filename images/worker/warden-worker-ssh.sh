@@ -17,12 +17,18 @@ WARDEN_WORKER_SSH_DIR="${WARDEN_WORKER_SSH_DIR:-/etc/warden/worker-ssh}"
 WARDEN_WORKER_SSH_HOST_KEYS="${WARDEN_WORKER_SSH_HOST_KEYS:-/etc/warden/worker-ssh-host-keys}"
 WARDEN_WORKER_SSH_ROOT="${WARDEN_WORKER_SSH_ROOT:-/run/warden/ssh-root}"
 WARDEN_WORKER_SSH_HASH=""
+# the time of the last look at WARDEN_WORKER_SSH_DIR (warden_worker_ssh_keep hashes only what is newer)
+WARDEN_WORKER_SSH_STAMP=""
 
 warden_worker_ssh_wanted() { [ -f "$WARDEN_WORKER_SSH_DIR/sshd_config" ]; }
 
 # sshd_config, root's keys, the admins' list and the PAM stack naming this node.
 warden_worker_ssh_files() {
     local node="${WARDEN_NODE_NAME:-$(hostname -s)}"
+    [ -n "$WARDEN_WORKER_SSH_STAMP" ] ||
+        WARDEN_WORKER_SSH_STAMP="$(mktemp "${TMPDIR:-/tmp}/warden-worker-ssh.XXXXXX")" || WARDEN_WORKER_SSH_STAMP=""
+    # the stamp before the hash: a change while it is taken is newer than the stamp
+    [ -z "$WARDEN_WORKER_SSH_STAMP" ] || touch "$WARDEN_WORKER_SSH_STAMP"
     WARDEN_WORKER_SSH_HASH="$(warden_dirs_hash "$WARDEN_WORKER_SSH_DIR")"
     install -m 0644 "$WARDEN_WORKER_SSH_DIR/sshd_config" /etc/ssh/sshd_config || return 1
     install -d -m 0755 /etc/ssh/warden_authorized_keys || return 1
@@ -89,7 +95,15 @@ warden_worker_ssh_setup() {
 warden_worker_ssh_keep() {
     local now
     WARDEN_JAIL="$WARDEN_WORKER_SSH_ROOT" warden_jail_rebind
-    now="$(warden_dirs_hash "$WARDEN_WORKER_SSH_DIR")"
+    # the hash (a Python start, every poll of every worker) only after a failed reload or when a file of
+    # the directory is newer than the last look
+    if [ -n "$WARDEN_WORKER_SSH_HASH" ] && [ -n "$WARDEN_WORKER_SSH_STAMP" ] &&
+        ! warden_changed_since "$WARDEN_WORKER_SSH_STAMP" "$WARDEN_WORKER_SSH_DIR"; then
+        now="$WARDEN_WORKER_SSH_HASH"
+    else
+        [ -z "$WARDEN_WORKER_SSH_STAMP" ] || touch "$WARDEN_WORKER_SSH_STAMP"
+        now="$(warden_dirs_hash "$WARDEN_WORKER_SSH_DIR")"
+    fi
     if [ "$now" != "$WARDEN_WORKER_SSH_HASH" ]; then
         warden_log "ssh: $WARDEN_WORKER_SSH_DIR changed; reloading sshd"
         if warden_worker_ssh_files && /usr/sbin/sshd -t -f /etc/ssh/sshd_config; then

@@ -70,11 +70,12 @@ def test_the_process_switch_is_not_sent_to_images_that_ignore_it() -> None:
     assert "WARDEN_HIDE_PROCESSES" not in _env(login_statefulset(old))
 
 
-def test_login_and_slurmdbd_probes_stay_as_the_previous_release_rendered_them() -> None:
+def test_login_slurmdbd_worker_and_slurmctld_probes_stay_as_the_previous_release_rendered_them() -> None:
     """The startup probes came with this release: a cluster on the previous release's images keeps the probes
     it was made with (a changed pod template would replace the login pod, and its users' sessions, on the
     operator's upgrade)."""
     from warden.render.accounting import slurmdbd_statefulset
+    from warden.render.slurmctld import controller_statefulset
 
     def probes(pod: dict[str, Any]) -> dict[str, Any]:
         (c,) = [c for c in pod["spec"]["template"]["spec"]["containers"] if c["name"] in ("sshd", "slurmdbd")]
@@ -86,3 +87,11 @@ def test_login_and_slurmdbd_probes_stay_as_the_previous_release_rendered_them() 
             got = probes(pod)
             assert ("startupProbe" in got) is startup, (version, got)
             assert got["livenessProbe"]["initialDelaySeconds"] == (0 if startup else delay), (version, got)
+        (slurmd,) = worker_set(cluster, cluster.spec.worker_groups[0])["spec"]["template"]["spec"]["containers"]
+        readiness = slurmd["readinessProbe"]
+        assert (readiness["periodSeconds"], readiness["timeoutSeconds"]) == ((10, 15) if startup else (5, 5)), version
+        # slurmctld's liveness: the time of its last answer on this release's images (their health check has
+        # that form), the reads themselves on the previous release's
+        (ctld,) = controller_statefulset(cluster)["spec"]["template"]["spec"]["containers"]
+        command = ctld["livenessProbe"]["exec"]["command"]
+        assert command[1:] == (["--answered-within", "60", "20"] if startup else ["8"]), (version, command)

@@ -106,3 +106,32 @@ def test_paths_come_from_the_registry() -> None:
         Kube.path("slurm.warden.dev/v1alpha1", "WorkerSet", "hpc", "cpu")
         == "/apis/slurm.warden.dev/v1alpha1/namespaces/hpc/workersets/cpu"
     )
+
+
+def test_a_kind_not_served_is_asked_about_again_sooner_than_one_that_is(monkeypatch: Any) -> None:
+    """API discovery: "served" is trusted a minute, "not served" 10 s (an admin installing the CRD waits)."""
+    from warden.kube import client as kube_client
+
+    now = [1000.0]
+    monkeypatch.setattr("warden.kube.client.time.monotonic", lambda: now[0])
+    served: list[str] = []
+    asked: list[str] = []
+
+    class Discovery(Kube):
+        def call(self, method: str, path: str, *args: Any, **kwargs: Any) -> Any:
+            asked.append(path)
+            return {"resources": [{"name": plural} for plural in served]}
+
+    kube = Discovery(None)  # type: ignore[arg-type]
+    sm = ("monitoring.coreos.com/v1", "ServiceMonitor")
+    assert not kube.serves(*sm) and len(asked) == 1
+    now[0] += kube_client.NOT_SERVED_TTL_SECONDS - 1
+    assert not kube.serves(*sm) and len(asked) == 1
+    served.append("servicemonitors")  # the CRD installed
+    now[0] += 2
+    assert kube.serves(*sm) and len(asked) == 2
+    now[0] += kube_client.DISCOVERY_TTL_SECONDS - 1
+    served.clear()
+    assert kube.serves(*sm) and len(asked) == 2
+    now[0] += 2
+    assert not kube.serves(*sm) and len(asked) == 3

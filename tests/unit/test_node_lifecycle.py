@@ -387,6 +387,24 @@ def test_a_gpu_worker_without_its_driver_is_drained_once_registered(settings: Se
     assert len(w.fake.updates(NODE)) == 1
 
 
+def test_a_gpu_worker_without_its_driver_stays_drained_when_it_registers_again_for_its_gres(
+    settings: Settings, supervise: Start
+) -> None:
+    """Registering again deletes the node (and any drain on it): the driver drain waits for the gres,
+    or slurmd's health check, finding the fresh node undrained, would drain it with its own reason."""
+    fake = FakeSlurm([])
+    fake.config["GresTypes"] = "(null)"  # the node first registers without its GPUs
+    w = supervise(replace(settings, driver_problem=NO_DRIVER, gpus=2), fake)
+    wait_until("slurmd to register", lambda: NODE in w.fake.nodes)
+    wait_until("ten looks at slurmctld's GresTypes", lambda: _count(w.fake.calls, "scontrol", "show", "config") >= 10)
+    assert not any(c[1] == "update" for c in w.fake.calls), "drained before the node had its GPUs"
+    w.fake.config["GresTypes"] = "gpu"
+    wait_until("the drain", lambda: NODE in w.fake.nodes and "DRAIN" in w.fake.nodes[NODE].state)
+    node = w.fake.nodes[NODE]
+    assert node.gres != "" and node.reason == f"warden-worker: {NO_DRIVER}", node
+    assert _count(w.fake.calls, "scontrol", "delete") == 1 and len(w.fake.updates(NODE)) == 1
+
+
 def test_a_gpu_worker_with_its_driver_is_not_drained(settings: Settings, supervise: Start) -> None:
     w = supervise(replace(settings, gpus=2))
     wait_until("slurmd to register", lambda: NODE in w.fake.nodes)

@@ -6,6 +6,8 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+import pytest
+
 from warden import naming
 from warden.model import parse_spec
 from warden.render.cluster import render
@@ -156,3 +158,14 @@ def test_a_held_set_is_looked_at_again_once_its_gap_has_passed() -> None:
     q.add(("ns", "a"))
     q.add(("ns", "a"))
     assert q.get() == ("ns", "a"), "the events named it twice: one more look"
+
+
+def test_a_set_never_looked_at_is_due_at_once_on_a_node_just_booted(monkeypatch: pytest.MonkeyPatch) -> None:
+    """time.monotonic counts from the machine's boot: on a node up 5 s, a set never handed out is due now, not
+    once the node has been up for the gap (this unit tier hung on a machine booted a few minutes before)."""
+    import time
+
+    monkeypatch.setattr(time, "monotonic", lambda: 5.0)
+    q = WorkQueue(gap=600.0)
+    q.add(("ns", "a"))
+    assert q.get() == ("ns", "a")

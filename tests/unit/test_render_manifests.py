@@ -162,25 +162,35 @@ def test_a_slow_starting_sshd_or_slurmdbd_is_not_restarted_before_it_could_liste
         for c in containers(obj):
             if c["name"] not in ("sshd", "slurmdbd"):
                 continue
-            start, live = c["startupProbe"], c["livenessProbe"]
+            start, ready, live = c["startupProbe"], c["readinessProbe"], c["livenessProbe"]
             assert start["periodSeconds"] * start["failureThreshold"] == 600, key
             assert (live["periodSeconds"] * live["failureThreshold"], live["initialDelaySeconds"]) == (120, 0), key
-            # a check slowed by a starved node is not "not listening": it has 15 s, within liveness's period
+            # a check slowed by a starved node is not "not listening": it has 15 s, within liveness's period,
+            # and readiness's too (the login stays in its Service while sshd serves)
             assert start["timeoutSeconds"] == 5 and 15 == live["timeoutSeconds"] < live["periodSeconds"], key
+            assert ready["timeoutSeconds"] == 15 and ready["periodSeconds"] == 10, key
 
 
 def test_a_stuck_slurmctld_is_not_ready_then_restarted_within_a_bounded_time() -> None:
-    """A stuck slurmctld listens and pings: every probe asks it for a job and a node read instead, with
-    a timeout the kubelet enforces; liveness gives up after about a minute, startup allows long
-    recoveries of large queues first."""
+    """A stuck slurmctld listens and pings: startup and readiness ask it for a job and a node read instead,
+    with a timeout the kubelet enforces; liveness restarts it after about two minutes without any answer
+    (a slow one is left to answer), and starts nothing itself; startup allows long recoveries of large
+    queues first."""
     (ctld,) = containers(objects(load("cpu-only"))["StatefulSet/cpu-controller"])
     probes = {p: ctld[p] for p in ("startupProbe", "readinessProbe", "livenessProbe")}
-    for probe in probes.values():
-        command = probe["exec"]["command"]
+    for name in ("startupProbe", "readinessProbe"):
+        command = probes[name]["exec"]["command"]
         assert command[0] == naming.SLURMCTLD_HEALTH_CHECK
-        assert probe["timeoutSeconds"] > 2 * (int(command[1]) + 2), probe  # both reads and their kill
+        assert probes[name]["timeoutSeconds"] > 2 * (int(command[1]) + 2), probes[name]  # both reads and their kill
     live = probes["livenessProbe"]
-    assert 40 <= live["periodSeconds"] * live["failureThreshold"] <= 90, live
+    check, form, silent, bound = live["exec"]["command"]
+    assert (check, form) == (naming.SLURMCTLD_HEALTH_CHECK, "--answered-within"), live
+    # its own reads get longer than readiness's, and the kubelet waits for both of them
+    assert int(bound) > int(probes["readinessProbe"]["exec"]["command"][1]), live
+    assert live["timeoutSeconds"] > 2 * (int(bound) + 2), live
+    # stuck: restarted within three minutes of its last answer
+    last_look = int(silent) + live["periodSeconds"] * live["failureThreshold"] + live["timeoutSeconds"]
+    assert 90 <= last_look <= 180, live
     assert probes["startupProbe"]["periodSeconds"] * probes["startupProbe"]["failureThreshold"] >= 300
     assert probes["readinessProbe"]["failureThreshold"] * probes["readinessProbe"]["periodSeconds"] <= 30
 

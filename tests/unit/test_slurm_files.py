@@ -1,5 +1,5 @@
 """The Slurm files every Slurm pod installs (``warden.node.files.SlurmFiles``, ``warden-node config``,
-``key``, ``jwt-key``, ``client-config``), on real files in a temporary directory, without a
+``config --jwt-key``, ``key``, ``client-config``), on real files in a temporary directory, without a
 worker's settings; and images/slurm-base/warden-lib.sh's functions, which the controller, login,
 accounting and health-check entrypoints call, running them. The worker's own files (NodeFiles) are in
 tests/unit/test_node_lifecycle.py; the dataplane tier runs the images."""
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -205,8 +206,9 @@ def test_the_cli_says_the_shells_lines_and_stops_on_an_error(
     assert (
         capsys.readouterr().err == f"[controller] config: {fs.config_dir} -> {fs.slurm_etc} (cgroup.conf slurm.conf)\n"
     )
-    (fs.slurm_etc / "slurm.conf").write_text(JWT_CONF)
-    assert main(["jwt-key"]) == 0 and (fs.slurm_etc / "jwt_hs256.key").is_file()
+    (fs.config_dir / "..2026_01_01" / "slurm.conf").write_text(JWT_CONF)
+    assert main(["config", "--jwt-key"]) == 0 and (fs.slurm_etc / "jwt_hs256.key").is_file()
+    assert capsys.readouterr().err.startswith(f"[controller] config: {fs.config_dir} -> {fs.slurm_etc} ")
     assert main(["client-config"]) == 0
     assert sorted(p.name for p in fs.client_config_dir.iterdir()) == ["cgroup.conf", "slurm.conf"]
     (fs.slurm_etc / "slurm.key").unlink()
@@ -217,6 +219,25 @@ def test_the_cli_says_the_shells_lines_and_stops_on_an_error(
         "",
         f"[controller] error: no auth key at {fs.auth_key} (Secret <cluster>-slurm-key)\n",
     )
+
+
+def test_one_start_installs_the_config_and_the_jwt_key_and_prints_the_hash_taken_before(
+    fs: FileSettings, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """What the controller's entrypoint does first, in one Python start: the hash of the followed
+    directories (warden_dirs_hash's), then the files, then the JWT key."""
+    for name, value in {**env_of(fs), "WARDEN_COMPONENT": "controller"}.items():
+        monkeypatch.setenv(name, value)
+    (fs.config_dir / "..2026_01_01" / "slurm.conf").write_text(JWT_CONF)
+    followed = [fs.config_dir, fs.jwt_key.parent]
+    assert main(["config", "--jwt-key", *(f"--print-hash={d}" for d in followed)]) == 0
+    assert capsys.readouterr().out == lifecycle.dirs_hash(followed) + "\n"
+    assert (fs.slurm_etc / "slurm.conf").read_text() == JWT_CONF
+    assert (fs.slurm_etc / "jwt_hs256.key").read_bytes() == b"j" * 32
+    # without the options: the files alone, nothing on stdout
+    (fs.slurm_etc / "jwt_hs256.key").unlink()
+    assert main(["config"]) == 0 and capsys.readouterr().out == ""
+    assert not (fs.slurm_etc / "jwt_hs256.key").exists()
 
 
 def test_warden_node_runs_as_a_program(fs: FileSettings) -> None:
@@ -257,15 +278,15 @@ warden_dirs_hash {cm} {jwt}
 # the shell's own definition, as warden_dirs_hash was before it called warden.node
 for d in {cm} {jwt}; do find -L "$d" -maxdepth 1 -type f ! -name '..*' -print0 | sort -z | xargs -0r cat; done |
     sha256sum | cut -d' ' -f1
-warden_slurm_config
-warden_jwt_key
+followed=({cm} {jwt})
+warden_slurm_config --jwt-key "${{followed[@]/#/--print-hash=}}"
 warden_client_config
 warden_slurm_key
 """,
     )
     assert done.returncode == 0, done.stderr
-    ours, shells = done.stdout.splitlines()
-    assert ours == shells == lifecycle.dirs_hash([fs.config_dir, fs.jwt_key.parent])
+    ours, shells, configs = done.stdout.splitlines()
+    assert ours == shells == configs == lifecycle.dirs_hash([fs.config_dir, fs.jwt_key.parent])
     assert done.stderr == f"[controller] config: {fs.config_dir} -> {fs.slurm_etc} (cgroup.conf slurm.conf)\n"
     etc = fs.slurm_etc
     assert sorted(p.name for p in etc.iterdir()) == ["cgroup.conf", "jwt_hs256.key", "slurm.conf", "slurm.key"]
@@ -379,6 +400,58 @@ wait "$follow_pid"
     finally:
         os.killpg(loop.pid, 15)
         loop.wait(timeout=30)
+
+
+def test_the_sssd_poll_hook_hashes_the_directory_settings_only_after_a_change(fs: FileSettings, tmp_path: Path) -> None:
+    """Every pod of a directory cluster runs this hook at each poll (2 s): a hash each time was a Python start
+    every 2 s in every such pod. It hashes at its first look, then only once a settings file changed, restarting
+    SSSD when the hash differs; an SSSD that is gone is started again."""
+    starts = tmp_path / "starts"
+    py = tmp_path / "py"
+    py.write_text(f'#!/bin/sh\necho start >> {starts}\nexec {shlex.quote(sys.executable)} "$@"\n')
+    py.chmod(0o755)
+    ident = configmap(tmp_path / "identity", {"sssd.conf": "[sssd]\n"})
+    bind, ca = tmp_path / "bind", tmp_path / "ca"
+    bind.mkdir()
+    (bind / "password").write_text("p\n")
+    ca.mkdir()
+    body = f"""
+WARDEN_IDENTITY_DIR={ident} WARDEN_IDENTITY_BIND_DIR={bind} WARDEN_IDENTITY_CA_DIR={ca}
+WARDEN_NODE_PY={py} TMPDIR={tmp_path}
+# SSSD itself cannot run here: a stand-in that, like warden_sssd_run, hashes the settings it starts with
+warden_sssd_run() {{
+    sssd_inputs="$(warden_dirs_hash "$WARDEN_IDENTITY_DIR" "$WARDEN_IDENTITY_BIND_DIR" "$WARDEN_IDENTITY_CA_DIR")"
+    sleep 600 & sssd_pid=$!
+    echo started
+}}
+polls() {{ for _ in $(seq 1 "$1"); do warden_sssd_keep; done; echo "starts $(wc -l < {starts})"; }}
+warden_sssd_run
+polls 10
+polls 10
+# the kubelet's swap of the ConfigMap volume
+mkdir {ident}/..v2 && printf '[sssd]\\ndomains = corp\\n' > {ident}/..v2/sssd.conf
+ln -s ..v2 {ident}/..data_tmp && mv -T {ident}/..data_tmp {ident}/..data
+polls 5
+polls 10
+kill "$sssd_pid"; wait "$sssd_pid" || true
+polls 3
+polls 10
+kill "$sssd_pid"
+"""
+    done = lib(fs, body)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.split()
+    # SSSD started three times: at first, after the change, after it was gone
+    assert lines.count("started") == 3, (done.stdout, done.stderr)
+    first, steady, changed, steady2, gone, steady3 = (int(n) for n in re.findall(r"starts (\d+)", done.stdout))
+    # its start's hash and the first look's; then nothing while nothing changed
+    assert (first, steady) == (2, 2), done.stdout
+    # the change: its hash and the restarted SSSD's (one more look when the swap and the look shared a clock
+    # tick: a file as new as the stamp counts as changed); then nothing again
+    assert changed - steady in (2, 3) and steady2 == changed, done.stdout
+    assert gone - steady2 == 1 and steady3 == gone, done.stdout
+    assert "the directory settings changed; restarting SSSD" in done.stderr, done.stderr
+    assert "is gone; starting it again" in done.stderr, done.stderr
 
 
 def test_the_jail_rebind_binds_again_only_what_is_no_longer_mounted(fs: FileSettings) -> None:

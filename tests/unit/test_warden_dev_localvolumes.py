@@ -57,3 +57,15 @@ def test_a_node_local_volume_is_made_by_the_kubelet_of_the_node_its_first_pod_we
     }
     values = pv["spec"]["nodeAffinity"]["required"]["nodeSelectorTerms"][0]["matchExpressions"][0]["values"]
     assert values == ["warden-vm-1"]
+
+
+def test_the_provisioners_role_lets_it_watch_the_claims_and_volumes_whose_changes_wake_it() -> None:
+    """It passes when a claim or a volume changes (a watch of each) and every 30 s besides: a role without
+    watch has every watch refused, and new claims would wait for the resync."""
+    from warden_dev import localcluster
+
+    role = next(o for o in localcluster.provisioner_rbac() if o["kind"] == "ClusterRole")
+    verbs = {r: set(rule["verbs"]) for rule in role["rules"] for r in rule["resources"]}
+    assert {"list", "watch"} <= verbs["persistentvolumeclaims"]
+    assert {"list", "watch", "create", "delete"} <= verbs["persistentvolumes"]
+    assert verbs["storageclasses"] == {"list"}

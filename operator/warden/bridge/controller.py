@@ -18,6 +18,7 @@ parallelism) is read again.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -84,7 +85,7 @@ class ClusterState:
     rest: SlurmRest
     jobs: list[Job] = field(default_factory=list)
     jobs_read: float | None = None  # slurmctld's clock is not ours: a read's start, less a margin
-    full_read: float = 0.0  # monotonic time of the last read of every job
+    full_read: float = -math.inf  # monotonic time of the last read of every job (none yet: due at once)
     refused: dict[str, Refused] = field(default_factory=dict)
     #: jobs this process submitted, by id, and when: a label may come before a job list that shows them
     submitted: dict[int, float] = field(default_factory=dict)
@@ -130,7 +131,7 @@ class Bridge:
         #: write failed
         self.listed: dict[tuple[str, str], str] = {}
         self.listing_errors: dict[tuple[str, str], str] = {}
-        self.read_at = 0.0
+        self.read_at = -math.inf  # monotonic: since boot, so a 0 would not be due on a node up a few seconds
         #: monotonic time of the last round that ran to its end (the liveness probe's)
         self.last_round = time.monotonic()
 

@@ -30,8 +30,11 @@ from warden.leader import fence
 from warden.model import API_GROUP, API_VERSION
 from warden.naming import FIELD_MANAGER
 
-#: how long an answer of API discovery (``Kube.serves``) is trusted
+#: how long API discovery's "served" (``Kube.serves``) is trusted
 DISCOVERY_TTL_SECONDS = 60.0
+#: how long its "not served" is: an admin who installs the missing CRD is waiting for what needs it, and
+#: asking again costs one GET every few reconciles (the answer is shared by every cluster)
+NOT_SERVED_TTL_SECONDS = 10.0
 #: writes in flight at once when many go together (``Kube.fanout``: pods made, pod conditions set)
 WRITERS = 16
 #: HTTP connections kept to the API server: the writers', the watch caches' and a few more
@@ -94,10 +97,11 @@ class Kube:
             informer.offer(answer)
 
     def serves(self, api_version: str, kind: str) -> bool:
-        """Whether the API serves this kind now (a CRD installed), asked at most once a minute."""
+        """Whether the API serves this kind now (a CRD installed): asked at most once a minute while it
+        is, every ``NOT_SERVED_TTL_SECONDS`` while it is not."""
         now = time.monotonic()
         cached = self._served.get((api_version, kind))
-        if cached is not None and now - cached[0] < DISCOVERY_TTL_SECONDS:
+        if cached is not None and now - cached[0] < (DISCOVERY_TTL_SECONDS if cached[1] else NOT_SERVED_TTL_SECONDS):
             return cached[1]
         k = kinds.of(api_version, kind)
         try:

@@ -1,5 +1,5 @@
 """The Slurm files of every Slurm pod and the worker node's life in Slurm (``warden-node``). In every
-Slurm image, images/slurm-base/warden-lib.sh runs ``warden-node config``, ``key``, ``jwt-key`` and
+Slurm image, images/slurm-base/warden-lib.sh runs ``warden-node config`` (``--jwt-key``), ``key`` and
 ``client-config`` for its entrypoint and ``python -m warden.node.dirhash`` in its follow loop; in the
 worker image it is also PID 1 of the worker container (images/worker/entrypoint.sh prepares mounts and
 devices, then ``exec``s ``warden-node run``):

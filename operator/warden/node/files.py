@@ -3,7 +3,7 @@ ownership it requires (the pod contract of docs/architecture.md), at start and o
 
 ``SlurmFiles`` is what every Slurm image installs: the controller, login, accounting and health-check
 entrypoints call it through images/slurm-base/warden-lib.sh (warden_slurm_config, warden_slurm_key,
-warden_jwt_key, warden_client_config: ``warden-node config``, ``key``, ``jwt-key``, ``client-config``).
+warden_client_config: ``warden-node config`` (``--jwt-key``), ``key``, ``client-config``).
 ``NodeFiles`` adds the worker's own: its group's plugstack.conf and its line of gres.conf.
 Every file is written next to its target and renamed over it, so no daemon reads half a file.
 """

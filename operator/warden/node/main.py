@@ -1,10 +1,14 @@
 """``warden-node``: the Slurm files of every Slurm pod, and the worker container's node lifecycle (see
 ``warden.node``).
 
-warden-node config   slurm.conf and friends from WARDEN_CONFIG_DIR, then the auth key, into SLURM_ETC
-                     (images/slurm-base/warden-lib.sh: warden_slurm_config)
+warden-node config [--jwt-key] [--print-hash DIR]...
+                     slurm.conf and friends from WARDEN_CONFIG_DIR, then the auth key, into SLURM_ETC
+                     (images/slurm-base/warden-lib.sh: warden_slurm_config); --jwt-key: then the JWT
+                     key, when SLURM_ETC/slurm.conf asks for auth/jwt (slurmctld);
+                     --print-hash: print the hash of the DIRs (warden_dirs_hash's) taken before copying.
+                     One start for what an entrypoint does first: under a starved node each Python start
+                     took seconds (docs/local-cluster.md)
 warden-node key      the auth key alone (warden_slurm_key: the accounting image)
-warden-node jwt-key  the JWT key, when SLURM_ETC/slurm.conf asks for auth/jwt (warden_jwt_key: slurmctld)
 warden-node client-config
                      SLURM_ETC without its secrets, for the jail (warden_client_config)
 warden-node files    install the worker's Slurm files (its entrypoint, before its mounts); prints the
@@ -22,17 +26,17 @@ import os
 import signal
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 from warden.node import lifecycle
+from warden.node.dirhash import dirs_hash
 from warden.node.files import FilesError, NodeFiles, SlurmFiles
 from warden.node.lifecycle import FileSettings, Settings, SettingsError
 from warden.node.supervisor import Children, Supervisor, log_line
 
-#: the subcommands of every Slurm image, and what each one does
+#: the subcommands of every Slurm image but ``config`` (its options: ``main``), and what each one does
 _SLURM_FILES: dict[str, Callable[[SlurmFiles], None]] = {
-    "config": SlurmFiles.install,
     "key": SlurmFiles.auth_key,
-    "jwt-key": SlurmFiles.jwt_key,
     "client-config": SlurmFiles.client_config,
 }
 
@@ -45,9 +49,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         args, slurmd_args = args[:cut], args[cut + 1 :]
     parser = argparse.ArgumentParser(prog="warden-node", description=__doc__.split("\n\n")[0] if __doc__ else None)
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("config", help="slurm.conf and friends, then the auth key, into SLURM_ETC")
+    config = sub.add_parser("config", help="slurm.conf and friends, then the auth key, into SLURM_ETC")
+    config.add_argument("--jwt-key", action="store_true", help="then the JWT key, as jwt-key does")
+    config.add_argument("--print-hash", type=Path, action="append", default=[], metavar="DIR",
+                        help="print the hash of these directories, taken before copying")  # fmt: skip
     sub.add_parser("key", help="the auth key into SLURM_ETC")
-    sub.add_parser("jwt-key", help="the JWT key into SLURM_ETC, when slurm.conf asks for auth/jwt")
     sub.add_parser("client-config", help="SLURM_ETC without its secrets into WARDEN_CLIENT_CONFIG")
     sub.add_parser("files", help="install the worker's Slurm files; print the config hash taken before")
     run = sub.add_parser("run", help="start slurmd and supervise it (arguments after -- go to slurmd)")
@@ -57,6 +63,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     log = log_line(os.environ.get("WARDEN_COMPONENT") or "worker")
     try:
+        if opts.command == "config":
+            before = dirs_hash(opts.print_hash) if opts.print_hash else None
+            files = SlurmFiles(FileSettings.from_env(), log)
+            files.install()
+            if opts.jwt_key:
+                files.jwt_key()
+            if before is not None:
+                print(before)
+            return 0
         if opts.command in _SLURM_FILES:
             _SLURM_FILES[opts.command](SlurmFiles(FileSettings.from_env(), log))
             return 0

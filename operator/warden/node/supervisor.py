@@ -181,6 +181,11 @@ class Supervisor:
         self._terminate = threading.Event()
         # the watchers stop: the node leaves, or slurmd has exited
         self._stop = threading.Event()
+        # the node is registered with every gres of its node line (set at once when it has none): a
+        # drain made before that would be lost when register_with_gres deletes the node
+        self._gres_done = threading.Event()
+        if not lifecycle.gres_names(settings.gres_spec):
+            self._gres_done.set()
         self.threads: list[threading.Thread] = []
 
     # --- the main thread ---------------------------------------------------------------------------
@@ -379,9 +384,9 @@ class Supervisor:
 
     def drain_for_driver(self) -> None:
         """A GPU worker whose job steps cannot get the driver takes no jobs: drained, with the reason, as
-        soon as it has registered."""
+        soon as it has registered with its gres (registering again deletes the node, and its drain)."""
         node, problem = self.s.node, self.s.driver_problem
-        while self.registered() is None:
+        while not self._gres_done.is_set() or self.registered() is None:
             if self._stop.wait(self.s.registered_poll_s):
                 return
         try:
@@ -406,6 +411,7 @@ class Supervisor:
                     continue
                 step = lifecycle.gres_step(want, gres, types)
             if step is GresStep.DONE:
+                self._gres_done.set()
                 return
             if step is GresStep.REREGISTER and not self._stop.is_set():
                 self.log(f"registered without its gres ({','.join(want)}): registering again")

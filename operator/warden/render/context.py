@@ -47,7 +47,7 @@ class Cluster:
     def has_limits(self) -> bool:
         """Whether the cluster's images carry this release's limits (per-job space, the process limit,
         login sessions' limits, the /proc switch, the config check) and get its pod changes (sshd's and
-        slurmdbd's startup probes): ``warden.imagecompat``."""
+        slurmdbd's startup probes, the worker's readiness every 10 s): ``warden.imagecompat``."""
         return imagecompat.has_limits(self.spec.images.version)
 
     @property

@@ -18,7 +18,7 @@ from warden.render.pods import (
     identity_mounts,
     identity_volumes,
     jail_volume,
-    listening_probe,
+    listening_readiness,
     meta,
     mount,
     placed,
@@ -244,7 +244,7 @@ def worker_set(cluster: Cluster, group: WorkerGroup) -> Manifest:
             *ssh_mounts,
             *identity_mounts(cluster),
         ],
-        "readinessProbe": listening_probe(naming.SLURMD_PORT, period=5),
+        "readinessProbe": listening_readiness(naming.SLURMD_PORT, current=cluster.has_limits),
         "resources": resources(group.resources, gpu_limits),
     }
     pod_spec: Manifest = {

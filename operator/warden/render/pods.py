@@ -169,10 +169,25 @@ def listening_probe(port: int, period: int = 10, failures: int = 3, initial_dela
     }
 
 
+#: how long a listening check of readiness or liveness may take before it counts as a failure (its exec, on a
+#: starved node)
+LISTENING_CHECK_SECONDS = 15
+
+
+def listening_readiness(port: int, current: bool) -> Manifest:
+    """A daemon's readiness: it listens, looked at every 10 s on this release's images (each look is an exec
+    into the container, about a second of a TCG node's CPU), each look having ``LISTENING_CHECK_SECONDS``
+    (on a starved TCG VM node the exec alone took over 5 s again and again: the login left its Service and
+    users' SSH was refused while sshd served); every 5 s with 5 s, as that release rendered it, on an older
+    release's (``current`` False: ``warden.imagecompat``), so that upgrading the operator changes no pod
+    template."""
+    if current:
+        return listening_probe(port, period=10, timeout=LISTENING_CHECK_SECONDS)
+    return listening_probe(port, period=5)
+
+
 #: how long a daemon's pod may take to start listening before the kubelet restarts it
 DAEMON_START_SECONDS = 600
-#: how long liveness's listening check may take before it counts as a failure (its exec, on a starved node)
-LIVENESS_CHECK_SECONDS = 15
 
 
 def daemon_probes(port: int, liveness_delay: int, startup: bool = True) -> Manifest:
@@ -180,7 +195,7 @@ def daemon_probes(port: int, liveness_delay: int, startup: bool = True) -> Manif
     does first takes minutes on a slow node: the login's setup took three on a TCG VM node, where a liveness
     probe from 30 s after start restarted it just as sshd came up, again and again), ready once it listens
     (checked every 10 s), restarted after two minutes of not listening once it has (6 x 20 s), a check
-    having ``LIVENESS_CHECK_SECONDS`` to answer: on a starved node (a TCG VM node, every pod starting at
+    having ``LISTENING_CHECK_SECONDS`` to answer: on a starved node (a TCG VM node, every pod starting at
     once) the check's own exec took over 5 s for two minutes while sshd listened, and liveness restarted
     it three times, each restart starving the node again.
 
@@ -189,13 +204,13 @@ def daemon_probes(port: int, liveness_delay: int, startup: bool = True) -> Manif
     the operator changes no pod template and replaces no pod."""
     if not startup:
         return {
-            "readinessProbe": listening_probe(port, period=5),
+            "readinessProbe": listening_readiness(port, current=False),
             "livenessProbe": listening_probe(port, period=20, failures=6, initial_delay=liveness_delay),
         }
     return {
         "startupProbe": listening_probe(port, period=5, failures=DAEMON_START_SECONDS // 5),
-        "readinessProbe": listening_probe(port, period=10),
-        "livenessProbe": listening_probe(port, period=20, failures=6, timeout=LIVENESS_CHECK_SECONDS),
+        "readinessProbe": listening_readiness(port, current=True),
+        "livenessProbe": listening_probe(port, period=20, failures=6, timeout=LISTENING_CHECK_SECONDS),
     }
 
 
@@ -203,32 +218,53 @@ def daemon_probes(port: int, liveness_delay: int, startup: bool = True) -> Manif
 SLURMCTLD_ANSWER_SECONDS = 8
 
 
-def slurmctld_probes() -> Manifest:
-    """slurmctld's probes: each runs ``naming.SLURMCTLD_HEALTH_CHECK``, a job read and a node read
-    that must each answer within ``SLURMCTLD_ANSWER_SECONDS`` (a listening port or a ping is not
-    enough: a slurmctld stuck on a lock listens and pings while every user's command hangs).
+#: liveness: how long slurmctld may go without answering any of its checks (startup's, readiness's) before
+#: liveness asks it itself
+SLURMCTLD_SILENT_SECONDS = 60
+#: ... and the bound of each of liveness's own reads: longer than readiness's, since a client's start took
+#: seconds on a starved node and Slurm's clients wait MessageTimeout (10 s) for the answer
+SLURMCTLD_LIVENESS_ANSWER_SECONDS = 20
+
+
+def slurmctld_probes(current: bool = True) -> Manifest:
+    """slurmctld's probes. Startup and readiness run ``naming.SLURMCTLD_HEALTH_CHECK``, a job read and a
+    node read that must each answer within ``SLURMCTLD_ANSWER_SECONDS`` (a listening port or a ping is not
+    enough: a slurmctld stuck on a lock listens and pings while every user's command hangs); each answer's
+    time is noted in the container.
 
     - startup: up to 10 minutes to recover its state (large queues), checked every 10 s;
     - readiness: not Ready from the second failed check (20 s);
-    - liveness: restarted after three failed checks in a row (about 60 s stuck), then the pod's
-      grace period. The Service is headless and publishes not-ready addresses: slurmd and the clients
-      still resolve it while it is not Ready.
+    - liveness: the check's other form: nothing started while a check had its answer within
+      ``SLURMCTLD_SILENT_SECONDS``, else the reads again, each within ``SLURMCTLD_LIVENESS_ANSWER_SECONDS``;
+      restarted after two such failures in a row (about two minutes without any answer), then the pod's
+      grace period. A slurmctld answering slowly (a loaded node: on a starved TCG VM node reads took over
+      8 s for minutes while it served jobs, and restarting it, its state's reload, starved the node
+      further) is left to answer. The Service is headless and publishes not-ready addresses: slurmd and
+      the clients still resolve it while it is not Ready.
+
+    ``current`` False (an older release's images, ``warden.imagecompat``): liveness runs the reads too,
+    every 20 s, three failures in a row, as that release rendered it.
     """
     seconds = SLURMCTLD_ANSWER_SECONDS
 
-    def probe(period: int, failures: int) -> Manifest:
+    def probe(period: int, failures: int, command: list[str] | None = None, bound: int = seconds) -> Manifest:
         return {
-            "exec": {"command": [naming.SLURMCTLD_HEALTH_CHECK, str(seconds)]},
+            "exec": {"command": command or [naming.SLURMCTLD_HEALTH_CHECK, str(bound)]},
             "periodSeconds": period,
             "failureThreshold": failures,
             # both reads, each with its bound and the kill's 2 s, and room to start the commands
-            "timeoutSeconds": 2 * (seconds + 2) + 5,
+            "timeoutSeconds": 2 * (bound + 2) + 5,
         }
 
+    liveness = probe(period=20, failures=3)
+    if current:
+        bound = SLURMCTLD_LIVENESS_ANSWER_SECONDS
+        command = [naming.SLURMCTLD_HEALTH_CHECK, "--answered-within", str(SLURMCTLD_SILENT_SECONDS), str(bound)]
+        liveness = probe(period=20, failures=2, command=command, bound=bound)
     return {
         "startupProbe": probe(period=10, failures=60),
         "readinessProbe": probe(period=10, failures=2),
-        "livenessProbe": probe(period=20, failures=3),
+        "livenessProbe": liveness,
     }
 
 

@@ -151,7 +151,7 @@ def controller_statefulset(cluster: Cluster) -> Manifest:
             # AllowGroups and accounting
             *identity_mounts(cluster),
         ],
-        **slurmctld_probes(),
+        **slurmctld_probes(current=cluster.has_limits),
         "resources": resources(spec.controller.resources),
     }
     if spec.accounting.mode != "Disabled" and spec.accounting.default_account:

@@ -108,7 +108,9 @@ class WorkQueue:
     def add(self, key: Key) -> None:
         with self._cond:
             if key not in self._due:
-                self._due[key] = max(time.monotonic(), self._last.get(key, 0.0) + self.gap)
+                now = time.monotonic()  # seconds since boot: a key never handed out is due now, not at gap
+                last = self._last.get(key)
+                self._due[key] = now if last is None else max(now, last + self.gap)
                 self._cond.notify()
 
     def get(self) -> Key | None:
