@@ -520,10 +520,12 @@ def kubectl_argv() -> list[str]:
 
 
 def join(index: int, cpus: int = 1, memory_mib: int = 3072, timeout: float = 900, gpus: int = 0,
-         images: Sequence[str] = ()) -> dict[str, Any]:  # fmt: skip
+         images: Sequence[str] = (), comes_back: bool = False) -> dict[str, Any]:  # fmt: skip
     """Boot VM node ``index`` as a node of the running local cluster (with ``gpus`` stand-in GPUs, and
     ``images`` of the local registry already in its containerd: ``vmimages``) and wait until it is Ready;
-    what it reported at boot, its Node's facts and the times."""
+    what it reported at boot, its Node's facts and the times. ``comes_back``: the machine of a node that
+    died returns under its Node object, as a rebooted machine does (its kubelet registers again; the taints
+    an admin set stay for the admin to remove)."""
     server, bins, pki = local_cluster_api(localcluster_state())
     layout = node_layout(index)
     t0 = time.monotonic()
@@ -536,7 +538,7 @@ def join(index: int, cpus: int = 1, memory_mib: int = 3072, timeout: float = 900
     # a Node object left from an earlier boot of this name (a node that died and never left) goes first: its
     # taints (the out-of-service one an admin set when it died) would keep pods off the new machine. Not a
     # running node's: boot refuses that one, and its kubelet would not register again
-    if not NodeState(layout).running():
+    if not comes_back and not NodeState(layout).running():
         subprocess.run([*kubectl_argv(), "delete", "node", layout.name, "--ignore-not-found", "--wait=false"],
                        capture_output=True, timeout=60)  # fmt: skip
     disks = [vmimages.ensure_disk(images)] if images else []
@@ -584,12 +586,13 @@ def joined(index: int) -> bool:
     return conds.get("Ready") == "True"
 
 
-def join_all(indexes: Sequence[int], cpus: int | Mapping[int, int] = 1, memory_mib: int = 3072,
-             gpus: int = 0, images: Sequence[str] = ()) -> dict[str, dict[str, Any]]:  # fmt: skip
+def join_all(indexes: Sequence[int], cpus: int | Mapping[int, int] = 1, memory_mib: int = 3072, gpus: int = 0,
+             images: Sequence[str] = (), comes_back: bool = False) -> dict[str, dict[str, Any]]:  # fmt: skip
     """Join VM nodes ``indexes`` side by side (those already joined are left as they are): each boots once
     the one before runs its qemu, so the first makes what they share (the bridge, the mirror, the NFS
-    server) alone. ``cpus``: for every node, or by index; ``images``: already in each node's containerd.
-    What each join returned, by node name ({"reused": True} for one already joined)."""
+    server) alone. ``cpus``: for every node, or by index; ``images``: already in each node's containerd;
+    ``comes_back``: as ``join``'s. What each join returned, by node name ({"reused": True} for one already
+    joined)."""
     from concurrent.futures import Future, ThreadPoolExecutor
 
     out: dict[str, dict[str, Any]] = {}
@@ -610,7 +613,8 @@ def join_all(indexes: Sequence[int], cpus: int | Mapping[int, int] = 1, memory_m
                 continue
             t0 = time.monotonic()
             n = cpus if isinstance(cpus, int) else cpus[index]
-            futures[layout.name] = pool.submit(join, index, cpus=n, memory_mib=memory_mib, gpus=gpus, images=images)
+            futures[layout.name] = pool.submit(join, index, cpus=n, memory_mib=memory_mib, gpus=gpus, images=images,
+                                               comes_back=comes_back)  # fmt: skip
             state = vmnode.state_file(layout)
             while not futures[layout.name].done() and '"pid"' not in (state.read_text() if state.is_file() else ""):
                 time.sleep(1)

@@ -9,7 +9,7 @@ machine under TCG each VM node's own agents (kubelet, containerd) took most of a
 with three nodes every pod's setup and exec probe starved (readiness checks timing out, the login out of its
 Service, SSH refused); docs/nodes.md has the figures. The operator stays on the host node. Users do what
 they do: log in, write files, run steps across both nodes, ask for memory, cores and GPUs; then a node is
-powered off under a running job.
+powered off under a running job, and its machine comes back.
 
 The tests share one installation and run in file order. What ran where (node, kernel, cgroup version,
 AppArmor mode) is printed at the start.
@@ -409,12 +409,60 @@ def test_a_node_powered_off_under_a_two_node_job(cluster: VmCluster, ada: Path) 
     eventually(f"{WORKER_B}'s pod freed from the dead node", replaced, lambda u: u != old_uid, timeout=180)
     timings["pod_freed_after_taint_s"] = time.monotonic() - t0
 
-    # the freed pod waits for its node (the WorkerSet pins it there); the node's return is not run here
-    # (another VM boot and image pull): docs/nodes.md says what an admin does then
+    # the freed pod waits for its node (the WorkerSet pins it there), the requeued job for two nodes: the next
+    # test brings the node back
     pending = kube.json("-n", cluster.namespace, "get", "pod", WORKER_B)
     assert pending["status"].get("phase") == "Pending", pending["status"]
-    cluster.as_user(USER, ada, f"scancel {job}")
     job_state = {k: v for k, v in _fields(requeued).items() if k in ("JobState", "Reason", "Restarts")}
+    assert job_state["JobState"] in ("PENDING", "REQUEUED"), job_state  # waits for two nodes
+    DEAD["job"] = job
     print(
         "\nnode death: " + json.dumps({"slurm": down, "job": job_state, **{k: round(v, 1) for k, v in timings.items()}})
     )
+
+
+#: what the node-death test leaves the next one: the requeued job
+DEAD: dict[str, str] = {}
+
+
+def test_the_dead_node_comes_back_and_the_requeued_job_runs_again(cluster: VmCluster, ada: Path) -> None:
+    """The dead node's machine boots again under its Node object (as a rebooted machine's kubelet registers
+    again), still carrying the admin's out-of-service taint; the admin removes it (docs/nodes.md, "A node
+    dies"): the WorkerSet's waiting pod starts there, Slurm returns the node to service once its slurmd
+    registers (ReturnToService=2), the requeued 2-node job runs again on both nodes, users run there."""
+    job = DEAD.get("job")
+    if job is None:
+        pytest.skip("the node-death test did not leave its requeued job")
+    kube, layout = cluster.kube, vmnode.node_layout(NODE_B)
+    taint = "node.kubernetes.io/out-of-service"
+    t0 = time.monotonic()
+    timings: dict[str, float] = {}
+    vmjoin.join_all([NODE_B], cpus=VM_CPUS, memory_mib=VM_MEMORY_MIB, gpus=GPUS, images=vmimages.slurm_images(),
+                    comes_back=True)  # fmt: skip
+    timings["k8s_node_ready_s"] = time.monotonic() - t0
+    taints = [t["key"] for t in kube.json("get", "node", layout.name)["spec"].get("taints", [])]
+    assert taint in taints, f"the admin's taint is the admin's to remove: {taints}"
+    kube.kubectl("taint", "node", layout.name, f"{taint}-")
+
+    def pod_ready() -> str:
+        pod = kube.json("-n", cluster.namespace, "get", "pod", WORKER_B)
+        ready = any(c["type"] == "Ready" and c["status"] == "True" for c in pod["status"].get("conditions", []))
+        return f"{pod['spec'].get('nodeName', '')}|{pod['status'].get('phase')}|{'ready' if ready else 'not ready'}"
+
+    eventually(f"{WORKER_B}'s pod Ready on {layout.name}", pod_ready,
+               lambda s: s == f"{layout.name}|Running|ready", timeout=1200)  # fmt: skip
+    timings["worker_pod_ready_s"] = time.monotonic() - t0
+    back = eventually(f"{WORKER_B} back in service in Slurm", lambda: _slurm_node(cluster, ada, WORKER_B),
+                      lambda s: not s.split("|")[0].startswith(("down", "drain", "fail")), timeout=600)  # fmt: skip
+    timings["slurm_node_back_s"] = time.monotonic() - t0
+    # Slurm starts a requeued job again once it may (its BeginTime) and both nodes are free
+    running = _fields(eventually(
+        f"job {job} running again on both nodes", lambda: cluster.as_user(USER, ada, f"scontrol show job {job} -o"),
+        lambda j: "JobState=RUNNING" in j and " NumNodes=2 " in j,  # the cluster's two Slurm nodes
+        timeout=600, explain=lambda: _job_story(cluster, ada, job)))  # fmt: skip
+    assert running.get("Restarts") == "1", running
+    timings["job_running_again_s"] = time.monotonic() - t0
+    assert cluster.as_user(USER, ada, f"srun -N1 -w {WORKER_B} hostname", timeout=300).strip() == WORKER_B
+    timings["users_run_there_s"] = time.monotonic() - t0
+    cluster.as_user(USER, ada, f"scancel {job}")
+    print("\nnode back: " + json.dumps({"slurm": back, **{k: round(v, 1) for k, v in timings.items()}}))
