@@ -8,6 +8,7 @@ needs the files named in gres.conf to exist; that is all these tests rely on.
 
 from __future__ import annotations
 
+import base64
 import re
 import shlex
 import uuid
@@ -15,6 +16,7 @@ from collections.abc import Callable
 
 import pytest
 
+from tests.support import mpi
 from tests.support.jailuser import JailUser
 from warden_dev.dockercluster import DockerCluster
 
@@ -63,6 +65,22 @@ def test_home_is_the_same_on_every_node(cluster: DockerCluster, alice: JailUser)
     assert alice.ssh(f"cat ~/shared-{token}").split() == [token, "from", first]
     # and it is the jail volume's file, not something local to a container
     assert cluster.exec(f"{cluster.names.login}-0", f"cat /mnt/jail/home/alice/shared-{token}").out.split()[0] == token
+
+
+def test_an_mpi_program_runs_a_rank_on_each_cpu_worker(cluster: DockerCluster, alice: JailUser) -> None:
+    """A user's MPI program: alice installs mpi4py and MPICH from PyPI's wheels into a venv in her home (the
+    wheels brought into her home by the test, as by her scp), and `srun --mpi=pmi2` starts a rank on each CPU
+    worker inside the jail; Slurm's PMI wires them up and an allreduce goes between the two pods."""
+    alice.ssh("mkdir -p ~/wheels")
+    for wheel in mpi.wheels():
+        alice.ssh(f"base64 -d > ~/wheels/{wheel.name}", input=base64.b64encode(wheel.read_bytes()).decode(),
+                  timeout=300)  # fmt: skip
+    alice.ssh(f"cat > ~/allreduce.py <<'EOF'\n{mpi.ALLREDUCE}EOF\nrm -rf ~/mpi; {mpi.INSTALL}", timeout=600)
+    first, second = cluster.worker_pods("cpu")
+    out = alice.ssh(f"{mpi.ENV} srun -p cpu -N2 -w {first},{second} --ntasks-per-node=1 --mpi=pmi2 "
+                    "~/mpi/bin/python ~/allreduce.py", timeout=300)  # fmt: skip
+    assert mpi.ranks(out) in ([("rank 0 of 2", first, "3"), ("rank 1 of 2", second, "3")],
+                              [("rank 0 of 2", second, "3"), ("rank 1 of 2", first, "3")]), out  # fmt: skip
 
 
 # --- GPUs (fake devices, see the module docstring) -------------------------------------------------

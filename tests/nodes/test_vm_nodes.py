@@ -21,7 +21,6 @@ import json
 import os
 import shlex
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -31,9 +30,9 @@ from typing import Any
 
 import pytest
 
+from tests.support import mpi
 from tests.support.eventually import eventually
 from warden_dev import vmimages, vmjoin, vmnode
-from warden_dev.controlplane import cache_dir
 from warden_dev.localcluster import (
     Kube,
     install_charts,
@@ -289,50 +288,20 @@ def test_one_jail_two_nodes_a_users_file_and_a_job_across_both(cluster: VmCluste
     assert sorted(line.split(":", 1)[1].strip() for line in both.splitlines()) == [WORKER_A, WORKER_B], both
 
 
-#: a user's MPI stack from PyPI: mpi4py on MPICH's own wheel (MPICH with its process manager, libfabric and UCX,
-#: no system MPI: Debian's MPICH and Open MPI both pull UCX's AMD GPU stack)
-MPI_WHEELS = ("mpi4py==4.1.2", "mpich==5.0.2")
-ALLREDUCE = """from mpi4py import MPI
-import socket
-comm = MPI.COMM_WORLD
-total = comm.allreduce(comm.rank + 1)
-print(f"rank {comm.rank} of {comm.size} on {socket.gethostname()}: sum {total}", flush=True)
-"""
-
-
-def mpi_wheels() -> list[Path]:
-    """MPI_WHEELS for the jail's Python (trixie's 3.13), downloaded once into the cache."""
-    where = cache_dir() / "wheels" / "mpi"
-    found = [next(iter(where.glob(f"{spec.replace('==', '-')}-*.whl")), None) for spec in MPI_WHEELS]
-    if None in found:
-        where.mkdir(parents=True, exist_ok=True)
-        subprocess.run([sys.executable, "-m", "pip", "download", "-q", "-d", str(where), "--no-deps",
-                        "--only-binary=:all:", "--python-version", "3.13", "--platform", "manylinux_2_28_x86_64",
-                        "--platform", "manylinux_2_5_x86_64", *MPI_WHEELS], check=True, timeout=600)  # fmt: skip
-        found = [next(iter(where.glob(f"{spec.replace('==', '-')}-*.whl"))) for spec in MPI_WHEELS]
-    return [p for p in found if p is not None]
-
-
 def test_an_mpi_program_runs_a_rank_on_each_node_over_the_pod_network(cluster: VmCluster, ada: Path) -> None:
     """A user's MPI program across the two VM nodes: she installs mpi4py and MPICH into a venv in her home
     on the shared jail (the wheels PyPI serves, copied into her home by the test as by her scp: the VM nodes'
     pods do not reach PyPI), and `srun --mpi=pmi2` starts one rank on each node (Slurm's PMI wires them up);
     an allreduce between them goes over the pod network, routed between the nodes."""
     cluster.as_user(USER, ada, "mkdir -p ~/wheels")
-    for wheel in mpi_wheels():
+    for wheel in mpi.wheels():
         cluster.send(USER, ada, wheel, f"/home/{USER}/wheels/{wheel.name}")
-    cluster.as_user(USER, ada, f"cat > ~/allreduce.py <<'EOF'\n{ALLREDUCE}EOF\n"
-                               "python3 -m venv ~/mpi && ~/mpi/bin/pip install -q --no-index --find-links ~/wheels "
-                               "mpi4py mpich", timeout=1500)  # fmt: skip
-    # MPICH's libfabric netmod with its TCP provider, over the pods' one interface (the wheel's default netmod
-    # is UCX, which also runs here; libfabric's choice is the one users on Ethernet are told to make)
-    out = cluster.as_user(USER, ada, "MPIR_CVAR_CH4_NETMOD=ofi FI_PROVIDER=tcp srun -N2 --ntasks-per-node=1 "
-                                     "--mpi=pmi2 ~/mpi/bin/python ~/allreduce.py", timeout=900)  # fmt: skip
-    ranks = sorted(line for line in out.splitlines() if line.startswith("rank "))
-    print(f"\nmpi across nodes: {ranks}")
-    assert [line.split(" on ")[0] for line in ranks] == ["rank 0 of 2", "rank 1 of 2"], out
-    assert {line.split(" on ")[1].split(":")[0] for line in ranks} == {WORKER_A, WORKER_B}, out
-    assert all(line.endswith(": sum 3") for line in ranks), out
+    cluster.as_user(USER, ada, f"cat > ~/allreduce.py <<'EOF'\n{mpi.ALLREDUCE}EOF\n{mpi.INSTALL}", timeout=1500)
+    out = cluster.as_user(USER, ada, f"{mpi.ENV} srun -N2 --ntasks-per-node=1 --mpi=pmi2 ~/mpi/bin/python "
+                                     "~/allreduce.py", timeout=900)  # fmt: skip
+    print(f"\nmpi across nodes: {mpi.ranks(out)}")
+    assert mpi.ranks(out) in ([("rank 0 of 2", WORKER_A, "3"), ("rank 1 of 2", WORKER_B, "3")],
+                              [("rank 0 of 2", WORKER_B, "3"), ("rank 1 of 2", WORKER_A, "3")]), out  # fmt: skip
 
 
 def test_cgroup_v2_a_step_past_its_memory_is_killed_alone_and_cores_are_pinned(cluster: VmCluster, ada: Path) -> None:
