@@ -431,7 +431,9 @@ def test_a_node_powered_off_under_a_two_node_job(cluster: VmCluster, ada: Path) 
                            check=False)  # fmt: skip
         return out.strip()
 
-    eventually(f"{WORKER_B}'s pod freed from the dead node", replaced, lambda u: u != old_uid, timeout=180)
+    # deleted, then made again by the WorkerSet (a new uid; none for a moment between)
+    eventually(f"{WORKER_B}'s pod freed from the dead node and made again", replaced,
+               lambda u: u not in ("", old_uid), timeout=180)  # fmt: skip
     timings["pod_freed_after_taint_s"] = time.monotonic() - t0
 
     # the freed pod waits for its node (the WorkerSet pins it there), the requeued job for two nodes: the next
