@@ -158,7 +158,10 @@ def cluster(kube: Kube, vm_nodes: dict[str, dict[str, Any]],
         namespace = kept[0].removeprefix("namespace/")
         key = vmnode.vm_dir() / "nodes-tier-key"
         wait_slurmcluster_ready(kube, namespace, NAME, timeout=1500)
-        yield VmCluster(kube, namespace, key, tmp, vm_nodes)
+        kept_cluster = VmCluster(kube, namespace, key, tmp, vm_nodes)
+        # an earlier run's jobs (a requeued 2-node job runs again once its node is back) would hold the nodes
+        kept_cluster.ssh("squeue -h -o %i | xargs -r scancel")
+        yield kept_cluster
         return
     key = new_ssh_key(tmp / "id_ed25519", "warden-nodes")
     if KEEP:
