@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import shlex
 import shutil
 import subprocess
 import time
@@ -436,15 +437,28 @@ def nfs_answers(address: str) -> bool:
         return False
 
 
+def keeper_script(argv: Sequence[str], log: Path) -> str:
+    """A shell that runs ``argv`` and starts it again a second after it exits (saying so in ``log``), until
+    it gets SIGTERM, which it passes on: an NFS server that crashed is back for the clients' retries, as an
+    appliance's would be (nfs-ganesha 4.3 segfaulted under the nodes tier after a node died and came back,
+    and every process reading the jail over NFS then hung in the kernel)."""
+    return (f'trap \'kill -TERM "$child" 2>/dev/null; exit 0\' TERM\n'
+            f'while :; do {shlex.join(argv)} & child=$!; wait "$child"; rc=$?\n'
+            f'  echo "warden: {argv[0]} exited ($rc); starting it again" >> {shlex.quote(str(log))}; sleep 1\n'
+            'done\n')  # fmt: skip
+
+
 def start_nfs(node_dir: Path, address: str) -> int:
-    """nfs-ganesha serving ``nfs_dir()/export`` on ``address``; its pid."""
+    """nfs-ganesha serving ``nfs_dir()/export`` on ``address``, kept running (``keeper_script``); the
+    keeper's pid (its command line names ganesha.nfsd: ``vmnode.undo_item`` stops it and so the server)."""
     if shutil.which("ganesha.nfsd") is None:
         raise VmNodeError("ganesha.nfsd is missing: apt-get install nfs-ganesha nfs-ganesha-vfs")
     (nfs_dir() / "export").mkdir(parents=True, exist_ok=True)
     cfg = node_dir / "ganesha.conf"
     cfg.write_text(ganesha_config(nfs_dir() / "export", address))
-    proc = subprocess.Popen(["ganesha.nfsd", "-F", "-f", str(cfg), "-L", str(node_dir / "ganesha.log"),
-                             "-p", str(node_dir / "ganesha.pid"), "-N", "NIV_WARN"], stdin=subprocess.DEVNULL,
+    log = node_dir / "ganesha.log"
+    argv = ["ganesha.nfsd", "-F", "-f", str(cfg), "-L", str(log), "-p", str(node_dir / "ganesha.pid"), "-N", "NIV_WARN"]
+    proc = subprocess.Popen(["bash", "-c", keeper_script(argv, log)], stdin=subprocess.DEVNULL,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
     return proc.pid
 

@@ -3,8 +3,13 @@ mirror, CNI, kubelet) and the host rules it needs."""
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import json
+import os
+import signal
+import subprocess
+import time
 import tomllib
 from pathlib import Path
 
@@ -122,3 +127,32 @@ def test_the_nodes_runtime_is_crun_from_the_nodes_own_packages_and_its_go_agents
     assert runc["options"]["BinaryName"] == "/usr/bin/crun" and "crun" in ROOT_PACKAGES
     start = vmjoin.NODE_START
     assert start.index("export GOMAXPROCS=1 GOGC=400") < start.index("containerd --config")
+
+
+def test_the_nfs_servers_keeper_starts_it_again_when_it_exits_and_stops_it_on_sigterm(tmp_path: Path) -> None:
+    """The VM nodes' NFS server (nfs-ganesha) runs under a keeper: one that crashed is back a second later
+    (every NFS client of the jail hung while it was gone); stopping the keeper stops the server."""
+    starts, log = tmp_path / "starts", tmp_path / "server.log"
+    server = tmp_path / "server"
+    # a stand-in server: its first start exits at once (a crash), the second stays up
+    server.write_text(f"#!/bin/sh\necho start >> {starts}\n[ $(wc -l < {starts}) -gt 1 ] && exec sleep 600\nexit 139\n")
+    server.chmod(0o755)
+    keeper = subprocess.Popen(["bash", "-c", vmjoin.keeper_script([str(server)], log)], start_new_session=True)
+    try:
+        deadline = time.monotonic() + 30
+        while not (starts.is_file() and len(starts.read_text().split()) == 2):
+            assert time.monotonic() < deadline and keeper.poll() is None, "not started again"
+            time.sleep(0.05)
+        assert f"warden: {server} exited (139); starting it again" in log.read_text()
+        children = subprocess.run(["pgrep", "-f", "sleep 600", "-s", str(keeper.pid)], capture_output=True,
+                                  text=True).stdout.split()  # fmt: skip
+        assert len(children) == 1, children
+        os.kill(keeper.pid, signal.SIGTERM)
+        assert keeper.wait(timeout=30) == 0
+        deadline = time.monotonic() + 30
+        while Path(f"/proc/{children[0]}").exists() and Path(f"/proc/{children[0]}/stat").read_text().split()[2] != "Z":
+            assert time.monotonic() < deadline, "the server outlived its keeper"
+            time.sleep(0.05)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(keeper.pid, signal.SIGKILL)
