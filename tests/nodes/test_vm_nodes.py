@@ -411,7 +411,7 @@ def test_a_node_powered_off_under_a_two_node_job(cluster: VmCluster, ada: Path) 
                       lambda s: s.split("|")[0].startswith("down") and s.split("|")[1] not in ("", "none"),
                       timeout=180)  # fmt: skip
     timings["slurm_node_down_s"] = time.monotonic() - t0
-    requeued = eventually(f"job {job} requeued", lambda: cluster.as_user(USER, ada, f"scontrol show job {job} -o"),
+    eventually(f"job {job} requeued", lambda: cluster.as_user(USER, ada, f"scontrol show job {job} -o"),
                           lambda j: " Restarts=1 " in j and "JobState=COMPLETED" not in j
                           and "JobState=FAILED" not in j and "JobState=CANCELLED" not in j,
                           timeout=180, explain=lambda: _job_story(cluster, ada, job))  # fmt: skip
