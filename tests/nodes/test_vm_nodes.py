@@ -494,7 +494,8 @@ def test_the_dead_node_comes_back_and_the_requeued_job_runs_again(cluster: VmClu
         timeout=600, explain=lambda: _job_story(cluster, ada, job)))  # fmt: skip
     assert running.get("Restarts") == "1", running
     timings["job_running_again_s"] = time.monotonic() - t0
+    # the job holds worker b's one CPU: it goes first, then a user's step runs there
+    cluster.as_user(USER, ada, f"scancel {job}")
     assert cluster.as_user(USER, ada, f"srun -N1 -w {WORKER_B} hostname", timeout=300).strip() == WORKER_B
     timings["users_run_there_s"] = time.monotonic() - t0
-    cluster.as_user(USER, ada, f"scancel {job}")
     print("\nnode back: " + json.dumps({"slurm": back, **{k: round(v, 1) for k, v in timings.items()}}))
