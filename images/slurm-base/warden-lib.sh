@@ -31,7 +31,7 @@ warden_node() {
 # slurm.conf and friends (every regular file of the ConfigMap at $WARDEN_CONFIG_DIR), then the auth/slurm
 # key, into $SLURM_ETC, owned by SlurmUser; the key mode 0600 (slurmctld, slurmd, sackd and slurmdbd refuse
 # a key others can read). Its options make an entrypoint's first steps one Python start: --jwt-key, then
-# auth/jwt's HS256 key for slurmctld when slurm.conf asks for auth/jwt (`warden-node jwt-key`);
+# auth/jwt's HS256 key for slurmctld when slurm.conf asks for auth/jwt;
 # --print-hash=DIR..., print warden_dirs_hash DIR... taken before copying.
 #   warden_slurm_config [--jwt-key] [--print-hash=DIR]...
 warden_slurm_config() { warden_node config "$@"; }
@@ -122,26 +122,20 @@ warden_start_sssd() {
     command -v sssd >/dev/null || warden_die "spec.identity.ldap is set but this image has no sssd"
     warden_sssd_run || warden_die "SSSD did not start (spec.identity.ldap)"
     warden_log "users: directory users through SSSD ($sssd_pid): $(sed -n 's/^ldap_uri = //p' "$WARDEN_IDENTITY_DIR/sssd.conf")"
+    sssd_stamp="$(warden_new_stamp)" || warden_die "cannot make a file in ${TMPDIR:-/tmp}"
     WARDEN_POLL_HOOKS="${WARDEN_POLL_HOOKS:-} warden_sssd_keep"
 }
 
 # The poll hook of warden_start_sssd (every WARDEN_CONFIG_POLL seconds in every pod of a directory cluster):
 # SSSD started again when it is gone, restarted when the directory settings' hash changed. The hash (a
-# Python start) is taken at the first poll, then only when a file of the settings is newer than the last
-# look (warden_changed_since against sssd_stamp).
+# Python start) is taken at the first poll, then only after a change (warden_hash_if_changed, sssd_stamp).
 warden_sssd_keep() {
-    local now dirs=("$WARDEN_IDENTITY_DIR" "$WARDEN_IDENTITY_BIND_DIR" "$WARDEN_IDENTITY_CA_DIR")
+    local now
     if ! kill -0 "$sssd_pid" 2>/dev/null; then
         warden_log "users: SSSD ($sssd_pid) is gone; starting it again"
     else
-        if [ -n "${sssd_stamp:-}" ]; then
-            warden_changed_since "$sssd_stamp" "${dirs[@]}" || return 0
-        else
-            sssd_stamp="$(mktemp "${TMPDIR:-/tmp}/warden-sssd.XXXXXX")" || sssd_stamp=""
-        fi
-        # before the hash: a change while it is taken is newer than the stamp
-        [ -z "$sssd_stamp" ] || touch "$sssd_stamp"
-        now="$(warden_dirs_hash "${dirs[@]}")"
+        now="$(warden_hash_if_changed "$sssd_stamp" "$WARDEN_IDENTITY_DIR" "$WARDEN_IDENTITY_BIND_DIR" \
+            "$WARDEN_IDENTITY_CA_DIR")" || return 0
         [ "$now" != "$sssd_inputs" ] || return 0
         warden_log "users: the directory settings changed; restarting SSSD"
         kill -TERM "$sssd_pid" 2>/dev/null
@@ -313,6 +307,24 @@ warden_changed_since() {
     return 1
 }
 
+# A stamp for warden_hash_if_changed, dated 1970 so that the first look hashes; its path.
+warden_new_stamp() {
+    local stamp
+    stamp="$(mktemp "${TMPDIR:-/tmp}/warden-stamp.XXXXXX")" && touch -d @0 "$stamp" && echo "$stamp"
+}
+
+# Print warden_dirs_hash DIR... when anything in DIR... is newer than STAMP (warden_changed_since), touching
+# STAMP first (a change while the hash is taken is newer than it); else print nothing and return 1. The
+# follow loop and the poll hooks look every few seconds: only a change costs the hash's Python start. Date
+# STAMP back (touch -d @0) to have the next look hash again (a reload that failed).
+#   warden_hash_if_changed STAMP DIR...
+warden_hash_if_changed() {
+    local stamp="$1"
+    shift
+    warden_changed_since "$stamp" "$@" || return 1
+    touch "$stamp" && warden_dirs_hash "$@"
+}
+
 # Follow edits of mounted ConfigMaps/Secrets without restarting the pod. The operator rewrites them on
 # spec changes (a new partition or worker group, extraLines, login keys) and the kubelet updates such
 # volumes in place within about a minute. In the background, every WARDEN_CONFIG_POLL seconds
@@ -325,17 +337,15 @@ warden_changed_since() {
 warden_follow() {
     local last="$1" hook="$2" stamp
     shift 2
-    # dated 1970: the first poll always hashes (a change between HASH and now is not missed)
-    stamp="$(mktemp "${TMPDIR:-/tmp}/warden-follow.XXXXXX")" && touch -d @0 "$stamp" || return 1
+    # the first poll always hashes (a change between HASH and now is not missed)
+    stamp="$(warden_new_stamp)" || return 1
     (
         trap - TERM INT
         set +e
         while sleep "${WARDEN_CONFIG_POLL:-2}"; do
             warden_jail_rebind
             for h in ${WARDEN_POLL_HOOKS:-}; do "$h"; done
-            warden_changed_since "$stamp" "$@" || continue
-            touch "$stamp" # before the hash: a change while it is taken is newer than the stamp
-            now="$(warden_dirs_hash "$@")"
+            now="$(warden_hash_if_changed "$stamp" "$@")" || continue
             [ "$now" = "$last" ] && continue
             warden_log "config: $* changed; reloading"
             if "$hook"; then last="$now"; else touch -d @0 "$stamp"; warden_log "config: reload failed; retrying"; fi

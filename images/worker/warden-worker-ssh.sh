@@ -22,14 +22,12 @@ WARDEN_WORKER_SSH_STAMP=""
 
 warden_worker_ssh_wanted() { [ -f "$WARDEN_WORKER_SSH_DIR/sshd_config" ]; }
 
-# sshd_config, root's keys, the admins' list and the PAM stack naming this node.
+# sshd_config, root's keys, the admins' list and the PAM stack naming this node; HASH: the directory's hash
+# taken before (warden_hash_if_changed).
+#   warden_worker_ssh_files HASH
 warden_worker_ssh_files() {
     local node="${WARDEN_NODE_NAME:-$(hostname -s)}"
-    [ -n "$WARDEN_WORKER_SSH_STAMP" ] ||
-        WARDEN_WORKER_SSH_STAMP="$(mktemp "${TMPDIR:-/tmp}/warden-worker-ssh.XXXXXX")" || WARDEN_WORKER_SSH_STAMP=""
-    # the stamp before the hash: a change while it is taken is newer than the stamp
-    [ -z "$WARDEN_WORKER_SSH_STAMP" ] || touch "$WARDEN_WORKER_SSH_STAMP"
-    WARDEN_WORKER_SSH_HASH="$(warden_dirs_hash "$WARDEN_WORKER_SSH_DIR")"
+    WARDEN_WORKER_SSH_HASH="$1"
     install -m 0644 "$WARDEN_WORKER_SSH_DIR/sshd_config" /etc/ssh/sshd_config || return 1
     install -d -m 0755 /etc/ssh/warden_authorized_keys || return 1
     if [ -s "$WARDEN_WORKER_SSH_DIR/authorized_keys" ]; then
@@ -84,7 +82,9 @@ warden_worker_ssh_setup() {
         warden_die "ssh: no host key in $WARDEN_WORKER_SSH_HOST_KEYS (Secret <cluster>-worker-ssh-host-keys)"
     install -m 0600 "$WARDEN_WORKER_SSH_HOST_KEYS/ssh_host_ed25519_key" /etc/ssh/ssh_host_ed25519_key
     install -m 0644 "$WARDEN_WORKER_SSH_HOST_KEYS/ssh_host_ed25519_key.pub" /etc/ssh/ssh_host_ed25519_key.pub
-    warden_worker_ssh_files || warden_die "ssh: cannot install the worker's sshd files"
+    WARDEN_WORKER_SSH_STAMP="$(warden_new_stamp)" || warden_die "ssh: cannot make a file in ${TMPDIR:-/tmp}"
+    warden_worker_ssh_files "$(warden_hash_if_changed "$WARDEN_WORKER_SSH_STAMP" "$WARDEN_WORKER_SSH_DIR")" ||
+        warden_die "ssh: cannot install the worker's sshd files"
     warden_worker_ssh_root || warden_die "ssh: cannot make the sessions' view of the jail at" \
         "$WARDEN_WORKER_SSH_ROOT: $WARDEN_MOUNT_REFUSED"
     /usr/sbin/sshd -t -f /etc/ssh/sshd_config || warden_die "ssh: sshd refuses its configuration (above)"
@@ -95,21 +95,15 @@ warden_worker_ssh_setup() {
 warden_worker_ssh_keep() {
     local now
     WARDEN_JAIL="$WARDEN_WORKER_SSH_ROOT" warden_jail_rebind
-    # the hash (a Python start, every poll of every worker) only after a failed reload or when a file of
-    # the directory is newer than the last look
-    if [ -n "$WARDEN_WORKER_SSH_HASH" ] && [ -n "$WARDEN_WORKER_SSH_STAMP" ] &&
-        ! warden_changed_since "$WARDEN_WORKER_SSH_STAMP" "$WARDEN_WORKER_SSH_DIR"; then
-        now="$WARDEN_WORKER_SSH_HASH"
-    else
-        [ -z "$WARDEN_WORKER_SSH_STAMP" ] || touch "$WARDEN_WORKER_SSH_STAMP"
-        now="$(warden_dirs_hash "$WARDEN_WORKER_SSH_DIR")"
-    fi
-    if [ "$now" != "$WARDEN_WORKER_SSH_HASH" ]; then
+    # the hash (a Python start, every poll of every worker) only after a change or a failed reload
+    if now="$(warden_hash_if_changed "$WARDEN_WORKER_SSH_STAMP" "$WARDEN_WORKER_SSH_DIR")" &&
+        [ "$now" != "$WARDEN_WORKER_SSH_HASH" ]; then
         warden_log "ssh: $WARDEN_WORKER_SSH_DIR changed; reloading sshd"
-        if warden_worker_ssh_files && /usr/sbin/sshd -t -f /etc/ssh/sshd_config; then
+        if warden_worker_ssh_files "$now" && /usr/sbin/sshd -t -f /etc/ssh/sshd_config; then
             warden_worker_ssh_running && kill -HUP "$(cat /run/sshd.pid)"
         else
-            WARDEN_WORKER_SSH_HASH="" # tried again at the next poll
+            WARDEN_WORKER_SSH_HASH="" # tried again at the next poll: it hashes again
+            touch -d @0 "$WARDEN_WORKER_SSH_STAMP"
         fi
     fi
     warden_worker_ssh_running || { warden_log "ssh: sshd is not running; starting it again"; warden_worker_ssh_start; }

@@ -426,6 +426,7 @@ warden_sssd_run() {{
 }}
 polls() {{ for _ in $(seq 1 "$1"); do warden_sssd_keep; done; echo "starts $(wc -l < {starts})"; }}
 warden_sssd_run
+sssd_stamp="$(warden_new_stamp)"  # as warden_start_sssd does
 polls 10
 polls 10
 # the kubelet's swap of the ConfigMap volume

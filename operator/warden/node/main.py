@@ -50,7 +50,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="warden-node", description=__doc__.split("\n\n")[0] if __doc__ else None)
     sub = parser.add_subparsers(dest="command", required=True)
     config = sub.add_parser("config", help="slurm.conf and friends, then the auth key, into SLURM_ETC")
-    config.add_argument("--jwt-key", action="store_true", help="then the JWT key, as jwt-key does")
+    config.add_argument("--jwt-key", action="store_true",
+                        help="then the JWT key, when slurm.conf asks for auth/jwt (slurmctld)")  # fmt: skip
     config.add_argument("--print-hash", type=Path, action="append", default=[], metavar="DIR",
                         help="print the hash of these directories, taken before copying")  # fmt: skip
     sub.add_parser("key", help="the auth key into SLURM_ETC")
