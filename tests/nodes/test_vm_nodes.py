@@ -42,7 +42,6 @@ from warden_dev.localcluster import (
     wait_slurmcluster_ready,
 )
 from warden_dev.localvolumes import NFS_STORAGE_CLASS as NFS
-from warden_dev.localvolumes import NODE_LOCAL_STORAGE_CLASS as NODE_LOCAL
 
 WORKER_A, WORKER_B = "vmn-worker-a-0", "vmn-worker-b-0"
 #: VMs under TCG on a shared machine: the installation alone can take most of the e2e tier's 600 s per test
@@ -55,15 +54,18 @@ KEEP = os.environ.get("WARDEN_NODES_KEEP") == "1"
 KEEP_LABEL = "warden.dev/nodes-tier"
 #: the user the cases run as (made on the login node; a kept installation gets a new one each run)
 USER = f"ada{uuid.uuid4().hex[:4]}" if KEEP else "ada"
-#: the VM nodes: slurmctld, the login and worker a (2 CPUs: the cores test pins one of two); worker b, which
-#: dies in the last test
+#: the VM nodes: the login and worker a (2 CPUs: the cores test pins one of two); worker b, which dies in the
+#: node-death test; a slurmctld on each (the chart spreads the two)
 NODE_A, NODE_B = 1, 2
-CONTROL = NODE_A
 NODES = (NODE_A, NODE_B)
+CONTROLLERS = (f"{NAME}-controller-0", f"{NAME}-controller-1")
+#: controller.takeoverSeconds (Slurm's SlurmctldTimeout): a backup waits this long for one that stopped answering
+TAKEOVER_S = 30
+IN_CHARGE = "slurm.warden.dev/SlurmctldInCharge"
 #: two emulated CPUs each: the host's scheduler shares its cores by thread, and a one-CPU VM node got a
 #: quarter of a core beside two-CPU ones (worker b took minutes to start where the others took one)
 VM_CPUS = {NODE_A: 2, NODE_B: 2}
-#: node 1 holds slurmctld, the login and worker a (its limit 1 GiB)
+#: node 1 holds a slurmctld, the login and worker a (its limit 1 GiB); both slurmctlds once node 2 died
 VM_MEMORY_MIB = 3584
 TOLERATE = [{"key": vmjoin.VM_NODE_KEY, "operator": "Exists", "effect": "NoSchedule"}]
 WORKER_RESOURCES = {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"cpu": "2", "memory": "1Gi"}}
@@ -175,9 +177,11 @@ def cluster(kube: Kube, vm_nodes: dict[str, dict[str, Any]],
         "nameOverride": NAME,
         # the jail on NFS (every VM node mounts it; the host node has no NFS client)
         "jail": {"existingClaim": "jail", "populate": on(NODE_B)},
-        # slurmctld's state on the node's own disk: from a TCG guest every NFS round trip costs ~0.4 s, and
-        # slurmctld said so ("Saving to StateSaveLocation took 37s ... all of Slurm operations are delayed")
-        "controller": {"stateVolume": {"storageClassName": NODE_LOCAL}, **on(CONTROL)},
+        # a primary and a backup slurmctld, on either VM node (the chart spreads them), sharing their state on
+        # NFS (ReadWriteMany); a TCG guest's NFS round trips are slow, so a backup waits 30 s, not 15, before
+        # it takes over from one that stopped answering
+        "controller": {"replicas": 2, "takeoverSeconds": TAKEOVER_S, "stateVolume": {"storageClassName": NFS},
+                       "nodeSelector": {vmjoin.VM_NODE_KEY: "true"}, "tolerations": TOLERATE},
         "login": {"sshAuthorizedKeys": [key.with_suffix(".pub").read_text().strip()],
                   "service": {"type": "NodePort"}, **on(NODE_A)},
         "accounting": {"mode": "Disabled"},
@@ -244,10 +248,9 @@ def test_what_ran_where(cluster: VmCluster) -> None:
         return sorted(p["metadata"]["name"] for p in pods if p["spec"].get("nodeName") == node)
 
     rows = []
-    for index, (pod, container) in ((CONTROL, (f"{NAME}-controller-0", "slurmctld")),
-                                    (NODE_A, (f"{NAME}-login-0", "sshd")), (NODE_A, (WORKER_A, "slurmd")),
-                                    (NODE_B, (WORKER_B, "slurmd"))):  # fmt: skip
-        name = vmnode.node_layout(index).name
+    for pod, container in ((CONTROLLERS[0], "slurmctld"), (CONTROLLERS[1], "slurmctld"),
+                           (f"{NAME}-login-0", "sshd"), (WORKER_A, "slurmd"), (WORKER_B, "slurmd")):  # fmt: skip
+        name = cluster.pod_node(pod)
         out = cluster.kube.kubectl("-n", cluster.namespace, "exec", pod, "-c", container, "--", "sh", "-c", probe)
         fs, apparmor, label = [*out.splitlines(), "", "", ""][:3]
         rows.append({**node_facts(cluster.kube, name), "cgroup": "v2" if fs == "cgroup2fs" else "v1",
@@ -259,12 +262,12 @@ def test_what_ran_where(cluster: VmCluster) -> None:
                  "apparmor": "on" if Path("/sys/module/apparmor").exists() else "off",
                  "pods": on_node("warden-node")})  # fmt: skip
     print("\nwhat ran where: " + json.dumps({"nodes": rows, "joins": cluster.nodes}, indent=1, default=str))
-    for pod, index in ((f"{NAME}-controller-0", CONTROL), (f"{NAME}-login-0", NODE_A), (WORKER_A, NODE_A),
-                       (WORKER_B, NODE_B)):  # fmt: skip
+    for pod, index in ((f"{NAME}-login-0", NODE_A), (WORKER_A, NODE_A), (WORKER_B, NODE_B)):
         assert cluster.pod_node(pod) == vmnode.node_layout(index).name, pod
-    login, *workers = rows[1:4]
-    assert {r["node"] for r in rows[:4]} == {vmnode.node_layout(i).name for i in NODES}
-    assert all(r["cgroup"] == "v2" and r["apparmor"] == "on" for r in rows[:4]), rows
+    # the backup on another node than the primary (the chart's anti-affinity), both on VM nodes
+    assert sorted(cluster.pod_node(p) for p in CONTROLLERS) == sorted(vmnode.node_layout(i).name for i in NODES)
+    login, *workers = rows[2:5]
+    assert all(r["cgroup"] == "v2" and r["apparmor"] == "on" for r in rows[:5]), rows
     assert str(login["sshd_confined_by"]).startswith("warden-login"), login
     assert all(str(r["slurmd_confined_by"]).startswith("warden-worker") for r in workers), workers
 
@@ -383,17 +386,59 @@ def _job(cluster: VmCluster, ada: Path, job: str) -> dict[str, str]:
 def _job_story(cluster: VmCluster, ada: Path, job: str) -> str:
     """What a person reads when a job did not end as it should: its output and slurmctld's lines about it."""
     out = cluster.ssh(f"cat /home/{USER}/two-{job}.out", key=ada, user=USER).stdout
-    log = cluster.kube.kubectl("-n", cluster.namespace, "logs", f"{NAME}-controller-0", "-c", "slurmctld",
-                               check=False)  # fmt: skip
-    about = [line for line in log.splitlines() if f"JobId={job}" in line or WORKER_B in line]
-    return f"--- the job's output\n{out}--- slurmctld on job {job} and {WORKER_B}\n" + "\n".join(about[-40:])
+    story = f"--- the job's output\n{out}"
+    for pod in CONTROLLERS:
+        log = cluster.kube.kubectl("-n", cluster.namespace, "logs", pod, "-c", "slurmctld", check=False)
+        about = [line for line in log.splitlines() if f"JobId={job}" in line or WORKER_B in line]
+        story += f"--- {pod}'s slurmctld on job {job} and {WORKER_B}\n" + "\n".join(about[-30:]) + "\n"
+    return story
 
 
-def test_a_node_powered_off_under_a_two_node_job(cluster: VmCluster, ada: Path) -> None:
-    """VM node 2 is powered off hard while a 2-node job runs on its worker and on node 1's. Slurm marks its node
-    DOWN with a reason, the job is requeued (never silently lost), users run on the node left at once; the
-    admin's out-of-service taint (Kubernetes' non-graceful node shutdown) frees the pod stuck there, and the
-    WorkerSet makes it again, waiting for its node."""
+def _in_charge(cluster: VmCluster) -> str:
+    """The controller pod the cluster says is in charge: its status, and that pod's own condition."""
+    status = cluster.kube.json("-n", cluster.namespace, "get", "slurmcluster", NAME).get("status", {})
+    pod = str(status.get("slurmctldInCharge") or "")
+    if not pod:
+        return ""
+    conditions = cluster.kube.json("-n", cluster.namespace, "get", "pod", pod)["status"].get("conditions", [])
+    return pod if any(c["type"] == IN_CHARGE and c["status"] == "True" for c in conditions) else ""
+
+
+def _controller_in_charge_on(cluster: VmCluster, node: str) -> str:
+    """Make the slurmctld in charge the one on ``node``, as an admin does: delete the pod in charge elsewhere,
+    which hands control over (docs/operations.md, "Backup controllers"); it comes back standing by."""
+    boss = eventually("a controller in charge", lambda: _in_charge(cluster), bool, timeout=180)
+    if cluster.pod_node(boss) == node:
+        return boss
+    other = CONTROLLERS[1 - CONTROLLERS.index(boss)]
+    assert cluster.pod_node(other) == node, {p: cluster.pod_node(p) for p in CONTROLLERS}
+    cluster.kube.kubectl("-n", cluster.namespace, "delete", "pod", boss, "--wait=false")
+    eventually(f"{other} (on {node}) in charge", lambda: _in_charge(cluster), lambda p: p == other, timeout=300)
+    eventually(f"{boss} back, standing by", lambda: _pod_ready(cluster, boss), lambda s: s.endswith("|ready"),
+               timeout=600)  # fmt: skip
+    return other
+
+
+def _pod_ready(cluster: VmCluster, pod: str) -> str:
+    """``node|phase|ready`` of a pod (``||`` while it does not exist)."""
+    got = cluster.kube.kubectl_result("-n", cluster.namespace, "get", "pod", pod, "-o", "json")
+    if got.returncode != 0:
+        return "||"
+    item = json.loads(got.stdout)
+    ready = any(c["type"] == "Ready" and c["status"] == "True" for c in item["status"].get("conditions", []))
+    return f"{item['spec'].get('nodeName', '')}|{item['status'].get('phase')}|{'ready' if ready else 'not ready'}"
+
+
+def test_a_node_powered_off_under_a_two_node_job_and_the_controller_in_charge(cluster: VmCluster, ada: Path) -> None:
+    """VM node 2 is powered off hard while a 2-node job runs on its worker and on node 1's, and while the
+    slurmctld in charge lives there. The backup on node 1 takes control once the one in charge has not
+    answered for takeoverSeconds; Slurm marks the node DOWN with a reason, the job is requeued (never silently
+    lost), users run on the node left. The admin's out-of-service taint (Kubernetes' non-graceful node
+    shutdown) frees the pods stuck there: the controller's starts again on node 1 and stands by (two
+    controllers again), the worker's is made again by its WorkerSet and waits for its node."""
+    layout = vmnode.node_layout(NODE_B)
+    lost_controller = _controller_in_charge_on(cluster, layout.name)
+    backup = CONTROLLERS[1 - CONTROLLERS.index(lost_controller)]
     job = cluster.as_user(USER, ada, f"sbatch --parsable -N2 --requeue -o /home/{USER}/two-%j.out "
                                       "--wrap 'srun -l sh -c \"echo started; exec sleep 900\"'").strip()  # fmt: skip
     # its step's task started on both nodes (each says so): RUNNING alone comes before the step reaches node 2,
@@ -401,12 +446,14 @@ def test_a_node_powered_off_under_a_two_node_job(cluster: VmCluster, ada: Path) 
     eventually(f"job {job}'s step started on both nodes",
                lambda: cluster.as_user(USER, ada, f"cat /home/{USER}/two-{job}.out 2>/dev/null; true"),
                lambda out: {"0: started", "1: started"} <= set(out.splitlines()), timeout=180)  # fmt: skip
-    layout = vmnode.node_layout(NODE_B)
     pid = int(vmnode.NodeState(layout).data["pid"])
     t0 = time.monotonic()
     os.kill(pid, 9)  # the power cord: no shutdown, no goodbye to the API server or slurmctld
     timings: dict[str, float] = {}
 
+    eventually(f"the backup {backup} in charge", lambda: _in_charge(cluster), lambda p: p == backup,
+               timeout=300)  # fmt: skip
+    timings["backup_in_charge_s"] = time.monotonic() - t0
     down = eventually(f"{WORKER_B} DOWN in Slurm with a reason", lambda: _slurm_node(cluster, ada, WORKER_B),
                       lambda s: s.split("|")[0].startswith("down") and s.split("|")[1] not in ("", "none"),
                       timeout=180)  # fmt: skip
@@ -428,6 +475,7 @@ def test_a_node_powered_off_under_a_two_node_job(cluster: VmCluster, ada: Path) 
     timings["k8s_node_not_ready_s"] = time.monotonic() - t0
     old_uid = kube.json("-n", cluster.namespace, "get", "pod", WORKER_B)["metadata"]["uid"]
     kube.kubectl("taint", "node", layout.name, "node.kubernetes.io/out-of-service=nodeshutdown:NoExecute")
+    t_taint = time.monotonic()
 
     def replaced() -> str:
         out = kube.kubectl("-n", cluster.namespace, "get", "pod", WORKER_B, "-o", "jsonpath={.metadata.uid}",
@@ -437,7 +485,15 @@ def test_a_node_powered_off_under_a_two_node_job(cluster: VmCluster, ada: Path) 
     # deleted, then made again by the WorkerSet (a new uid; none for a moment between)
     eventually(f"{WORKER_B}'s pod freed from the dead node and made again", replaced,
                lambda u: u not in ("", old_uid), timeout=180)  # fmt: skip
-    timings["pod_freed_after_taint_s"] = time.monotonic() - t0
+    timings["pod_freed_after_taint_s"] = time.monotonic() - t_taint
+    # the lost controller's pod starts again on the node left (the chart's spread is a preference) and stands by
+    eventually(f"{lost_controller} Ready again on {vmnode.node_layout(NODE_A).name}",
+               lambda: _pod_ready(cluster, lost_controller),
+               lambda s: s == f"{vmnode.node_layout(NODE_A).name}|Running|ready", timeout=900)  # fmt: skip
+    timings["controller_back_after_taint_s"] = time.monotonic() - t_taint
+    assert _in_charge(cluster) == backup
+    ping = cluster.as_user(USER, ada, "scontrol ping")
+    assert ping.count("is UP") == 2, ping
 
     # the freed pod waits for its node (the WorkerSet pins it there), the requeued job for two nodes: the next
     # test brings the node back
@@ -448,9 +504,8 @@ def test_a_node_powered_off_under_a_two_node_job(cluster: VmCluster, ada: Path) 
         USER, ada, f"scontrol show job {job} -o"), lambda j: "JobState=PENDING" in j, timeout=300)  # fmt: skip
     job_state = {k: v for k, v in _fields(waiting).items() if k in ("JobState", "Reason", "Restarts")}
     DEAD["job"] = job
-    print(
-        "\nnode death: " + json.dumps({"slurm": down, "job": job_state, **{k: round(v, 1) for k, v in timings.items()}})
-    )
+    facts = {"slurm": down, "job": job_state, "controller_lost": lost_controller, "controller_in_charge": backup}
+    print("\nnode death: " + json.dumps({**facts, **{k: round(v, 1) for k, v in timings.items()}}))
 
 
 #: what the node-death test leaves the next one: the requeued job
@@ -476,12 +531,7 @@ def test_the_dead_node_comes_back_and_the_requeued_job_runs_again(cluster: VmClu
     assert taint in taints, f"the admin's taint is the admin's to remove: {taints}"
     kube.kubectl("taint", "node", layout.name, f"{taint}-")
 
-    def pod_ready() -> str:
-        pod = kube.json("-n", cluster.namespace, "get", "pod", WORKER_B)
-        ready = any(c["type"] == "Ready" and c["status"] == "True" for c in pod["status"].get("conditions", []))
-        return f"{pod['spec'].get('nodeName', '')}|{pod['status'].get('phase')}|{'ready' if ready else 'not ready'}"
-
-    eventually(f"{WORKER_B}'s pod Ready on {layout.name}", pod_ready,
+    eventually(f"{WORKER_B}'s pod Ready on {layout.name}", lambda: _pod_ready(cluster, WORKER_B),
                lambda s: s == f"{layout.name}|Running|ready", timeout=1200)  # fmt: skip
     timings["worker_pod_ready_s"] = time.monotonic() - t0
     back = eventually(f"{WORKER_B} back in service in Slurm", lambda: _slurm_node(cluster, ada, WORKER_B),
