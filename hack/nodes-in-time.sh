@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# `make test`'s last tier: the nodes tier (`make nodes`, stage nodes-tier), unless a run with a deadline
+# could not finish it in time.
+# WARDEN_TEST_DEADLINE (epoch seconds; .ci/run sets it to its start + CI's 90 minutes) and
+# WARDEN_NODES_TIER_S (what the tier takes at most here: its VM nodes' boot, the installation, the cases;
+# about 1,000 s measured, 1,500 allowed): when the tier cannot end before the deadline it is not started,
+# the stage table says SKIPPED with the seconds left, and the run fails only if an earlier tier did.
+# Without a deadline (make test on a desk) the tier always runs.
+set -u
+cd "$(dirname "$0")/.." || exit 1
+need="${WARDEN_NODES_TIER_S:-1500}"
+if [ -n "${WARDEN_TEST_DEADLINE:-}" ]; then
+    left=$(( WARDEN_TEST_DEADLINE - $(date +%s) ))
+    if [ "$left" -lt "$need" ]; then
+        line=$(printf '%-28s %-16s %5ds' "nodes-tier" "SKIPPED" 0)
+        echo "<== ${line}: ${left}s left before the run's deadline, the tier needs up to ${need}s; run: make nodes"
+        if [ -n "${WARDEN_STAGE_LOG:-}" ]; then
+            echo "${line}  (${left}s left of the run; needs ${need}s)" >> "$WARDEN_STAGE_LOG"
+        fi
+        exit 0
+    fi
+fi
+exec hack/stage.sh nodes-tier make --no-print-directory nodes
