@@ -1,0 +1,60 @@
+"""hack/nodes-in-time.sh, `make test`'s last step: the nodes tier runs unless a run's deadline (CI's 90
+minutes) would not hold it, and then the stage table says it was skipped and why.
+
+The real script and hack/stage.sh run here; `make` on PATH is a stand-in that records its arguments and
+exits as told (the nodes tier itself boots VMs: `make nodes`)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = REPO / "hack" / "nodes-in-time.sh"
+
+
+def _run(tmp_path: Path, deadline: int | None, make_rc: int = 0, need: int = 1500) -> tuple[int, str, str, str]:
+    """The script's exit code, its output, the stage log and what the stand-in make was asked."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    calls = tmp_path / "make-calls"
+    make = bin_dir / "make"
+    make.write_text(f'#!/bin/sh\necho "$*" >> {calls}\nexit {make_rc}\n')
+    make.chmod(0o755)
+    stage_log = tmp_path / "stages"
+    stage_log.write_text("")
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "WARDEN_STAGE_LOG": str(stage_log),
+           "WARDEN_NODES_TIER_S": str(need)}  # fmt: skip
+    env.pop("WARDEN_TEST_DEADLINE", None)
+    if deadline is not None:
+        env["WARDEN_TEST_DEADLINE"] = str(deadline)
+    done = subprocess.run(["bash", str(SCRIPT)], env=env, capture_output=True, text=True, timeout=60)
+    asked = calls.read_text() if calls.exists() else ""
+    return done.returncode, done.stdout + done.stderr, stage_log.read_text(), asked
+
+
+def test_without_a_deadline_the_nodes_tier_runs_as_a_stage(tmp_path: Path) -> None:
+    rc, _, stages, asked = _run(tmp_path, deadline=None)
+    assert rc == 0
+    assert asked.split() == ["--no-print-directory", "nodes"]
+    assert stages.split()[:2] == ["nodes-tier", "OK"], stages
+
+
+def test_with_time_enough_before_the_deadline_it_runs_and_its_failure_is_the_runs(tmp_path: Path) -> None:
+    rc, _, stages, asked = _run(tmp_path, deadline=int(time.time()) + 4000, make_rc=2)
+    assert rc == 2
+    assert "nodes" in asked.split()
+    assert stages.startswith("nodes-tier") and "FAILED (rc 2)" in stages, stages
+
+
+@pytest.mark.parametrize("left", [1499, 0, -300])
+def test_too_close_to_the_deadline_it_is_not_started_and_the_table_says_so(tmp_path: Path, left: int) -> None:
+    rc, out, stages, asked = _run(tmp_path, deadline=int(time.time()) + left)
+    assert rc == 0  # a skipped tier fails nothing; the tiers before it decided the run
+    assert asked == ""
+    assert stages.split()[:2] == ["nodes-tier", "SKIPPED"], stages
+    assert "needs 1500s" in stages and "make nodes" in out, (stages, out)
