@@ -113,11 +113,10 @@ e2e-builds: venv ## what only the e2e tier needs: the previous release's images,
 	@$(STAGE) k8s-bins-cluster hack/build-k8s-bins.sh cluster
 	@$(STAGE) fake-gpu-plugin $(PY) -m warden_dev fake-gpu-plugin
 
-tier-builds: venv ## what the tiers need (Kubernetes binaries, images, e2e's and nodes' builds), built once before they run
+tier-builds: venv ## what the lanes' tiers need (Kubernetes binaries, images, e2e's builds), built once before they run side by side
 	@$(STAGE) k8s-bins $(MAKE) --no-print-directory k8s-bins
 	$(DATAPLANE_BUILDS)
 	@$(MAKE) --no-print-directory e2e-builds
-	@$(MAKE) --no-print-directory nodes-builds
 
 # Two lanes side by side once everything is built: e2e (the local cluster: its own containerd, kubelet and
 # registry; it mostly waits on them, and it is the longest tier) beside the unit, dataplane, integration and
@@ -125,6 +124,7 @@ tier-builds: venv ## what the tiers need (Kubernetes binaries, images, e2e's and
 # They share nothing but the cores. Their output is prefixed with the lane's first tier.
 # Then the nodes tier, alone: its VM nodes run under TCG here, each taking most of a core even idle
 # (hack/nodes-in-time.sh runs it unless CI's run would pass its 90 minutes: it says so, it never hides it).
+# It builds what only it needs (nodes-builds: qemu, nfs-ganesha, the VM image) itself, once, when it runs.
 test: ## every tier, each installing what it needs: e2e beside unit, dataplane, integration and conformance; then nodes
 	@$(STAGE) tier-builds $(MAKE) --no-print-directory tier-builds
 	@$(STAGE) lanes hack/lanes.sh e2e "unit dataplane integration conformance"

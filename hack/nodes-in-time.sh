@@ -3,7 +3,7 @@
 # could not finish it in time.
 # WARDEN_TEST_DEADLINE (epoch seconds; .ci/run sets it to its start + CI's 90 minutes) and
 # WARDEN_NODES_TIER_S (what the tier takes at most here: its VM nodes' boot, the installation, the cases;
-# about 1,000 s measured, 1,500 allowed): when the tier cannot end before the deadline it is not started,
+# about 1,000 s measured with its builds cached, 1,500 allowed): when the tier cannot end before the deadline it is not started,
 # the stage table says SKIPPED with the seconds left, and the run fails only if an earlier tier did.
 # Without a deadline (make test on a desk) the tier always runs.
 set -u
