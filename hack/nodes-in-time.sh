@@ -5,19 +5,22 @@
 # WARDEN_NODES_TIER_S (what the tier takes at most here: its VM nodes' boot, the installation, the cases;
 # about 1,000 s measured with its builds cached, 1,500 allowed): when the tier cannot end before the deadline it is not started,
 # the stage table says SKIPPED with the seconds left, and the run fails only if an earlier tier did.
+# A tier that started and is still running at the deadline is stopped there (timeout: SIGTERM, its VM
+# nodes and installation torn down by its fixtures) and fails the run, with the table printed.
 # Without a deadline (make test on a desk) the tier always runs.
 set -u
 cd "$(dirname "$0")/.." || exit 1
 need="${WARDEN_NODES_TIER_S:-1500}"
-if [ -n "${WARDEN_TEST_DEADLINE:-}" ]; then
-    left=$(( WARDEN_TEST_DEADLINE - $(date +%s) ))
-    if [ "$left" -lt "$need" ]; then
-        line=$(printf '%-28s %-16s %5ds' "nodes-tier" "SKIPPED" 0)
-        echo "<== ${line}: ${left}s left before the run's deadline, the tier needs up to ${need}s; run: make nodes"
-        if [ -n "${WARDEN_STAGE_LOG:-}" ]; then
-            echo "${line}  (${left}s left of the run; needs ${need}s)" >> "$WARDEN_STAGE_LOG"
-        fi
-        exit 0
-    fi
+if [ -z "${WARDEN_TEST_DEADLINE:-}" ]; then
+    exec hack/stage.sh nodes-tier make --no-print-directory nodes
 fi
-exec hack/stage.sh nodes-tier make --no-print-directory nodes
+left=$(( WARDEN_TEST_DEADLINE - $(date +%s) ))
+if [ "$left" -lt "$need" ]; then
+    line=$(printf '%-28s %-16s %5ds' "nodes-tier" "SKIPPED" 0)
+    echo "<== ${line}: ${left}s left before the run's deadline, the tier needs up to ${need}s; run: make nodes"
+    if [ -n "${WARDEN_STAGE_LOG:-}" ]; then
+        echo "${line}  (${left}s left of the run; needs ${need}s)" >> "$WARDEN_STAGE_LOG"
+    fi
+    exit 0
+fi
+exec hack/stage.sh nodes-tier timeout --kill-after=60 "$left" make --no-print-directory nodes

@@ -17,13 +17,14 @@ REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "hack" / "nodes-in-time.sh"
 
 
-def _run(tmp_path: Path, deadline: int | None, make_rc: int = 0, need: int = 1500) -> tuple[int, str, str, str]:
+def _run(tmp_path: Path, deadline: int | None, make_rc: int = 0, need: int = 1500,
+         make_takes: int = 0) -> tuple[int, str, str, str]:  # fmt: skip
     """The script's exit code, its output, the stage log and what the stand-in make was asked."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
     calls = tmp_path / "make-calls"
     make = bin_dir / "make"
-    make.write_text(f'#!/bin/sh\necho "$*" >> {calls}\nexit {make_rc}\n')
+    make.write_text(f'#!/bin/sh\necho "$*" >> {calls}\nsleep {make_takes}\necho ended >> {calls}\nexit {make_rc}\n')
     make.chmod(0o755)
     stage_log = tmp_path / "stages"
     stage_log.write_text("")
@@ -40,7 +41,7 @@ def _run(tmp_path: Path, deadline: int | None, make_rc: int = 0, need: int = 150
 def test_without_a_deadline_the_nodes_tier_runs_as_a_stage(tmp_path: Path) -> None:
     rc, _, stages, asked = _run(tmp_path, deadline=None)
     assert rc == 0
-    assert asked.split() == ["--no-print-directory", "nodes"]
+    assert asked.split() == ["--no-print-directory", "nodes", "ended"]
     assert stages.split()[:2] == ["nodes-tier", "OK"], stages
 
 
@@ -58,3 +59,9 @@ def test_too_close_to_the_deadline_it_is_not_started_and_the_table_says_so(tmp_p
     assert asked == ""
     assert stages.split()[:2] == ["nodes-tier", "SKIPPED"], stages
     assert "needs 1500s" in stages and "make nodes" in out, (stages, out)
+
+
+def test_a_tier_still_running_at_the_deadline_is_stopped_there_and_fails_the_run(tmp_path: Path) -> None:
+    rc, _, stages, asked = _run(tmp_path, deadline=int(time.time()) + 3, need=1, make_takes=40)
+    assert "nodes" in asked.split() and "ended" not in asked, asked  # stopped, not run to its end
+    assert rc == 124 and "FAILED (rc 124)" in stages, (rc, stages)
