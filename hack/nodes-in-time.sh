@@ -16,11 +16,6 @@ if [ -z "${WARDEN_TEST_DEADLINE:-}" ]; then
 fi
 left=$(( WARDEN_TEST_DEADLINE - $(date +%s) ))
 if [ "$left" -lt "$need" ]; then
-    line=$(printf '%-28s %-16s %5ds' "nodes-tier" "SKIPPED" 0)
-    echo "<== ${line}: ${left}s left before the run's deadline, the tier needs up to ${need}s; run: make nodes"
-    if [ -n "${WARDEN_STAGE_LOG:-}" ]; then
-        echo "${line}  (${left}s left of the run; needs ${need}s)" >> "$WARDEN_STAGE_LOG"
-    fi
-    exit 0
+    exec hack/stage.sh --skipped nodes-tier "${left}s left of the run; needs ${need}s; run: make nodes"
 fi
 exec hack/stage.sh nodes-tier timeout --kill-after=60 "$left" make --no-print-directory nodes

@@ -779,13 +779,17 @@ def test_user_made_right_after_ready_logs_in_and_runs_jobs(installed: Installed)
     assert all(restarts == 0 for _, restarts in before.values()), before
 
 
+#: a job's states once it has ended (COMPLETING has not: its epilog still runs on the node)
+JOB_ENDED = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY")
+
+
 def _wait_job(installed: Installed, job: str, timeout: float = 180) -> str:
     """The job's final state, once it has one."""
 
     def ended() -> str | None:
         out = installed.ssh(f"scontrol show job -o {job}")
         state = dict(f.split("=", 1) for f in out.stdout.split() if "=" in f).get("JobState", "")
-        return state if state in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY") else None
+        return state if state in JOB_ENDED else None
 
     return str(until(f"job {job} ended", ended, timeout=timeout, interval=2))
 
@@ -2332,9 +2336,7 @@ def test_controller_pod_deleted_keeps_the_queue_and_jobs_complete(installed: Ins
     final: dict[str, str] = {}
     while time.monotonic() < deadline:
         final = {j: s for j, s in _job_states(installed).items() if j in jobs}
-        # COMPLETING is not an end: its epilog still runs on the node (CI's run read it and failed)
-        unfinished = ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING")
-        if set(final) == set(jobs) and all(s not in unfinished for s in final.values()):
+        if set(final) == set(jobs) and all(s in JOB_ENDED for s in final.values()):
             break
         time.sleep(3)
     assert final == dict.fromkeys(jobs, "COMPLETED")
