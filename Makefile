@@ -88,14 +88,14 @@ conformance: venv ## SchedMD's own test suite (its 24.11.5 release, on the defau
 	@$(STAGE) images hack/images.sh
 	@$(STAGE) conformance hack/pytest-tier.sh conformance -q
 
-e2e: venv ## e2e tier: helm install on a real single-node Kubernetes (local cluster, or $KUBECONFIG's)
+e2e: venv ## e2e tier: helm install on a real single-node Kubernetes (local cluster, or $KUBECONFIG's), its modules in two lanes on it
 	@$(STAGE) docker hack/docker.sh ensure
 	@$(STAGE) base-image hack/base-image.sh
 	@$(STAGE) images hack/images.sh
 	@$(STAGE) images-24.11 env WARDEN_SLURM_SERIES=24.11 hack/images.sh
 	@$(STAGE) images-test hack/images.sh test
 	@$(MAKE) --no-print-directory e2e-builds
-	@$(STAGE) e2e hack/pytest-tier.sh e2e -q --durations=15
+	@$(STAGE) e2e hack/e2e-lanes.sh -q --durations=10
 
 nodes: venv nodes-builds ## nodes tier: two VM nodes (Debian's kernel: cgroup v2, AppArmor, NFS) join the local cluster; a SlurmCluster on them shares one NFS jail, then a node dies
 	@$(STAGE) docker hack/docker.sh ensure

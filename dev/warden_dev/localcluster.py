@@ -51,7 +51,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from warden_dev import fakedriver
+from warden_dev import fakedriver, lanelock
 from warden_dev.controlplane import (
     REPO_ROOT,
     SERVICE_CIDR,
@@ -1280,12 +1280,15 @@ def install_charts(
     source: Path | str = charts if charts is not None else (kube.registry or CHARTS_DIR)
     kube.apply([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": n}} for n in {operator_ns, cluster_ns}])
     crd_release = operator_release if crds == "subchart" else "slurm-operator-crds"
-    if not claim_crd(kube, crd_release, operator_ns):
-        crds = "none"
-    if crds == "chart":
-        kube.helm("upgrade", "--install", "slurm-operator-crds",
-                  *chart_args(source, "slurm-operator-crds", version),
-                  "-n", operator_ns)  # fmt: skip
+    # installations made side by side (e2e's lanes) claim the CRDs one at a time: two claims of absent
+    # CRDs would both install them, and Helm refuses the second
+    with lanelock.exclusive(cache_dir() / "locks" / "crd-claim.lock"):
+        if not claim_crd(kube, crd_release, operator_ns):
+            crds = "none"
+        if crds == "chart":
+            kube.helm("upgrade", "--install", "slurm-operator-crds",
+                      *chart_args(source, "slurm-operator-crds", version),
+                      "-n", operator_ns)  # fmt: skip
     if isinstance(source, Path):
         kube.helm("dependency", "build", str(source / "slurm-operator"))
     sets = {"image.registry": source} if isinstance(source, str) else {}

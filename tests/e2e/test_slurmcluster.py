@@ -394,6 +394,7 @@ def test_rest_api_answers_a_user_with_a_token_from_scontrol_token(installed: Ins
     assert "DRAIN" not in installed.ssh(f"sinfo -h -n {NAME}-worker-cpu-0 -o %T").stdout.upper(), drain.stdout
 
 
+@pytest.mark.whole_node  # cordons the node every installation runs on
 def test_drains_reach_pods_status_and_events_and_cordon_drains_only_its_own(installed: Installed) -> None:
     """A person drains a Slurm node: its pod's condition, the SlurmCluster's status and an Event say so.
     Then the Kubernetes node is cordoned: every other Slurm node on it is drained with a reason naming
@@ -591,6 +592,7 @@ def _user_runs_jobs(installed: Installed, user: str, key: Path) -> None:
     assert text[0] == user and text[1].startswith(f"{NAME}-worker-"), text
 
 
+@pytest.mark.whole_node  # cordons the node every installation runs on
 def test_kubectl_drain_waits_for_the_running_job_and_takes_idle_workers_at_once(installed: Installed) -> None:
     """`kubectl drain` of the Kubernetes node (limited here to this cluster's workers: the local cluster
     has one node) while a job runs on one worker: the idle worker is evicted at once, the busy one is
@@ -1084,6 +1086,7 @@ def test_each_opted_in_namespaces_pods_are_charged_to_its_own_slurm_account(inst
             kube.kubectl("delete", "namespace", team, "--wait=false", check=False)
 
 
+@pytest.mark.whole_node  # taints the node every installation runs on
 def test_a_bridge_pod_never_lands_on_a_node_tainted_against_it_and_runs_once_the_taint_goes(
     installed: Installed,
 ) -> None:
