@@ -119,16 +119,18 @@ tier-builds: venv ## what the lanes' tiers need (Kubernetes binaries, images, e2
 	@$(MAKE) --no-print-directory e2e-builds
 
 # Two lanes side by side once everything is built: e2e (the local cluster: its own containerd, kubelet and
-# registry; it mostly waits on them, and it is the longest tier) beside the unit, dataplane, integration and
+# registry; it mostly waits on them, and it is the longest tier, so its modules run in two lanes of their own on
+# that one cluster: hack/e2e-lanes.sh) beside the unit, dataplane, integration and
 # conformance tiers one after the other (each keeps a core busy: three lanes made the two cores the limit).
 # They share nothing but the cores. Their output is prefixed with the lane's first tier.
 # Then the nodes tier, alone: its VM nodes run under TCG here, each taking most of a core even idle
 # (hack/nodes-in-time.sh runs it unless CI's run would pass its 90 minutes: it says so, it never hides it).
 # It builds what only it needs (nodes-builds: qemu, nfs-ganesha, the VM image) itself, once, when it runs.
+# It runs after a failed lane too (the run's verdict stays failed): one run says how every tier stands.
 test: ## every tier, each installing what it needs: e2e beside unit, dataplane, integration and conformance; then nodes
 	@$(STAGE) tier-builds $(MAKE) --no-print-directory tier-builds
-	@$(STAGE) lanes hack/lanes.sh e2e "unit dataplane integration conformance"
-	@hack/nodes-in-time.sh
+	@lanes=0; $(STAGE) lanes hack/lanes.sh e2e "unit dataplane integration conformance" || lanes=$$?; \
+	hack/nodes-in-time.sh && exit $$lanes
 
 # --- images ------------------------------------------------------------------------------------
 .PHONY: docker base-image images images-24.11 images-gpu images-test
