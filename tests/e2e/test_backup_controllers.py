@@ -8,7 +8,7 @@
 (c) `helm upgrade` of the controller image: the StatefulSet replaces both pods in turn while a user
     submits every second, and no sbatch fails.
 
-Its own installation (module fixture), after test_slurmcluster's is gone; the tests run in file order.
+Its own installation (module fixture), beside test_slurmcluster's (hack/e2e-lanes.sh); the tests run in file order.
 """
 
 from __future__ import annotations

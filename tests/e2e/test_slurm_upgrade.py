@@ -7,7 +7,7 @@ from before, every daemon and `srun --version` in the jail report 26.05, the use
 no worker pod is replaced while it runs a job. Then a downgrade (26.05 -> 24.11) is refused and leaves
 every object as it was, with the reason in status and a Warning Event.
 
-Its own installation (module fixture), after test_slurmcluster's is gone; the tests run in file order.
+Its own installation (module fixture), beside test_slurmcluster's (hack/e2e-lanes.sh); the tests run in file order.
 With ``WARDEN_UPGRADE_FIGURES=<file>`` it writes the upgrade's duration (helm upgrade to every daemon
 on 26.05) and the number of jobs interrupted as JSON there (bench/slurm-upgrade.sh prints them).
 """

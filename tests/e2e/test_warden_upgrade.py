@@ -6,7 +6,8 @@ never restarts and no pod of the cluster is replaced (the cluster keeps the imag
 status.imagesVersion). Then the other skew: the operator goes back to the previous release under this
 release's CRDs, and the cluster stays Ready, its pods untouched, taking jobs.
 
-Its own installation (module fixture), after the other modules' are gone; the tests run in file order.
+Its own installation (module fixture). It installs the previous release's CRDs, so it runs when no other
+installation is live: hack/e2e-lanes.sh runs it alone, after the other lanes.
 """
 
 from __future__ import annotations
