@@ -113,10 +113,21 @@ e2e-builds: venv ## what only the e2e tier needs: the previous release's images,
 	@$(STAGE) k8s-bins-cluster hack/build-k8s-bins.sh cluster
 	@$(STAGE) fake-gpu-plugin $(PY) -m warden_dev fake-gpu-plugin
 
+# The Go builds (Kubernetes, CoreDNS, kube-router, the stand-in GPU plugin) beside the Docker builds (images, the
+# previous release's): on a new machine each takes 15-20 minutes, and each waits on downloads and disks
+# as much as on the cores. On a machine that has them both lanes take seconds.
 tier-builds: venv ## what the lanes' tiers need (Kubernetes binaries, images, e2e's builds), built once before they run side by side
+	@hack/lanes.sh --builds go-builds docker-builds
+
+.PHONY: go-builds docker-builds
+go-builds: venv ## the Go half of tier-builds: Kubernetes binaries (both sets), the stand-in GPU plugin
 	@$(STAGE) k8s-bins $(MAKE) --no-print-directory k8s-bins
+	@$(STAGE) k8s-bins-cluster hack/build-k8s-bins.sh cluster
+	@$(STAGE) fake-gpu-plugin $(PY) -m warden_dev fake-gpu-plugin
+
+docker-builds: venv ## the Docker half of tier-builds: the images of both Slurm series, GPU and test images, the previous release's
 	$(DATAPLANE_BUILDS)
-	@$(MAKE) --no-print-directory e2e-builds
+	@$(STAGE) previous-release hack/previous-release.sh build
 
 # Two lanes side by side once everything is built: e2e (the local cluster: its own containerd, kubelet and
 # registry; it mostly waits on them, and it is the longest tier, so its modules run in two lanes of their own on

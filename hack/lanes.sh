@@ -4,10 +4,18 @@
 # (hack/stage.sh); the lanes run at once, every line of a lane's output prefixed with `[<first tier>]`.
 # A lane stops at its first failing tier; the others go on. Exits non-zero when any lane failed.
 # What the tiers build is built before (`make tier-builds`): side by side they only find it there.
+#   hack/lanes.sh --builds "TARGET..." ["TARGET..."...]
+# the same for builds: each target a stage of its own name (its own stages inside it), no wait scaling.
 set -u
 cd "$(dirname "$0")/.." || exit 1
-# side by side, each tier's waits (warden_dev.controlplane.wait_for) allow three times as long before failing
-export WARDEN_WAIT_SCALE="${WARDEN_WAIT_SCALE:-3}"
+suffix="-tier"
+if [ "${1:-}" = "--builds" ]; then
+    suffix=""
+    shift
+else
+    # side by side, each tier's waits (warden_dev.controlplane.wait_for) allow three times as long before failing
+    export WARDEN_WAIT_SCALE="${WARDEN_WAIT_SCALE:-3}"
+fi
 pids=()
 names=()
 for lane in "$@"; do
@@ -16,7 +24,7 @@ for lane in "$@"; do
         set -o pipefail
         (
             for tier in $lane; do
-                hack/stage.sh "${tier}-tier" make --no-print-directory "$tier" || exit $?
+                hack/stage.sh "${tier}${suffix}" make --no-print-directory "$tier" || exit $?
             done
         ) 2>&1 | sed -u "s/^/[${first}] /"
     ) &
