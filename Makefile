@@ -108,14 +108,14 @@ nodes-builds: venv ## what only the nodes tier needs: qemu, nfs-ganesha, the VM 
 	@$(STAGE) vm-image $(PY) -m warden_dev vm-node image
 	@$(STAGE) k8s-bins-cluster hack/build-k8s-bins.sh cluster
 
-e2e-builds: venv ## what only the e2e tier needs: the previous release's images, CoreDNS and kube-router, the stand-in GPU plugin
-	@$(STAGE) previous-release hack/previous-release.sh build
+e2e-builds: venv ## what only the e2e tier needs: CoreDNS and kube-router, the stand-in GPU plugin (the previous release's images build while its lanes run)
 	@$(STAGE) k8s-bins-cluster hack/build-k8s-bins.sh cluster
 	@$(STAGE) fake-gpu-plugin $(PY) -m warden_dev fake-gpu-plugin
 
-# The Go builds (Kubernetes, CoreDNS, kube-router, the stand-in GPU plugin) beside the Docker builds (images, the
-# previous release's): on a new machine each takes 15-20 minutes, and each waits on downloads and disks
-# as much as on the cores. On a machine that has them both lanes take seconds.
+# The Go builds (Kubernetes, CoreDNS, kube-router, the stand-in GPU plugin) beside the Docker builds (the images):
+# on a new machine each takes 15-20 minutes, and each waits on downloads and disks as much as on the cores. On a
+# machine that has them both lanes take seconds. The previous release's images, which only e2e's upgrade test
+# needs, build later, beside e2e's lanes (hack/e2e-lanes.sh), when the cores are half idle.
 tier-builds: venv ## what the lanes' tiers need (Kubernetes binaries, images, e2e's builds), built once before they run side by side
 	@hack/lanes.sh --builds go-builds docker-builds
 
@@ -125,9 +125,8 @@ go-builds: venv ## the Go half of tier-builds: Kubernetes binaries (both sets), 
 	@$(STAGE) k8s-bins-cluster hack/build-k8s-bins.sh cluster
 	@$(STAGE) fake-gpu-plugin $(PY) -m warden_dev fake-gpu-plugin
 
-docker-builds: venv ## the Docker half of tier-builds: the images of both Slurm series, GPU and test images, the previous release's
+docker-builds: venv ## the Docker half of tier-builds: the images of both Slurm series, GPU and test images
 	$(DATAPLANE_BUILDS)
-	@$(STAGE) previous-release hack/previous-release.sh build
 
 # Two lanes side by side once everything is built: e2e (the local cluster: its own containerd, kubelet and
 # registry; it mostly waits on them, and it is the longest tier, so its modules run in two lanes of their own on
