@@ -111,7 +111,7 @@ fi
 
 mkdir -p "${BIN_DIR}" "${MOD_ROOT}"
 exec 9>"${BIN_DIR}/.lock"
-flock 9   # one build per bin dir at a time (make and pytest may both ask)
+flock 9   # the stamps one run at a time (make and pytest may both ask); each project's build has its own lock below
 
 STAMP="${BIN_DIR}/.stamp"
 if [[ -f "${STAMP}" ]] && [[ "$(cat "${STAMP}")" != "$(stamp_text)" ]]; then
@@ -125,6 +125,26 @@ fi
 if [[ "$(cat "${BIN_DIR}/.stamp.kube-router" 2>/dev/null)" != "$(kube_router_stamp_text)" ]]; then
     rm -f "${BIN_DIR}/kube-router"
 fi
+exec 9>&-   # from here on two runs build different projects side by side (tier-builds' two lanes do)
+
+needs() {  # needs NAME... -- true when one of these wanted files is still to be made
+    [[ -n "$(missing "$@")" ]] && return 0
+    [[ " $* " == *" kwok "* && " ${want[*]} " == *" kwok "* && ! -f "${BIN_DIR}/kwok-stages.yaml" ]]
+}
+
+# with_lock "NAME..." CMD... -- when one of the NAMEs (one project's binaries, the first naming the project) is
+# to be made: CMD while holding that project's lock, so a project builds once at a time and another run
+# building another project goes on meanwhile
+with_lock() {
+    local names="$1"
+    shift
+    # shellcheck disable=SC2086  # the names are words
+    needs ${names} || return 0
+    exec 8>"${BIN_DIR}/.lock.${names%% *}"
+    flock 8
+    "$@"
+    exec 8>&-
+}
 
 missing() {  # the wanted binaries (of the given set) that do not exist yet
     local b w
@@ -270,17 +290,28 @@ build_kube_router() {
 
 total0=$(date +%s)
 log "bin dir: ${BIN_DIR} (Go $(go env GOVERSION), GOMAXPROCS=${GOMAXPROCS:-$(nproc)})"
-mapfile -t kube < <(missing kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy)
 built=0
-if [[ ${#kube[@]} -gt 0 ]]; then timed "kubernetes ${KUBERNETES_VERSION} (${kube[*]})" build_kubernetes "${kube[@]}"; built=1; fi
-if [[ -n "$(missing etcd)" ]]; then timed "etcd ${ETCD_VERSION}" build_etcd; built=1; fi
-if [[ -n "$(missing kwok)" ]]; then timed "kwok ${KWOK_VERSION}" build_kwok; built=1; fi
-if [[ " ${want[*]} " == *" kwok "* && ! -f "${BIN_DIR}/kwok-stages.yaml" ]]; then
-    timed "kwok stages" write_kwok_stages
-fi
-if [[ -n "$(missing helm)" ]]; then timed "helm ${HELM_VERSION}" build_helm; built=1; fi
-if [[ -n "$(missing coredns)" ]]; then timed "coredns ${COREDNS_VERSION}" build_coredns; built=1; fi
-if [[ -n "$(missing kube-router)" ]]; then timed "kube-router ${KUBE_ROUTER_VERSION}" build_kube_router; built=1; fi
+# each step asks again what is missing once it holds its project's lock: another run may have built it meanwhile
+step_kubernetes() {
+    local kube
+    mapfile -t kube < <(missing kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy)
+    if [[ ${#kube[@]} -gt 0 ]]; then timed "kubernetes ${KUBERNETES_VERSION} (${kube[*]})" build_kubernetes "${kube[@]}"; built=1; fi
+}
+step_kwok() {
+    if [[ -n "$(missing kwok)" ]]; then timed "kwok ${KWOK_VERSION}" build_kwok; built=1; fi
+    if [[ " ${want[*]} " == *" kwok "* && ! -f "${BIN_DIR}/kwok-stages.yaml" ]]; then
+        timed "kwok stages" write_kwok_stages
+    fi
+}
+step() {  # step NAME LABEL BUILD_FN -- the one-binary projects
+    if [[ -n "$(missing "$1")" ]]; then timed "$2" "$3"; built=1; fi
+}
+with_lock "kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy" step_kubernetes
+with_lock etcd step etcd "etcd ${ETCD_VERSION}" build_etcd
+with_lock kwok step_kwok
+with_lock helm step helm "helm ${HELM_VERSION}" build_helm
+with_lock coredns step coredns "coredns ${COREDNS_VERSION}" build_coredns
+with_lock kube-router step kube-router "kube-router ${KUBE_ROUTER_VERSION}" build_kube_router
 
 for w in "${want[@]}"; do [[ -x "${BIN_DIR}/${w}" ]] || die "${w} was not built"; done
 if [[ ${built} -eq 1 ]]; then
