@@ -563,8 +563,9 @@ def join(index: int, cpus: int = 1, memory_mib: int = 3072, timeout: float = 900
     try:
         node = wait_node_ready(kubectl_argv(), layout.name, max(60.0, timeout - (time.monotonic() - t0)))
     except Exception as e:
-        raise VmNodeError(f"{layout.name} never became Ready ({e}); kubelet log: "
-                          f"{vmnode.node_dir(layout) / 'logs' / 'kubelet.log'}") from e  # fmt: skip
+        # the node's logs go with its directory when the caller takes it down: what they say goes in the error
+        raise VmNodeError(f"{layout.name} never became Ready ({e})\n{node_conditions(layout.name)}\n"
+                          f"{logs_tail(vmnode.node_dir(layout) / 'logs')}") from e  # fmt: skip
     info = node.get("status", {}).get("nodeInfo", {})
     result["node"] = {"name": layout.name, "kernel": info.get("kernelVersion"), "os": info.get("osImage"),
                       "runtime": info.get("containerRuntimeVersion"), "kubelet": info.get("kubeletVersion"),
@@ -572,6 +573,31 @@ def join(index: int, cpus: int = 1, memory_mib: int = 3072, timeout: float = 900
     result["ready_seconds"] = round(time.monotonic() - t0, 1)
     log(f"{layout.name}: Ready after {result['ready_seconds']}s ({info.get('kernelVersion')})")
     return result
+
+
+#: the node's logs an error quotes, with how many of their last lines
+NOT_READY_LOGS = (("kubelet.log", 40), ("containerd.log", 15), ("node-start.log", 15), ("kube-proxy.log", 5))
+
+
+def logs_tail(logs: Path, wanted: Sequence[tuple[str, int]] = NOT_READY_LOGS) -> str:
+    """The last lines of a VM node's logs (the directory its guest writes them to), each under its name."""
+    parts = []
+    for name, lines in wanted:
+        path = logs / name
+        text = path.read_text(errors="replace").splitlines()[-lines:] if path.is_file() else ["(no such log)"]
+        parts.append(f"--- {name} (last {lines} lines):\n" + "\n".join(text))
+    return "\n".join(parts)
+
+
+def node_conditions(name: str) -> str:
+    """What the Node object of ``name`` says of itself: its conditions, or why there is none to read."""
+    proc = subprocess.run([*kubectl_argv(), "get", "node", name, "-o", "json"], capture_output=True, text=True,
+                          timeout=60)  # fmt: skip
+    if proc.returncode != 0:
+        return f"--- node {name}: {proc.stderr.strip() or 'not readable'}"
+    conds = json.loads(proc.stdout).get("status", {}).get("conditions", [])
+    said = [f"{c.get('type')}={c.get('status')} {c.get('reason', '')}: {c.get('message', '')}" for c in conds]
+    return f"--- node {name} conditions:\n" + "\n".join(said)
 
 
 def leave(index: int) -> None:

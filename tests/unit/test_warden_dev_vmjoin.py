@@ -156,3 +156,16 @@ def test_the_nfs_servers_keeper_starts_it_again_when_it_exits_and_stops_it_on_si
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(keeper.pid, signal.SIGKILL)
+
+
+def test_a_node_that_never_became_ready_is_explained_by_its_logs_last_lines(tmp_path: Path) -> None:
+    """The node's logs are removed with it when its test ends: the error quotes their ends, and says which
+    log the guest never wrote."""
+    (tmp_path / "kubelet.log").write_text("".join(f"line {i}\n" for i in range(100)))
+    (tmp_path / "node-start.log").write_text("images disk mounted on /var/lib/containerd\n")
+    told = vmjoin.logs_tail(tmp_path, [("kubelet.log", 3), ("containerd.log", 5), ("node-start.log", 5)])
+    assert told.splitlines() == [
+        "--- kubelet.log (last 3 lines):", "line 97", "line 98", "line 99",
+        "--- containerd.log (last 5 lines):", "(no such log)",
+        "--- node-start.log (last 5 lines):", "images disk mounted on /var/lib/containerd",
+    ]  # fmt: skip
