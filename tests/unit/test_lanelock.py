@@ -1,7 +1,9 @@
 """warden_dev.lanelock: the e2e lanes' turns on the node they share, with real processes and flock(2).
 
 Each holder is a process of its own (flock locks belong to open files, as the lanes' pytest processes hold
-them). A waiter is known to be waiting when /proc/locks lists its pid as blocked (``->``)."""
+them). A waiter is known to be waiting when /proc/locks lists its pid as blocked (``->``). The holders
+report to a file they append to with one write(2) each, before they let go: a multiprocessing queue sends
+from a thread of its own, so a holder's report could arrive after the next holder's."""
 
 from __future__ import annotations
 
@@ -9,7 +11,6 @@ import multiprocessing
 import os
 import signal
 import time
-from collections.abc import Iterator
 from multiprocessing.synchronize import Event
 from pathlib import Path
 from typing import Any
@@ -21,15 +22,43 @@ from warden_dev import lanelock
 CTX = multiprocessing.get_context("fork")
 
 
-def _hold(lock_dir: Path, name: str, whole_node: bool, go: Event, log: Any) -> None:
+class Log:
+    """What the holders did, in the order they did it."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.path.touch()
+        self.read = 0
+
+    def put(self, event: str, name: str) -> None:
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+        try:
+            os.write(fd, f"{event} {name}\n".encode())
+        finally:
+            os.close(fd)
+
+    def next(self) -> tuple[str, str]:
+        """The next thing a holder did, waiting up to 10 s for it."""
+        deadline = time.monotonic() + 10
+        while True:
+            lines = self.path.read_text().splitlines()
+            if len(lines) > self.read:
+                event, name = lines[self.read].split()
+                self.read += 1
+                return event, name
+            assert time.monotonic() < deadline, f"nothing after {lines}"
+            time.sleep(0.02)
+
+
+def _hold(lock_dir: Path, name: str, whole_node: bool, go: Event, log: Log) -> None:
     with lanelock.node_turn(lock_dir, whole_node):
-        log.put(("acquired", name))
+        log.put("acquired", name)
         go.wait(30)
-        log.put(("releasing", name))
+        log.put("releasing", name)
 
 
 class Holder:
-    def __init__(self, lock_dir: Path, name: str, whole_node: bool, log: Any) -> None:
+    def __init__(self, lock_dir: Path, name: str, whole_node: bool, log: Log) -> None:
         self.go = CTX.Event()
         self.proc = CTX.Process(target=_hold, args=(lock_dir, name, whole_node, self.go, log), daemon=True)
         self.proc.start()
@@ -48,18 +77,15 @@ def _until(what: str, check: Any, timeout: float = 10) -> None:
 
 
 @pytest.fixture
-def log() -> Iterator[Any]:
-    queue = CTX.Queue()
-    yield queue
-    queue.close()
+def log(tmp_path: Path) -> Log:
+    return Log(tmp_path / "log")
 
 
-def _next(log: Any) -> tuple[str, str]:
-    got: tuple[str, str] = log.get(timeout=10)
-    return got
+def _next(log: Log) -> tuple[str, str]:
+    return log.next()
 
 
-def test_tests_that_share_the_node_hold_it_together(tmp_path: Path, log: Any) -> None:
+def test_tests_that_share_the_node_hold_it_together(tmp_path: Path, log: Log) -> None:
     first = Holder(tmp_path, "first", False, log)
     assert _next(log) == ("acquired", "first")
     second = Holder(tmp_path, "second", False, log)
@@ -70,7 +96,7 @@ def test_tests_that_share_the_node_hold_it_together(tmp_path: Path, log: Any) ->
 
 
 def test_a_whole_node_test_waits_for_the_running_test_and_the_next_test_waits_behind_it(
-    tmp_path: Path, log: Any
+    tmp_path: Path, log: Log
 ) -> None:
     running = Holder(tmp_path, "running", False, log)
     assert _next(log) == ("acquired", "running")
@@ -90,7 +116,7 @@ def test_a_whole_node_test_waits_for_the_running_test_and_the_next_test_waits_be
         holder.proc.join(10)
 
 
-def test_a_killed_lane_leaves_no_one_waiting(tmp_path: Path, log: Any) -> None:
+def test_a_killed_lane_leaves_no_one_waiting(tmp_path: Path, log: Log) -> None:
     killed = Holder(tmp_path, "killed", True, log)
     assert _next(log) == ("acquired", "killed")
     waiting = Holder(tmp_path, "waiting", False, log)
