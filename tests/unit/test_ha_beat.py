@@ -4,6 +4,7 @@ the operator (warden.ha.ctld's GET /in-charge): the heartbeat file Slurm writes,
 from __future__ import annotations
 
 import json
+import socket
 import struct
 import threading
 import time
@@ -160,3 +161,31 @@ def test_a_primary_stands_by_while_the_beat_is_fresh_and_says_so_to_its_probe(po
 
     assert ctld.wait_for_turn(pod, tmp_path, sleep=sleep) == 0
     assert seen == ["1\n"] and not pod.waiting.exists()
+
+
+def test_a_caller_that_gave_up_leaves_no_traceback_and_a_real_error_still_does(
+    pod: ctld.Pod, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The operator asks with a 2-s timeout: on a starved node it hangs up before the answer, and the
+    server's write finds a closed socket. That is the caller's choice, not the server's error (each one
+    printed a traceback into the controller pod's log on a slow VM node); any other error still prints."""
+    state = tmp_path / "state"
+    state.mkdir()
+    srv = ctld.server(pod, state, 0)
+    caller = socket.socket()
+    try:
+        for gone in (BrokenPipeError(32, "Broken pipe"), ConnectionResetError(104, "Connection reset by peer")):
+            try:
+                raise gone
+            except ConnectionError:
+                srv.handle_error(caller, ("127.0.0.1", 1))
+        assert capsys.readouterr().err == ""
+        try:
+            raise ValueError("a bug of the server's own")
+        except ValueError:
+            srv.handle_error(caller, ("127.0.0.1", 1))
+        err = capsys.readouterr().err
+        assert "Traceback" in err and "a bug of the server's own" in err
+    finally:
+        caller.close()
+        srv.server_close()

@@ -258,9 +258,19 @@ def serve(pod: Pod, state: Path, port: int) -> int:
     return 0
 
 
-class _Server6(ThreadingHTTPServer):
-    address_family = socket.AF_INET6
+class _Server(ThreadingHTTPServer):
     daemon_threads = True
+
+    def handle_error(self, request: socket.socket | tuple[bytes, socket.socket], client_address: object) -> None:
+        # a caller that gave up before the answer (the operator's 2-s timeout on a starved node) is no error
+        # of this server's: without this, each one left a traceback in the pod's log
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return
+        super().handle_error(request, client_address)
+
+
+class _Server6(_Server):
+    address_family = socket.AF_INET6
 
     def server_bind(self) -> None:
         # both families on one socket: pods have an IPv4 or an IPv6 address, or both
@@ -268,8 +278,8 @@ class _Server6(ThreadingHTTPServer):
         super().server_bind()
 
 
-class _Server4(ThreadingHTTPServer):
-    daemon_threads = True
+class _Server4(_Server):
+    pass
 
 
 def _alive(pid: int) -> bool:
