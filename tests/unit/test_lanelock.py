@@ -37,17 +37,8 @@ class Log:
         finally:
             os.close(fd)
 
-    def next(self) -> tuple[str, str]:
-        """The next thing a holder did, waiting up to 10 s for it."""
-        deadline = time.monotonic() + 10
-        while True:
-            lines = self.path.read_text().splitlines()
-            if len(lines) > self.read:
-                event, name = lines[self.read].split()
-                self.read += 1
-                return event, name
-            assert time.monotonic() < deadline, f"nothing after {lines}"
-            time.sleep(0.02)
+    def lines(self) -> list[str]:
+        return self.path.read_text().splitlines()
 
 
 def _hold(lock_dir: Path, name: str, whole_node: bool, go: Event, log: Log) -> None:
@@ -82,7 +73,11 @@ def log(tmp_path: Path) -> Log:
 
 
 def _next(log: Log) -> tuple[str, str]:
-    return log.next()
+    """The next thing a holder did, waiting up to 10 s for it."""
+    _until(f"a report after {log.read} of them", lambda: len(log.lines()) > log.read)
+    event, name = log.lines()[log.read].split()
+    log.read += 1
+    return event, name
 
 
 def test_tests_that_share_the_node_hold_it_together(tmp_path: Path, log: Log) -> None:
