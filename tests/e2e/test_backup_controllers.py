@@ -13,6 +13,7 @@ Its own installation (module fixture), beside test_slurmcluster's (hack/e2e-lane
 
 from __future__ import annotations
 
+import json
 import subprocess
 import threading
 import time
@@ -111,11 +112,19 @@ def _cluster(installed: Installed) -> dict[str, Any]:
     return obj
 
 
+def _pod(installed: Installed, name: str) -> dict[str, Any]:
+    """The pod as the API server has it, or {} in the moment between a deleted pod's end and the
+    StatefulSet's new one (a slow node makes that moment seconds long)."""
+    out = installed.kube.kubectl("-n", installed.namespace, "get", "pod", name, "--ignore-not-found", "-o", "json")
+    obj: dict[str, Any] = json.loads(out) if out.strip() else {}
+    return obj
+
+
 def _conditions(installed: Installed) -> dict[str, tuple[str, str]]:
     """Each controller pod's SlurmctldInCharge condition: (status, reason)."""
     out = {}
     for pod in CONTROLLERS:
-        obj = installed.kube.json("-n", installed.namespace, "get", "pod", pod)
+        obj = _pod(installed, pod)
         for c in obj.get("status", {}).get("conditions", []):
             if c["type"] == IN_CHARGE:
                 out[pod] = (c["status"], c["reason"])
@@ -236,9 +245,9 @@ def test_c_helm_upgrade_of_the_controller_image_fails_no_sbatch(installed: Insta
         installed.helm_upgrade()
 
         def rolled() -> bool:
-            pods = [installed.kube.json("-n", ns, "get", "pod", p) for p in CONTROLLERS]
+            pods = [_pod(installed, p) for p in CONTROLLERS]
             return all(
-                p["spec"]["containers"][0]["image"] == new
+                p and p["spec"]["containers"][0]["image"] == new
                 and any(c["type"] == "Ready" and c["status"] == "True" for c in p["status"].get("conditions", []))
                 for p in pods
             )
