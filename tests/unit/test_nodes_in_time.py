@@ -18,7 +18,7 @@ SCRIPT = REPO / "hack" / "nodes-in-time.sh"
 
 
 def _run(tmp_path: Path, deadline: int | None, make_rc: int = 0, need: int = 1500,
-         make_takes: int = 0) -> tuple[int, str, str, str]:  # fmt: skip
+         make_takes: int = 0, stages_before: str = "") -> tuple[int, str, str, str]:  # fmt: skip
     """The script's exit code, its output, the stage log and what the stand-in make was asked."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
@@ -27,7 +27,7 @@ def _run(tmp_path: Path, deadline: int | None, make_rc: int = 0, need: int = 150
     make.write_text(f'#!/bin/sh\necho "$*" >> {calls}\nsleep {make_takes}\necho ended >> {calls}\nexit {make_rc}\n')
     make.chmod(0o755)
     stage_log = tmp_path / "stages"
-    stage_log.write_text("")
+    stage_log.write_text(stages_before)
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "WARDEN_STAGE_LOG": str(stage_log),
            "WARDEN_NODES_TIER_S": str(need)}  # fmt: skip
     env.pop("WARDEN_TEST_DEADLINE", None)
@@ -65,3 +65,24 @@ def test_a_tier_still_running_at_the_deadline_is_stopped_there_and_fails_the_run
     rc, _, stages, asked = _run(tmp_path, deadline=int(time.time()) + 3, need=1, make_takes=40)
     assert "nodes" in asked.split() and "ended" not in asked, asked  # stopped, not run to its end
     assert rc == 124 and "FAILED (rc 124)" in stages, (rc, stages)
+
+
+def _stage_line(name: str, verdict: str, seconds: int) -> str:
+    return "%-28s %-16s %5ds\n" % (name, verdict, seconds)  # hack/stage.sh's format
+
+
+@pytest.mark.parametrize("verdict", ["OK", "FAILED (rc 1)"])
+def test_after_slow_lanes_it_needs_half_their_time_and_says_so_when_skipped(tmp_path: Path, verdict: str) -> None:
+    before = _stage_line("tier-builds", "OK", 1200) + _stage_line("lanes", verdict, 3486)
+    rc, _, stages, asked = _run(tmp_path, deadline=int(time.time()) + 1704, stages_before=before)
+    assert rc == 0 and asked == ""
+    skipped = stages.splitlines()[-1]
+    assert skipped.split()[:2] == ["nodes-tier", "SKIPPED"], stages
+    assert "needs 1743s, half of the lanes' 3486s" in skipped, skipped
+
+
+def test_after_lanes_of_a_usual_day_the_floor_holds_and_it_runs(tmp_path: Path) -> None:
+    before = _stage_line("lanes", "OK", 2200)
+    rc, _, stages, asked = _run(tmp_path, deadline=int(time.time()) + 1600, stages_before=before)
+    assert rc == 0 and "nodes" in asked.split()
+    assert stages.splitlines()[-1].split()[:2] == ["nodes-tier", "OK"], stages
