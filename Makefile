@@ -137,7 +137,8 @@ docker-builds: venv ## the Docker half of tier-builds: the images of both Slurm 
 # conformance tiers one after the other (each keeps a core busy: three lanes made the two cores the limit).
 # They share nothing but the cores. Their output is prefixed with the lane's first tier.
 # Then the nodes tier, alone: its VM nodes run under TCG here, each taking most of a core even idle
-# (hack/nodes-in-time.sh runs it unless CI's run would pass its 90 minutes: it says so, it never hides it).
+# (hack/nodes-in-time.sh runs it unless CI's run would pass its 90 minutes, allowing it 1,500 s or half the
+# lanes' time on a slow day: it says so, it never hides it).
 # It builds what only it needs (nodes-builds: qemu, nfs-ganesha, the VM image) itself, once, when it runs.
 # It runs after a failed lane too (the run's verdict stays failed): one run says how every tier stands.
 test: ## every tier, each installing what it needs: e2e beside unit, dataplane, integration and conformance; then nodes
