@@ -247,7 +247,8 @@ def test_c_helm_upgrade_of_the_controller_image_fails_no_sbatch(installed: Insta
         def rolled() -> bool:
             pods = [_pod(installed, p) for p in CONTROLLERS]
             return all(
-                p and p["spec"]["containers"][0]["image"] == new
+                p
+                and p["spec"]["containers"][0]["image"] == new
                 and any(c["type"] == "Ready" and c["status"] == "True" for c in p["status"].get("conditions", []))
                 for p in pods
             )

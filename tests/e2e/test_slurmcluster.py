@@ -351,8 +351,11 @@ _eventually = until  # the tier's one way to wait (tests.support.eventually); th
 
 
 def _slurm_condition(installed: Installed, pod: str) -> dict[str, Any]:
-    obj = installed.kube.json("-n", installed.namespace, "get", "pod", pod)
-    return next((c for c in obj["status"].get("conditions", []) if c["type"] == SLURM_CONDITION), {})
+    """The pod's SlurmNode condition; {} also while the pod is gone (deleted, its controller not yet making
+    the new one: waits during a rollout or a replacement read it then)."""
+    out = installed.kube.kubectl("-n", installed.namespace, "get", "pod", pod, "-o", "json", "--ignore-not-found")
+    obj = json.loads(out or "{}")
+    return next((c for c in obj.get("status", {}).get("conditions", []) if c["type"] == SLURM_CONDITION), {})
 
 
 def _events(installed: Installed, reason: str) -> list[str]:
