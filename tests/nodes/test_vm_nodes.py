@@ -400,7 +400,9 @@ def _in_charge(cluster: VmCluster) -> str:
     pod = str(status.get("slurmctldInCharge") or "")
     if not pod:
         return ""
-    conditions = cluster.kube.json("-n", cluster.namespace, "get", "pod", pod)["status"].get("conditions", [])
+    # the pod the status still names may be gone for a moment (deleted, its StatefulSet not yet making it again)
+    got = cluster.kube.kubectl("-n", cluster.namespace, "get", "pod", pod, "-o", "json", "--ignore-not-found")
+    conditions = json.loads(got or "{}").get("status", {}).get("conditions", [])
     return pod if any(c["type"] == IN_CHARGE and c["status"] == "True" for c in conditions) else ""
 
 
