@@ -60,16 +60,33 @@ iptables_flag() {
     fi
 }
 
+# The FORWARD policy stays ACCEPT for the dockerd this script starts. Docker sets it to DROP when it turns
+# on IP forwarding itself, and then lets a network's containers talk only through that network's rules in
+# the filter table; kube-router's firewall (the local cluster's, beside the dataplane tier) saves the whole
+# filter table and restores it (iptables-restore without --noflush), so a network Docker made between the
+# two lost its rules, and its containers could not reach each other for as long as they lived (seen in a
+# run: every slurmd of a dataplane cluster "Unable to contact slurm controller" for nine minutes).
+# The policy is in every copy of the table: a restore cannot drop it. Only test networks exist here.
+forward_policy() {
+    [ "$(cat /proc/sys/net/ipv4/ip_forward 2>/dev/null)" = 1 ] || as_root sysctl -qw net.ipv4.ip_forward=1
+    if as_root iptables -w -S FORWARD 2>/dev/null | grep -qx -- '-P FORWARD DROP'; then
+        as_root iptables -w -P FORWARD ACCEPT
+        log "FORWARD policy set to ACCEPT (a filter-table restore by another program cannot cut a network off)"
+    fi
+}
+
 start_daemon() {
+    local driver="" ipt=""
     answers && return 0
     if [ -f "$PIDFILE" ] && kill -0 "$(cat "$PIDFILE")" 2>/dev/null; then
         log "dockerd (pid $(cat "$PIDFILE")) is starting; waiting"
     else
-        local driver ipt
         driver="$(storage_driver)"
         ipt="$(iptables_flag)"
         mkdir -p "$(dirname "$LOG")"
         log "starting dockerd (storage-driver=$driver $ipt), log: $LOG"
+        # forwarding on before dockerd starts: Docker then leaves the FORWARD policy as it is (ACCEPT)
+        [ "$ipt" != "--iptables=true" ] || forward_policy
         # containerd comes with docker.io; dockerd starts its own when none runs.
         # cgroupfs: there is no systemd to delegate cgroups to (cgroup v1 hybrid hosts included).
         # shellcheck disable=SC2086
@@ -83,7 +100,11 @@ start_daemon() {
     fi
     local i
     for ((i = 0; i < WAIT * 2; i++)); do
-        answers && { log "docker answers ($(docker version -f '{{.Server.Version}}' 2>/dev/null))"; return 0; }
+        if answers; then
+            log "docker answers ($(docker version -f '{{.Server.Version}}' 2>/dev/null))"
+            [ "$ipt" != "--iptables=true" ] || forward_policy
+            return 0
+        fi
         if ! kill -0 "$(cat "$PIDFILE")" 2>/dev/null; then
             log "dockerd exited; last lines of $LOG:"
             tail -n 20 "$LOG" >&2
@@ -96,8 +117,19 @@ start_daemon() {
     return 1
 }
 
+# a dockerd this script started (its pid file), with Docker's iptables rules: its FORWARD policy as above
+# (also for an engine started before this script set it)
+ours_forward_policy() {
+    [ -f "$PIDFILE" ] && kill -0 "$(cat "$PIDFILE")" 2>/dev/null || return 0
+    as_root iptables -w -S FORWARD 2>/dev/null | grep -q -- '-j DOCKER' || return 0
+    forward_policy || log "could not set the FORWARD policy to ACCEPT"
+}
+
 ensure() {
-    answers && return 0
+    if answers; then
+        ours_forward_policy
+        return 0
+    fi
     mkdir -p "$CACHE"
     exec 9>"$CACHE/docker.lock"
     flock 9
