@@ -131,23 +131,19 @@ docker-builds: venv ## the Docker half of tier-builds: the images of both Slurm 
 	$(DATAPLANE_BUILDS)
 	@$(STAGE) coredns hack/build-k8s-bins.sh coredns
 
-# Lanes side by side once everything is built: e2e (the local cluster: its own containerd, kubelet and
+# Two lanes side by side once everything is built: e2e (the local cluster: its own containerd, kubelet and
 # registry; it mostly waits on them, and it is the longest tier, so its modules run in two lanes of their own on
-# that one cluster: hack/e2e-lanes.sh) beside the unit and dataplane tiers one after the other; the integration
-# and conformance tiers start when e2e's shorter lane (`others`) has ended, in the place it leaves. Three
-# streams at a time: in a run with the unit lane holding all four tiers the two cores were 39-62% busy during
-# the lanes (process accounting), the e2e cluster lane ran alone beside it for its last 1,000 s, and the unit
-# lane was the longest; four at once from the start (before e2e's own lanes) made integration 2.1x slower.
+# that one cluster: hack/e2e-lanes.sh) beside the unit, dataplane, integration and
+# conformance tiers one after the other (each keeps a core busy: three lanes made the two cores the limit).
 # They share nothing but the cores. Their output is prefixed with the lane's first tier.
 # Then the nodes tier, alone: its VM nodes run under TCG here, each taking most of a core even idle
 # (hack/nodes-in-time.sh runs it unless CI's run would pass its 90 minutes, allowing it 1,500 s or half the
 # lanes' time on a slow day: it says so, it never hides it).
 # It builds what only it needs (nodes-builds: qemu, nfs-ganesha, the VM image) itself, once, when it runs.
 # It runs after a failed lane too (the run's verdict stays failed): one run says how every tier stands.
-test: ## every tier, each installing what it needs: e2e beside unit and dataplane, then integration and conformance; then nodes
+test: ## every tier, each installing what it needs: e2e beside unit, dataplane, integration and conformance; then nodes
 	@$(STAGE) tier-builds $(MAKE) --no-print-directory tier-builds
-	@lanes=0; $(STAGE) lanes hack/lanes.sh e2e "unit dataplane" "after:e2e-others integration conformance" \
-	    || lanes=$$?; \
+	@lanes=0; $(STAGE) lanes hack/lanes.sh e2e "unit dataplane integration conformance" || lanes=$$?; \
 	hack/nodes-in-time.sh && exit $$lanes
 
 # --- images ------------------------------------------------------------------------------------
