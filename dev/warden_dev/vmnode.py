@@ -81,6 +81,13 @@ MAX_MEMORY_MIB = 4096
 #: died of a double fault in kmalloc after 88 minutes under load (register state garbled: a TCG fault);
 #: WARDEN_VM_CPU overrides
 TCG_CPU = "qemu64"
+#: TCG's threading: one host thread runs all of a node's vCPUs in turn. With `thread=multi` (a host thread per
+#: vCPU) two 2-CPU nodes put four vCPU threads on this machine's two cores, and a node's kernel died of a
+#: double fault in kmalloc again, with `-cpu qemu64`, 14 minutes into the nodes tier (EFLAGS with reserved
+#: bits set: a TCG fault, not the guest's). Multi-threaded TCG stops every vCPU of a node for work one
+#: vCPU asks of all (TLB flushes, atomics it cannot do in place) and waits for descheduled threads there;
+#: each node took most of a core either way. WARDEN_VM_TCG_THREAD overrides (``multi``)
+TCG_THREAD = "single"
 INIT_PATH = "/usr/local/sbin/warden-vm-init"
 REPORT_MARKER = "WARDEN-VM-REPORT"
 
@@ -198,7 +205,10 @@ def qemu_argv(files: VmFiles, layout: NodeLayout, accel: str, report_to: str, no
     if machine not in ("q35", "microvm"):
         raise VmNodeError(f"machine {machine}: q35 or microvm")
     cpu = "host" if accel == "kvm" else (os.environ.get("WARDEN_VM_CPU") or TCG_CPU)
-    accel_opt = "kvm" if accel == "kvm" else "tcg,thread=multi"
+    thread = os.environ.get("WARDEN_VM_TCG_THREAD") or TCG_THREAD
+    if thread not in ("single", "multi"):
+        raise VmNodeError(f"WARDEN_VM_TCG_THREAD={thread}: single or multi")
+    accel_opt = "kvm" if accel == "kvm" else f"tcg,thread={thread}"
     bus = "pci" if machine == "q35" else "device"
     # microvm: without a PIT the kernel cannot calibrate the TSC under TCG and stops there
     machine_opt = "q35" if machine == "q35" else "microvm,pit=on,pic=on,rtc=on"

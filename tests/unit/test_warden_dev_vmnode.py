@@ -117,7 +117,7 @@ def test_qemu_argv_keeps_the_image_unchanged_and_uses_the_nodes_tap(tmp_path: Pa
     assert f"ifname={layout.tap}" in netdev and "script=no" in netdev and "downscript=no" in netdev
     assert any(layout.mac in d for d in _opt(argv, "-device"))
     assert _opt(argv, "-append") == [" ".join(kernel_cmdline(layout, "10.238.0.1:4000"))]
-    assert _opt(argv, "-accel") == ["tcg,thread=multi"] and _opt(argv, "-cpu") == [TCG_CPU]
+    assert _opt(argv, "-accel") == ["tcg,thread=single"] and _opt(argv, "-cpu") == [TCG_CPU]
     assert _opt(argv, "-smp") == ["2"] and _opt(argv, "-m") == ["2048"]
     assert _opt(argv, "-serial") == [f"file:{tmp_path / 'console.log'}"]
     kvm = qemu_argv(_files(tmp_path), layout, "kvm", "10.238.0.1:4000", tmp_path)
@@ -161,3 +161,15 @@ def test_the_slim_initramfs_still_loads_what_finds_and_mounts_the_root() -> None
     for module in ("virtio_pci", "virtio_mmio", "virtio_blk", "ext4"):
         assert module in INITRAMFS_HOOK
     assert "force_load" in INITRAMFS_HOOK
+
+
+def test_tcg_threading_is_single_unless_told_and_a_wrong_word_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    layout = node_layout(1)
+    monkeypatch.setenv("WARDEN_VM_TCG_THREAD", "multi")
+    argv = qemu_argv(_files(tmp_path), layout, "tcg", "10.238.0.1:4000", tmp_path, cpus=2)
+    assert _opt(argv, "-accel") == ["tcg,thread=multi"]
+    monkeypatch.setenv("WARDEN_VM_TCG_THREAD", "many")
+    with pytest.raises(VmNodeError, match="WARDEN_VM_TCG_THREAD=many: single or multi"):
+        qemu_argv(_files(tmp_path), layout, "tcg", "10.238.0.1:4000", tmp_path, cpus=2)
