@@ -68,7 +68,7 @@ def test_a_tier_still_running_at_the_deadline_is_stopped_there_and_fails_the_run
 
 
 def _stage_line(name: str, verdict: str, seconds: int) -> str:
-    return "%-28s %-16s %5ds\n" % (name, verdict, seconds)  # hack/stage.sh's format
+    return f"{name:<28} {verdict:<16} {seconds:5d}s\n"  # hack/stage.sh's format
 
 
 @pytest.mark.parametrize("verdict", ["OK", "FAILED (rc 1)"])
