@@ -68,7 +68,6 @@ iptables_flag() {
 # run: every slurmd of a dataplane cluster "Unable to contact slurm controller" for nine minutes).
 # The policy is in every copy of the table: a restore cannot drop it. Only test networks exist here.
 forward_policy() {
-    [ "$(cat /proc/sys/net/ipv4/ip_forward 2>/dev/null)" = 1 ] || as_root sysctl -qw net.ipv4.ip_forward=1
     if as_root iptables -w -S FORWARD 2>/dev/null | grep -qx -- '-P FORWARD DROP'; then
         as_root iptables -w -P FORWARD ACCEPT
         log "FORWARD policy set to ACCEPT (a filter-table restore by another program cannot cut a network off)"
@@ -85,8 +84,8 @@ start_daemon() {
         ipt="$(iptables_flag)"
         mkdir -p "$(dirname "$LOG")"
         log "starting dockerd (storage-driver=$driver $ipt), log: $LOG"
-        # forwarding on before dockerd starts: Docker then leaves the FORWARD policy as it is (ACCEPT)
-        [ "$ipt" != "--iptables=true" ] || forward_policy
+        # forwarding on before dockerd starts: Docker then leaves the FORWARD policy as it is
+        [ "$ipt" != "--iptables=true" ] || as_root sysctl -qw net.ipv4.ip_forward=1
         # containerd comes with docker.io; dockerd starts its own when none runs.
         # cgroupfs: there is no systemd to delegate cgroups to (cgroup v1 hybrid hosts included).
         # shellcheck disable=SC2086

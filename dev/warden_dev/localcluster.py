@@ -1202,6 +1202,12 @@ class Kube:
         data: dict[str, Any] = json.loads(self.kubectl(*args, "-o", "json"))
         return data
 
+    def json_if_found(self, *args: str) -> dict[str, Any]:
+        """``json`` of a ``get`` whose object may be gone ({} then): a pod deleted and not yet made again."""
+        out = self.kubectl(*args, "-o", "json", "--ignore-not-found")
+        data: dict[str, Any] = json.loads(out) if out.strip() else {}
+        return data
+
     def apply(self, objs: Sequence[dict[str, Any]]) -> None:
         doc = json.dumps({"apiVersion": "v1", "kind": "List", "items": list(objs)})
         self.kubectl("apply", "--server-side", "--force-conflicts", "--field-manager=warden-localcluster",

@@ -13,7 +13,6 @@ Its own installation (module fixture), beside test_slurmcluster's (hack/e2e-lane
 
 from __future__ import annotations
 
-import json
 import subprocess
 import threading
 import time
@@ -112,19 +111,11 @@ def _cluster(installed: Installed) -> dict[str, Any]:
     return obj
 
 
-def _pod(installed: Installed, name: str) -> dict[str, Any]:
-    """The pod as the API server has it, or {} in the moment between a deleted pod's end and the
-    StatefulSet's new one (a slow node makes that moment seconds long)."""
-    out = installed.kube.kubectl("-n", installed.namespace, "get", "pod", name, "--ignore-not-found", "-o", "json")
-    obj: dict[str, Any] = json.loads(out) if out.strip() else {}
-    return obj
-
-
 def _conditions(installed: Installed) -> dict[str, tuple[str, str]]:
     """Each controller pod's SlurmctldInCharge condition: (status, reason)."""
     out = {}
     for pod in CONTROLLERS:
-        obj = _pod(installed, pod)
+        obj = installed.kube.json_if_found("-n", installed.namespace, "get", "pod", pod)
         for c in obj.get("status", {}).get("conditions", []):
             if c["type"] == IN_CHARGE:
                 out[pod] = (c["status"], c["reason"])
@@ -245,7 +236,7 @@ def test_c_helm_upgrade_of_the_controller_image_fails_no_sbatch(installed: Insta
         installed.helm_upgrade()
 
         def rolled() -> bool:
-            pods = [_pod(installed, p) for p in CONTROLLERS]
+            pods = [installed.kube.json_if_found("-n", ns, "get", "pod", p) for p in CONTROLLERS]
             return all(
                 p
                 and p["spec"]["containers"][0]["image"] == new

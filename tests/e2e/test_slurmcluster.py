@@ -353,8 +353,7 @@ _eventually = until  # the tier's one way to wait (tests.support.eventually); th
 def _slurm_condition(installed: Installed, pod: str) -> dict[str, Any]:
     """The pod's SlurmNode condition; {} also while the pod is gone (deleted, its controller not yet making
     the new one: waits during a rollout or a replacement read it then)."""
-    out = installed.kube.kubectl("-n", installed.namespace, "get", "pod", pod, "-o", "json", "--ignore-not-found")
-    obj = json.loads(out or "{}")
+    obj = installed.kube.json_if_found("-n", installed.namespace, "get", "pod", pod)
     return next((c for c in obj.get("status", {}).get("conditions", []) if c["type"] == SLURM_CONDITION), {})
 
 
@@ -546,7 +545,7 @@ def test_ghost_node_records_go_and_a_pod_that_lost_its_registration_is_recreated
     # its slurmd has run far longer than the register timeout, so the same look at Slurm that finds it
     # unregistered may delete the pod at once: either sign will do, the condition or a new pod
     def noticed() -> bool:
-        pod = json.loads(kube.kubectl("-n", ns, "get", "pod", victim, "-o", "json", "--ignore-not-found") or "{}")
+        pod = kube.json_if_found("-n", ns, "get", "pod", victim)
         renewed = not pod or pod["metadata"]["uid"] != uid
         # the condition of the pod just read: a second read may find it deleted already (being recreated)
         said = [c for c in (pod.get("status") or {}).get("conditions", []) if c["type"] == SLURM_CONDITION]
@@ -556,7 +555,7 @@ def test_ghost_node_records_go_and_a_pod_that_lost_its_registration_is_recreated
                 timeout=30)  # fmt: skip
 
     def recreated_and_registered() -> bool:
-        pod = json.loads(kube.kubectl("-n", ns, "get", "pod", victim, "-o", "json", "--ignore-not-found") or "{}")
+        pod = kube.json_if_found("-n", ns, "get", "pod", victim)
         return (
             bool(pod) and pod["metadata"]["uid"] != uid and _slurm_condition(installed, victim).get("status") == "True"
         )
@@ -608,7 +607,7 @@ def test_kubectl_drain_waits_for_the_running_job_and_takes_idle_workers_at_once(
     job = out.stdout.strip().split(";")[0]
 
     def label(pod: str) -> str | None:
-        obj = json.loads(kube.kubectl("-n", ns, "get", "pod", pod, "-o", "json", "--ignore-not-found") or "{}")
+        obj = kube.json_if_found("-n", ns, "get", "pod", pod)
         return (obj.get("metadata", {}).get("labels") or {}).get("slurm.warden.dev/busy") if obj else None
 
     _eventually(f"{busy} labelled busy", lambda: label(busy) == "true", timeout=30)
@@ -621,7 +620,7 @@ def test_kubectl_drain_waits_for_the_running_job_and_takes_idle_workers_at_once(
         assert first.returncode != 0, "the drain went through while a job ran"
         assert "disruption budget" in first.stderr or "Cannot evict" in first.stderr, first.stderr
         assert kube.json("-n", ns, "get", "pod", busy)["metadata"]["uid"] == uids[busy], "the busy worker was evicted"
-        gone = json.loads(kube.kubectl("-n", ns, "get", "pod", idle, "-o", "json", "--ignore-not-found") or "{}")
+        gone = kube.json_if_found("-n", ns, "get", "pod", idle)
         assert not gone or gone["metadata"]["uid"] != uids[idle], "the idle worker was not evicted"
         assert _wait_job(installed, job) == "COMPLETED"
         assert installed.ssh(f"cat /root/drained-{job}.out").stdout.strip() == "finished"
@@ -681,7 +680,7 @@ def test_worker_upgrade_waits_for_a_two_node_job_and_moves_every_pod(installed: 
     _eventually("a busy worker draining for the upgrade", drained_for_upgrade, timeout=90, interval=2)
 
     def uid(pod: str) -> str | None:
-        obj = json.loads(kube.kubectl("-n", ns, "get", "pod", pod, "-o", "json", "--ignore-not-found") or "{}")
+        obj = kube.json_if_found("-n", ns, "get", "pod", pod)
         return str(obj["metadata"]["uid"]) if obj else None
 
     # from then on every sync round may replace an idle drained pod: none goes while the job runs
@@ -1805,7 +1804,7 @@ def test_slurm_config_change_reaches_every_daemon_in_place(installed: Installed)
     t0 = time.monotonic()
 
     def back() -> bool:
-        obj = json.loads(kube.kubectl("-n", ns, "get", "configmap", cm, "-o", "json", "--ignore-not-found") or "{}")
+        obj = kube.json_if_found("-n", ns, "get", "configmap", cm)
         return bool(obj.get("data") == data)
 
     took = timed(f"ConfigMap {cm} back", back, 60)
@@ -2323,7 +2322,7 @@ def test_controller_pod_deleted_keeps_the_queue_and_jobs_complete(installed: Ins
     deadline = time.monotonic() + 180
     ready = False
     while time.monotonic() < deadline and not ready:
-        obj = json.loads(kube.kubectl("-n", ns, "get", "pod", pod, "-o", "json", "--ignore-not-found") or "{}")
+        obj = kube.json_if_found("-n", ns, "get", "pod", pod)
         conds = {c["type"]: c["status"] for c in obj.get("status", {}).get("conditions", [])}
         ready = obj.get("metadata", {}).get("uid", old_uid) != old_uid and conds.get("Ready") == "True"
         if not ready:

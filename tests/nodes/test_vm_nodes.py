@@ -401,8 +401,9 @@ def _in_charge(cluster: VmCluster) -> str:
     if not pod:
         return ""
     # the pod the status still names may be gone for a moment (deleted, its StatefulSet not yet making it again)
-    got = cluster.kube.kubectl("-n", cluster.namespace, "get", "pod", pod, "-o", "json", "--ignore-not-found")
-    conditions = json.loads(got or "{}").get("status", {}).get("conditions", [])
+    conditions = (
+        cluster.kube.json_if_found("-n", cluster.namespace, "get", "pod", pod).get("status", {}).get("conditions", [])
+    )
     return pod if any(c["type"] == IN_CHARGE and c["status"] == "True" for c in conditions) else ""
 
 
